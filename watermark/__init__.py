@@ -1,0 +1,1 @@
+"""Adaptive event-time watermarks: generators, partition combination, replay evaluation."""
