@@ -1,0 +1,298 @@
+"""The generator interface every watermark strategy implements.
+
+A watermark ``W`` asserts that no more events with ``te < W`` will arrive. A tuple is *late* iff its event
+time is below the watermark in force when it arrived. Times are int64 epoch milliseconds; ``te`` is the event
+time, ``tp`` the ingestion (arrival) time. Library code never reads the wall clock: callers pass ``tp`` and,
+for idleness, ``now_ms``.
+
+The contract, identical for all strategies:
+
+* ``update(te_ms, tp_ms)`` handles one arrival in three steps: the ingestion clock advances to ``tp`` (a
+  time-driven strategy may raise ``W`` here, e.g. a periodic emission), the tuple is judged against the
+  watermark then in force (``watermark_at_arrival_ms``), and the tuple is observed (a data-driven strategy
+  may raise ``W`` here; the new value holds from the next arrival on).
+* ``on_idle(now_ms)`` advances time without data. It is *path independent*: calling it at any set of
+  instants between two arrivals never changes what the following arrivals see, so a replay is deterministic
+  whatever the caller's polling schedule.
+* ``process(te, tp)`` is the vectorised form of the ``update`` loop and returns the watermark in force at each
+  arrival; ``process_trace`` also returns the watermark right after each arrival. Both continue from, and
+  leave behind, exactly the state the ``update`` loop would.
+* The watermark is monotonic: a lower proposal is ignored. ``snapshot()`` returns JSON-serialisable state;
+  :func:`watermark.registry.restore` rebuilds a generator that continues identically.
+* The ingestion clock never runs backwards: an arrival whose ``tp`` is below the latest ``tp`` seen is treated
+  as arriving at the clock (replays sort by arrival time first, so this only matters for raw callers).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from watermark.timeutil import NO_WATERMARK, as_ms_array
+
+I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Watermarks around each arrival of a ``process_trace`` call.
+
+    Attributes
+    ----------
+    at_arrival
+        Watermark in force when each tuple arrived (the one it is judged against).
+    after_arrival
+        Watermark right after each tuple was observed, at the same ingestion time. Windows whose end is at or
+        below it have fired by then.
+    """
+
+    at_arrival: I64
+    after_arrival: I64
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """Validate an integer parameter and return it as ``int``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            msg = f"{name} must be an integer, got {value!r}"
+            raise ValueError(msg)
+    value = int(value)
+    if minimum is not None and value < minimum:
+        msg = f"{name} must be >= {minimum}, got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def check_float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+    """Validate a float parameter in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        msg = f"{name} must be a number, got {value!r}"
+        raise ValueError(msg)
+    value = float(value)
+    ok = (low < value if low_open else low <= value) and value <= high
+    if not ok or value != value:
+        interval = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        msg = f"{name} must be in {interval}, got {value}"
+        raise ValueError(msg)
+    return value
+
+
+class WatermarkGenerator(abc.ABC):
+    """Base class of the watermark strategies (see the module docstring for the contract)."""
+
+    #: Registry name of the strategy.
+    name: ClassVar[str]
+    #: Parameter names and the callable that converts a ``name=value`` string to the parameter's type.
+    param_types: ClassVar[Mapping[str, Any]]
+
+    def __init__(self) -> None:
+        self._reset()
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._wm = NO_WATERMARK
+        self._clock: int | None = None
+        self._n_seen = 0
+        self._n_late = 0
+        self._wm_at_arrival = NO_WATERMARK
+        self._reset_state()
+
+    @abc.abstractmethod
+    def _reset_state(self) -> None:
+        """Initialise the strategy's own running state."""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The constructor arguments, by name."""
+        return {name: getattr(self, name) for name in self.param_types}
+
+    @property
+    def watermark_ms(self) -> int:
+        """Current watermark (``NO_WATERMARK`` before the first emission)."""
+        return self._wm
+
+    @property
+    def watermark_at_arrival_ms(self) -> int:
+        """Watermark in force when the last ``update``'s tuple arrived."""
+        return self._wm_at_arrival
+
+    @property
+    def clock_ms(self) -> int | None:
+        """Latest ingestion time seen (arrivals and ``on_idle``), or ``None``."""
+        return self._clock
+
+    @property
+    def n_seen(self) -> int:
+        """Number of tuples observed."""
+        return self._n_seen
+
+    @property
+    def n_late(self) -> int:
+        """Number of observed tuples that were late (``te`` below the watermark in force)."""
+        return self._n_late
+
+    def diagnostics(self) -> dict[str, Any]:
+        """Strategy internals worth exporting (learned delay, sensitivity, drifts...)."""
+        return {}
+
+    # -- scalar path -----------------------------------------------------------------------------------
+    def update(self, te_ms: int, tp_ms: int) -> Self:
+        """Handle one arrival: advance the clock to ``tp_ms``, judge the tuple, observe it."""
+        te, tp = int(te_ms), int(tp_ms)
+        if self._clock is not None and tp < self._clock:
+            tp = self._clock
+        self._clock = tp
+        self._advance(tp, arrival=True)
+        wm = self._wm
+        late = te < wm
+        self._observe(te, tp, late)
+        self._wm_at_arrival = wm
+        self._n_seen += 1
+        self._n_late += late
+        return self
+
+    def on_idle(self, now_ms: int) -> Self:
+        """Advance time to ``now_ms`` without data; a time earlier than the clock changes nothing."""
+        now = int(now_ms)
+        if self._clock is not None and now <= self._clock:
+            return self
+        self._clock = now
+        self._advance(now, arrival=False)
+        return self
+
+    def _raise(self, proposal: int) -> None:
+        if proposal > self._wm:
+            self._wm = proposal
+
+    @abc.abstractmethod
+    def _advance(self, now: int, *, arrival: bool) -> None:
+        """Move the strategy's time to ``now`` (an arrival's ``tp`` or an idle instant)."""
+
+    @abc.abstractmethod
+    def _observe(self, te: int, tp: int, late: bool) -> None:
+        """Take in an arrived tuple after it was judged."""
+
+    # -- vectorised path -------------------------------------------------------------------------------
+    def process(self, te: ArrayLike, tp: ArrayLike) -> I64:
+        """Vectorised ``update`` loop: the watermark in force at each arrival.
+
+        Parameters
+        ----------
+        te, tp
+            Event and ingestion times (int64 ms) of the arrivals, in arrival order.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 watermark each tuple is judged against; a tuple is late iff ``te < result``.
+        """
+        return self.process_trace(te, tp).at_arrival
+
+    def process_trace(self, te: ArrayLike, tp: ArrayLike) -> Trace:
+        """Like :meth:`process`, also returning the watermark right after each arrival."""
+        te_a, tp_a = as_ms_array(te, "te"), as_ms_array(tp, "tp")
+        if te_a.shape != tp_a.shape:
+            msg = f"te and tp must have the same length, got {te_a.shape[0]} and {tp_a.shape[0]}"
+            raise ValueError(msg)
+        if te_a.size == 0:
+            empty = np.empty(0, np.int64)
+            return Trace(empty, empty.copy())
+        tp_a = self._clamp_clock(tp_a)
+        pre, post = self._run(te_a, tp_a, None)
+        self._finish_batch(te_a, pre, None)
+        return Trace(pre, post)
+
+    def _clamp_clock(self, tp: I64) -> I64:
+        clock = np.maximum.accumulate(tp)
+        if self._clock is not None:
+            np.maximum(clock, self._clock, out=clock)
+        return clock
+
+    def _finish_batch(self, te: I64, pre: I64, arrivals: NDArray[np.bool_] | None) -> None:
+        late = te < pre
+        if arrivals is None:
+            self._n_seen += int(te.size)
+            self._n_late += int(np.count_nonzero(late))
+            self._wm_at_arrival = int(pre[-1])
+        else:
+            idx = np.flatnonzero(arrivals)
+            self._n_seen += int(idx.size)
+            self._n_late += int(np.count_nonzero(late[idx]))
+            if idx.size:
+                self._wm_at_arrival = int(pre[idx[-1]])
+
+    def _run(self, te: I64, tp: I64, arrivals: NDArray[np.bool_] | None) -> tuple[I64, I64]:
+        """Vectorised core over events that are arrivals (``arrivals`` true or ``None``) or idle ticks.
+
+        ``tp`` is already clamped to a nondecreasing clock. Returns the watermark at and after each event
+        (for a tick both are the watermark after ``on_idle``) and leaves the final state behind, including
+        ``_wm`` and ``_clock``. The default suits strategies whose ``on_idle`` never moves the watermark:
+        it runs :meth:`_run_arrivals` on the arrivals and carries the watermark over the ticks.
+        """
+        if arrivals is None:
+            pre, post = self._run_arrivals(te, tp)
+        else:
+            idx = np.flatnonzero(arrivals)
+            w0 = self._wm
+            pre_a, post_a = self._run_arrivals(te[idx], tp[idx]) if idx.size else (np.empty(0, np.int64),) * 2
+            last = np.cumsum(arrivals) - 1
+            post = np.where(last >= 0, post_a[np.maximum(last, 0)] if idx.size else w0, w0).astype(np.int64)
+            pre = post.copy()
+            pre[idx] = pre_a
+            self._on_ticks(int(tp[-1]))
+        self._clock = int(tp[-1])
+        self._wm = int(post[-1]) if post[-1] > self._wm else self._wm
+        return pre, post
+
+    def _run_arrivals(self, te: I64, tp: I64) -> tuple[I64, I64]:
+        """Vectorised core over arrivals only; strategies overriding :meth:`_run` need not implement it."""
+        msg = f"{type(self).__name__} implements neither _run nor _run_arrivals"
+        raise NotImplementedError(msg)
+
+    def _on_ticks(self, now: int) -> None:
+        """Apply idle ticks up to ``now`` to the running state (default: nothing to do)."""
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state; :func:`watermark.registry.restore` continues from it identically."""
+        return {
+            "strategy": self.name,
+            "version": 1,
+            "params": self.params,
+            "common": {
+                "wm": self._wm,
+                "clock": self._clock,
+                "n_seen": self._n_seen,
+                "n_late": self._n_late,
+                "wm_at_arrival": self._wm_at_arrival,
+            },
+            "state": self._state_dict(),
+        }
+
+    def _load(self, snap: Mapping[str, Any]) -> None:
+        common = snap["common"]
+        self._wm = int(common["wm"])
+        self._clock = None if common["clock"] is None else int(common["clock"])
+        self._n_seen = int(common["n_seen"])
+        self._n_late = int(common["n_late"])
+        self._wm_at_arrival = int(common["wm_at_arrival"])
+        self._load_state(snap["state"])
+
+    @abc.abstractmethod
+    def _state_dict(self) -> dict[str, Any]:
+        """The strategy's running state as JSON-serialisable values."""
+
+    @abc.abstractmethod
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`_state_dict`."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"

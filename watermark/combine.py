@@ -1,0 +1,308 @@
+"""Combining per-partition generators into one watermark: minimum over active partitions, with idleness.
+
+A stream has source partitions (files, Kafka partitions, devices). Each gets its own generator; the global
+watermark is the minimum over the *active* partitions (Streaming Systems; Pravega's group watermark). A
+partition with no arrival for ``idle_timeout_ms`` of ingestion time is excluded (Flink's ``withIdleness``),
+so one silent partition cannot stall the stream; the global value never regresses when it returns, and its
+old tuples are late. The partition at the minimum "holds the watermark back" and is reported.
+
+At an arrival from partition ``q`` at ingestion time ``t``:
+
+1. every other partition's generator sees ``on_idle(t)`` (time-driven strategies may advance);
+2. ``q``'s generator advances to ``t`` and the global watermark in force is
+   ``max(W, min over partitions active before t of their watermark at t)``; the tuple is judged against it;
+3. after ``q`` observes the tuple (and is active again), ``W = max(W, min over active partitions)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from watermark.base import I64, Trace, WatermarkGenerator, check_int
+from watermark.registry import make, restore
+from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
+
+
+def _plain(key: Any) -> Hashable:
+    """Partition keys as plain JSON-friendly Python values (numpy scalars unwrapped)."""
+    if isinstance(key, np.generic):
+        key = key.item()
+    if isinstance(key, bool) or not isinstance(key, str | int):
+        msg = f"partition keys must be strings or integers, got {key!r}"
+        raise ValueError(msg)
+    return key
+
+
+def factorize(values: ArrayLike) -> tuple[list[Hashable], NDArray[np.intp]]:
+    """Codes of ``values`` numbered in order of first appearance, and the distinct values in that order."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        msg = f"partition must be one-dimensional, got shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.kind in "iuU":
+        uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return [_plain(uniq[i]) for i in order], rank[inverse].astype(np.intp)
+    index: dict[Hashable, int] = {}
+    codes = np.fromiter((index.setdefault(_plain(v), len(index)) for v in arr.tolist()), np.intp, arr.size)
+    return list(index), codes
+
+
+class PartitionedWatermark:
+    """Per-partition generators of one strategy, combined into a global watermark.
+
+    Parameters
+    ----------
+    strategy
+        Registered strategy name (see :data:`watermark.registry.STRATEGIES`).
+    params
+        Its parameters (strings are converted, as with ``--set``).
+    idle_timeout_ms
+        Ingestion time without arrivals after which a partition stops holding the watermark back; ``None``
+        never excludes a partition.
+
+    Examples
+    --------
+    Partition ``b`` holds the watermark back, then falls silent; after 1 s of ingestion time without an
+    arrival it is excluded and the watermark follows ``a``.
+
+    >>> from watermark.combine import PartitionedWatermark
+    >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, idle_timeout_ms=1_000)
+    >>> pw.process(["a", "b", "a"], [100, 100, 1_000], [100, 110, 1_000]).tolist()
+    [-9223372036854775808, 99, 99]
+    >>> pw.holdback_partition, pw.watermark_ms
+    ('b', 109)
+    >>> pw.process(["a"], [1_600], [1_600]).tolist()
+    [999]
+    >>> pw.holdback_partition, pw.watermark_ms
+    ('a', 1599)
+    """
+
+    def __init__(
+        self, strategy: str, params: Mapping[str, Any] | None = None, *, idle_timeout_ms: int | None = None
+    ) -> None:
+        make(strategy, params)  # validate now, with the strategy's own messages
+        self.strategy = strategy
+        self.params = dict(params or {})
+        self.idle_timeout_ms = None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
+        self._gens: dict[Hashable, WatermarkGenerator] = {}
+        self._last_tp: dict[Hashable, int] = {}
+        self._wm = NO_WATERMARK
+        self._wm_at_arrival = NO_WATERMARK
+        self._clock: int | None = None
+        self._holdback: Hashable | None = None
+        self._n_seen = 0
+        self._n_late = 0
+
+    # -- read-only state -------------------------------------------------------------------------------
+    @property
+    def watermark_ms(self) -> int:
+        """The global watermark."""
+        return self._wm
+
+    @property
+    def watermark_at_arrival_ms(self) -> int:
+        """Global watermark in force when the last ``update``'s tuple arrived."""
+        return self._wm_at_arrival
+
+    @property
+    def holdback_partition(self) -> Hashable | None:
+        """The active partition whose watermark is the minimum (the one holding the global value back)."""
+        return self._holdback
+
+    @property
+    def partition_watermarks(self) -> dict[Hashable, int]:
+        """Each partition's own watermark."""
+        return {p: g.watermark_ms for p, g in self._gens.items()}
+
+    @property
+    def generators(self) -> Mapping[Hashable, WatermarkGenerator]:
+        """The per-partition generators (read them; do not feed them directly)."""
+        return dict(self._gens)
+
+    @property
+    def last_arrival_ms(self) -> dict[Hashable, int]:
+        """Ingestion time of each partition's latest arrival."""
+        return dict(self._last_tp)
+
+    @property
+    def clock_ms(self) -> int | None:
+        """Latest ingestion time seen."""
+        return self._clock
+
+    @property
+    def n_seen(self) -> int:
+        """Tuples observed."""
+        return self._n_seen
+
+    @property
+    def n_late(self) -> int:
+        """Tuples late against the global watermark."""
+        return self._n_late
+
+    def active_partitions(self, now_ms: int | None = None) -> list[Hashable]:
+        """Partitions that arrived within ``idle_timeout_ms`` before ``now_ms`` (default: the clock)."""
+        now = self._clock if now_ms is None else int(now_ms)
+        if now is None:
+            return []
+        return [p for p, last in self._last_tp.items() if self._is_active(now, last)]
+
+    def _is_active(self, now: int, last: int) -> bool:
+        return self.idle_timeout_ms is None or now - last < self.idle_timeout_ms
+
+    def _generator(self, key: Hashable) -> WatermarkGenerator:
+        gen = self._gens.get(key)
+        if gen is None:
+            gen = self._gens[key] = make(self.strategy, self.params)
+        return gen
+
+    # -- scalar path -----------------------------------------------------------------------------------
+    def update(self, partition: Hashable, te_ms: int, tp_ms: int) -> Self:
+        """One arrival from ``partition`` (reference path; :meth:`process` is the fast equivalent)."""
+        key = _plain(partition)
+        te, now = int(te_ms), int(tp_ms)
+        if self._clock is not None and now < self._clock:
+            now = self._clock
+        self._clock = now
+        for p, g in self._gens.items():
+            if p != key:
+                g.on_idle(now)
+        active = [p for p, last in self._last_tp.items() if self._is_active(now, last)]
+        gen = self._generator(key)
+        gen.update(te, now)
+        at_arrival = {p: (gen.watermark_at_arrival_ms if p == key else self._gens[p].watermark_ms) for p in active}
+        if at_arrival:
+            self._wm = max(self._wm, min(at_arrival.values()))
+        self._wm_at_arrival = self._wm
+        self._n_seen += 1
+        self._n_late += te < self._wm
+        self._last_tp[key] = now
+        if key not in active:
+            active.append(key)
+        self._settle(active)
+        return self
+
+    def on_idle(self, now_ms: int) -> Self:
+        """Advance time without data: idle partitions drop out, time-driven generators advance."""
+        now = int(now_ms)
+        if self._clock is not None and now <= self._clock:
+            return self
+        self._clock = now
+        for g in self._gens.values():
+            g.on_idle(now)
+        self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last)])
+        return self
+
+    def _settle(self, active: list[Hashable]) -> None:
+        members = set(active)
+        ordered = [p for p in self._gens if p in members]  # ties go to the oldest partition, as in process()
+        if not ordered:
+            self._holdback = None
+            return
+        self._holdback = min(ordered, key=lambda p: self._gens[p].watermark_ms)
+        self._wm = max(self._wm, self._gens[self._holdback].watermark_ms)
+
+    # -- vectorised path -------------------------------------------------------------------------------
+    def process(self, partition: ArrayLike, te: ArrayLike, tp: ArrayLike) -> I64:
+        """Vectorised ``update`` loop: the global watermark in force at each arrival (in arrival order)."""
+        return self.process_trace(partition, te, tp)[0].at_arrival
+
+    def process_trace(self, partition: ArrayLike, te: ArrayLike, tp: ArrayLike) -> tuple[Trace, NDArray[np.intp]]:
+        """Like :meth:`process`; also the watermark after each arrival and the partition holding it back.
+
+        Returns
+        -------
+        (Trace, numpy.ndarray)
+            The global watermark at and after each arrival, and for each arrival the index into
+            ``list(self.generators)`` of the partition at the minimum afterwards (-1 when none is active).
+        """
+        te_a, tp_a = as_ms_array(te, "te"), as_ms_array(tp, "tp")
+        keys, codes = factorize(partition)
+        n = te_a.size
+        if not (codes.size == n == tp_a.size):
+            msg = f"partition, te and tp must have the same length, got {codes.size}, {n} and {tp_a.size}"
+            raise ValueError(msg)
+        if n == 0:
+            empty = np.empty(0, np.int64)
+            return Trace(empty, empty.copy()), np.empty(0, np.intp)
+        clock = np.maximum.accumulate(tp_a)
+        if self._clock is not None:
+            np.maximum(clock, self._clock, out=clock)
+        for key in keys:
+            self._generator(key)
+        code_of = {k: c for c, k in enumerate(keys)}
+        timeout = self.idle_timeout_ms
+        min_pre = np.full(n, INT64_MAX, np.int64)
+        min_post = np.full(n, INT64_MAX, np.int64)
+        holder = np.full(n, -1, np.intp)
+        for index, (key, gen) in enumerate(self._gens.items()):
+            mask = codes == code_of[key] if key in code_of else np.zeros(n, np.bool_)
+            pre_p, post_p = gen._run(te_a, clock, mask)
+            gen._finish_batch(te_a, pre_p, mask)
+            last0 = self._last_tp.get(key, NO_WATERMARK)
+            seen = running_max(np.where(mask, clock, NO_WATERMARK), last0)
+            last_before = shift_right(seen, last0)
+            active = last_before != NO_WATERMARK
+            if timeout is not None:
+                active &= clock - last_before < timeout
+            np.minimum(min_pre, np.where(active, pre_p, INT64_MAX), out=min_pre)
+            better = (active | mask) & (post_p < min_post)
+            min_post[better] = post_p[better]
+            holder[better] = index
+            if seen[-1] != NO_WATERMARK:
+                self._last_tp[key] = int(seen[-1])
+        steps = np.empty(2 * n, np.int64)
+        steps[0::2] = np.where(min_pre == INT64_MAX, NO_WATERMARK, min_pre)
+        steps[1::2] = np.where(min_post == INT64_MAX, NO_WATERMARK, min_post)
+        levels = running_max(steps, self._wm)
+        pre, post = levels[0::2].copy(), levels[1::2].copy()
+        self._wm = int(post[-1])
+        self._wm_at_arrival = int(pre[-1])
+        self._clock = int(clock[-1])
+        self._n_seen += n
+        self._n_late += int(np.count_nonzero(te_a < pre))
+        self._holdback = None if holder[-1] < 0 else list(self._gens)[int(holder[-1])]
+        return Trace(pre, post), holder
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state; :meth:`from_snapshot` continues from it identically."""
+        return {
+            "kind": "partitioned",
+            "version": 1,
+            "strategy": self.strategy,
+            "params": self.params,
+            "idle_timeout_ms": self.idle_timeout_ms,
+            "wm": self._wm,
+            "wm_at_arrival": self._wm_at_arrival,
+            "clock": self._clock,
+            "holdback": self._holdback,
+            "n_seen": self._n_seen,
+            "n_late": self._n_late,
+            "partitions": [[p, self._last_tp.get(p), g.snapshot()] for p, g in self._gens.items()],
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: Mapping[str, Any]) -> PartitionedWatermark:
+        """Rebuild from :meth:`snapshot`."""
+        if snap.get("kind") != "partitioned" or snap.get("version") != 1:
+            msg = "not a version-1 partitioned watermark snapshot"
+            raise ValueError(msg)
+        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=snap["idle_timeout_ms"])
+        obj._wm = int(snap["wm"])
+        obj._wm_at_arrival = int(snap["wm_at_arrival"])
+        obj._clock = None if snap["clock"] is None else int(snap["clock"])
+        obj._holdback = snap["holdback"]
+        obj._n_seen = int(snap["n_seen"])
+        obj._n_late = int(snap["n_late"])
+        for key, last, gen_snap in snap["partitions"]:
+            obj._gens[_plain(key)] = restore(gen_snap)
+            if last is not None:
+                obj._last_tp[_plain(key)] = int(last)
+        return obj

@@ -1,0 +1,63 @@
+"""Time constants and small array helpers shared by the strategies (int64 epoch milliseconds)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Final
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+#: The watermark before any emission (Flink's ``Long.MIN_VALUE``): no tuple is late against it.
+NO_WATERMARK: Final = -(2**63)
+#: Upper sentinel for minimum computations.
+INT64_MAX: Final = 2**63 - 1
+
+
+def as_ms_array(values: ArrayLike, name: str) -> NDArray[np.int64]:
+    """Return ``values`` as a 1-d int64 array, rejecting non-integral or non-finite floats."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        msg = f"{name} must be one-dimensional, got shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
+            msg = f"{name} must hold whole milliseconds (finite integers)"
+            raise ValueError(msg)
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iub":
+        if arr.size == 0:
+            return np.empty(0, np.int64)
+        msg = f"{name} must be integer milliseconds, got dtype {arr.dtype}"
+        raise ValueError(msg)
+    return arr.astype(np.int64, copy=False)
+
+
+def sat_sub(values: NDArray[np.int64], amount: int) -> NDArray[np.int64]:
+    """``values - amount`` that keeps ``NO_WATERMARK`` at ``NO_WATERMARK`` instead of wrapping around."""
+    return np.maximum(values, NO_WATERMARK + amount) - amount
+
+
+def shift_right(values: NDArray[np.int64], first: int) -> NDArray[np.int64]:
+    """``[first, values[0], ..., values[-2]]``: the value before each position."""
+    out = np.empty_like(values)
+    out[0] = first
+    out[1:] = values[:-1]
+    return out
+
+
+def running_max(values: NDArray[np.int64], initial: int) -> NDArray[np.int64]:
+    """Cumulative maximum of ``values`` that starts from ``initial``."""
+    out = np.maximum.accumulate(values)
+    np.maximum(out, initial, out=out)
+    return out
+
+
+def encode_i64(values: NDArray[np.int64]) -> str:
+    """Compact JSON-safe encoding of an int64 array (little-endian bytes, base64)."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype="<i8").tobytes()).decode("ascii")
+
+
+def decode_i64(text: str) -> NDArray[np.int64]:
+    """Inverse of :func:`encode_i64`."""
+    return np.frombuffer(base64.b64decode(text), dtype="<i8").astype(np.int64)
