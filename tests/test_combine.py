@@ -1,0 +1,146 @@
+"""Combining per-partition generators: minimum over active partitions, idleness, no regression, visibility."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.strategies_for_tests import NAMES, PARAMS, streams
+from watermark.combine import PartitionedWatermark, factorize
+from watermark.timeutil import NO_WATERMARK
+
+LAG0 = {"max_event_time_lag_ms": 0, "max_watermark_lag_ms": 10**9}
+
+
+def test_global_watermark_is_the_minimum_over_partitions():
+    pw = PartitionedWatermark("ingestion", LAG0)
+    pw.process(["b", "a"], [0, 0], [400, 1_000])
+    assert pw.partition_watermarks == {"b": 399, "a": 999}
+    assert pw.watermark_ms == 399
+    assert pw.holdback_partition == "b"
+
+
+def test_idle_partition_stops_holding_the_watermark_back_after_the_timeout():
+    pw = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms=500)
+    pw.process(["a", "b"], [0, 0], [100, 100])
+    pw.process(["a"], [0], [599])  # b idle for 499 ms: still active
+    assert pw.watermark_ms == 99
+    assert pw.holdback_partition == "b"
+    pw.process(["a"], [0], [600])  # b idle for 500 ms: excluded
+    assert pw.watermark_ms == 599
+    assert pw.holdback_partition == "a"
+    assert pw.active_partitions() == ["a"]
+
+
+def test_returning_partition_never_makes_the_watermark_regress_and_its_old_tuples_are_late():
+    pw = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms=500)
+    pw.process(["a", "b"], [100, 100], [100, 100])
+    pw.process(["a"], [2_000], [2_000])
+    before = pw.watermark_ms
+    wm = pw.process(["b"], [150], [2_001])
+    assert wm[0] == before  # judged against the global watermark, which b's silence let advance
+    assert pw.n_late == 1
+    assert pw.watermark_ms >= before
+
+
+def test_on_idle_excludes_silent_partitions_without_data():
+    pw = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms=300)
+    pw.process(["a", "b"], [0, 0], [100, 200])
+    assert pw.watermark_ms == 99
+    pw.on_idle(450)  # a silent for 350 ms, b for 250 ms
+    assert pw.active_partitions() == ["b"]
+    assert pw.watermark_ms == 199
+    assert pw.holdback_partition == "b"
+
+
+def test_no_active_partition_keeps_the_watermark():
+    pw = PartitionedWatermark("periodic", {"delay_ms": 0, "period_ms": 10}, idle_timeout_ms=100)
+    pw.process(["a", "a"], [50, 60], [50, 70])
+    held = pw.watermark_ms
+    pw.on_idle(10_000)
+    assert pw.active_partitions() == []
+    assert pw.watermark_ms == held
+    assert pw.holdback_partition is None
+
+
+def test_partition_keys_may_be_integers_and_keep_first_appearance_order():
+    keys, codes = factorize(np.array([7, 3, 7, 1]))
+    assert keys == [7, 3, 1]
+    assert codes.tolist() == [0, 1, 0, 2]
+    keys, codes = factorize(np.array(["x", "b", "x"], dtype=object))
+    assert keys == ["x", "b"]
+    with pytest.raises(ValueError, match="partition keys must be strings or integers"):
+        factorize(np.array([1.5, 2.5], dtype=object))
+
+
+def test_lengths_must_match():
+    with pytest.raises(ValueError, match="same length"):
+        PartitionedWatermark("periodic").process(["a"], [1, 2], [1, 2])
+
+
+def test_invalid_strategy_or_timeout_is_refused_at_construction():
+    with pytest.raises(ValueError, match="unknown strategy"):
+        PartitionedWatermark("fastest")
+    with pytest.raises(ValueError, match="idle_timeout_ms must be >= 1"):
+        PartitionedWatermark("periodic", idle_timeout_ms=0)
+
+
+@st.composite
+def partitioned(draw):
+    te, tp = draw(streams(max_size=120))
+    labels = draw(st.lists(st.sampled_from(["p0", "p1", "p2", "p3"]), min_size=te.size, max_size=te.size))
+    return np.array(labels, dtype=object), te, tp
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_vectorised_combination_equals_the_tuple_by_tuple_reference(name, data):
+    params = data.draw(PARAMS[name])
+    part, te, tp = data.draw(partitioned())
+    timeout = data.draw(st.sampled_from([None, 1, 50, 400]))
+    ref = PartitionedWatermark(name, params, idle_timeout_ms=timeout)
+    expected = []
+    for p, a, b in zip(part.tolist(), te.tolist(), tp.tolist(), strict=True):
+        ref.update(p, a, b)
+        expected.append(ref.watermark_at_arrival_ms)
+    cut = data.draw(st.integers(0, te.size))
+    vec = PartitionedWatermark(name, params, idle_timeout_ms=timeout)
+    got = np.concatenate([vec.process(part[:cut], te[:cut], tp[:cut]), vec.process(part[cut:], te[cut:], tp[cut:])])
+    np.testing.assert_array_equal(got, np.array(expected, np.int64))
+    assert vec.watermark_ms == ref.watermark_ms
+    assert vec.holdback_partition == ref.holdback_partition
+    assert vec.n_late == ref.n_late
+    assert json.dumps(vec.snapshot(), sort_keys=True) == json.dumps(ref.snapshot(), sort_keys=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_combined_watermark_is_monotonic_and_survives_a_snapshot(name, data):
+    params = data.draw(PARAMS[name])
+    part, te, tp = data.draw(partitioned())
+    cut = data.draw(st.integers(0, te.size))
+    whole = PartitionedWatermark(name, params, idle_timeout_ms=100)
+    trace, holder = whole.process_trace(part, te, tp)
+    assert np.all(trace.at_arrival[1:] >= trace.at_arrival[:-1])
+    assert np.all(trace.after_arrival >= trace.at_arrival)
+    assert holder.size == te.size
+
+    first = PartitionedWatermark(name, params, idle_timeout_ms=100)
+    head = first.process(part[:cut], te[:cut], tp[:cut])
+    again = PartitionedWatermark.from_snapshot(json.loads(json.dumps(first.snapshot())))
+    tail = again.process(part[cut:], te[cut:], tp[cut:])
+    np.testing.assert_array_equal(np.concatenate([head, tail]), trace.at_arrival)
+
+
+def test_single_partition_combination_matches_its_generator_without_idleness():
+    rng = np.random.default_rng(4)
+    tp = np.cumsum(rng.integers(0, 40, 2_000)) + 10_000
+    te = tp - rng.integers(0, 300, 2_000)
+    from watermark.registry import make
+
+    alone = make("periodic", {"delay_ms": 120, "period_ms": 50}).process(te, tp)
+    combined = PartitionedWatermark("periodic", {"delay_ms": 120, "period_ms": 50}).process(["x"] * 2_000, te, tp)
+    np.testing.assert_array_equal(alone, combined)
+    assert combined[0] == NO_WATERMARK

@@ -1,0 +1,229 @@
+"""Command line: ``python -m watermark {replay,compare,synth,strategies} ...``.
+
+Bad input (a missing column, an unparseable time, an empty file, an invalid parameter) prints one line
+``error: ...`` on standard error and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2, as for bad input
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _delimiter(text: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+    value = named.get(text, text)
+    if len(value) != 1:
+        msg = f"the delimiter must be one character (or tab, comma, semicolon, pipe), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _add_input_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", metavar="INPUT", help="CSV or Parquet file of the recorded stream")
+    p.add_argument("--event-time", required=True, metavar="COL", help="event-time column (name, or index)")
+    p.add_argument("--arrival-time", required=True, metavar="COL", help="arrival-time column")
+    p.add_argument("--delimiter", type=_delimiter, default=",", help="CSV field separator (default ,)")
+    p.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is a 0-based index")
+    p.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), default="epoch_ms")
+    p.add_argument("--partition", metavar="COL", help="source partition column: one generator per partition")
+    p.add_argument("--key", metavar="COL", help="aggregation key column: windows per key")
+    p.add_argument("--straggler-ms", type=int, default=500, help="straggler window width (default 500)")
+    p.add_argument(
+        "--idle-timeout-ms", type=int, default=None, help="exclude partitions idle this long (with --partition)"
+    )
+
+
+def _window_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        msg = f"expected comma-separated integers, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not values:
+        msg = "expected at least one window size"
+        raise argparse.ArgumentTypeError(msg)
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m watermark`` argument parser."""
+    parser = _Parser(prog="python -m watermark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    rp = sub.add_parser("replay", help="replay a recorded stream through one strategy and report")
+    _add_input_flags(rp)
+    rp.add_argument("--strategy", required=True, help="periodic, adaptive, sliding, percentile, band, ingestion")
+    rp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
+    rp.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
+    rp.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
+    rp.add_argument("--json", action="store_true", help="print one JSON object")
+
+    cp = sub.add_parser("compare", help="replay a grid of strategies and parameters and print a table")
+    _add_input_flags(cp)
+    cp.add_argument("--window-ms", type=_window_list, required=True, help="window sizes, e.g. 100,1000")
+    cp.add_argument("--strategies", help="comma-separated subset of the grid's strategies")
+    cp.add_argument("--grid", help='JSON file {"strategy": [{param: value}, ...]} (default: built-in grid)')
+    cp.add_argument("--json", action="store_true", help="print the runs as a JSON list")
+
+    sp = sub.add_parser("synth", help="write a synthetic out-of-order stream (CSV or Parquet)")
+    sp.add_argument("--events", type=int, default=100_000)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--partitions", type=int, default=8)
+    sp.add_argument("--keys", type=int, default=1_000)
+    sp.add_argument("--output", required=True, help="file to write: .parquet or .csv")
+
+    sub.add_parser("strategies", help="list the strategies with their parameters and defaults")
+    return parser
+
+
+def _read(args: argparse.Namespace) -> Any:
+    from watermark.io import read_stream
+
+    return read_stream(
+        args.input,
+        event_time=args.event_time,
+        arrival_time=args.arrival_time,
+        partition=args.partition,
+        key=args.key,
+        delimiter=args.delimiter,
+        header=not args.no_header,
+        time_format=args.time_format,
+    )
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from watermark.evaluate import WindowSpec, replay
+    from watermark.registry import parse_settings
+
+    window = WindowSpec(args.window_ms, args.slide_ms)
+    settings = parse_settings(args.set)
+    stream = _read(args)
+    result = replay(
+        stream.te_ms,
+        stream.tp_ms,
+        strategy=args.strategy,
+        params=settings,
+        window=window,
+        partition=stream.partition,
+        key=stream.key,
+        straggler_ms=args.straggler_ms,
+        idle_timeout_ms=args.idle_timeout_ms,
+    )
+    summary = {"input": str(args.input)} | result.summary()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(_format_summary(summary))
+    return 0
+
+
+def _format_summary(s: dict[str, Any]) -> str:
+    def stats(d: dict[str, Any]) -> str:
+        if d["mean"] is None:
+            return "no window fired before the end of input"
+        return f"mean {d['mean']:,.1f}  p50 {d['p50']:,.1f}  p95 {d['p95']:,.1f}  p99 {d['p99']:,.1f}"
+
+    params = ", ".join(f"{k}={v}" for k, v in s["params"].items())
+    slide = "" if s["slide_ms"] is None else f", slide {s['slide_ms']:,} ms"
+    lines = [
+        f"input              {s['input']}",
+        f"strategy           {s['strategy']} ({params})",
+        f"window             {s['window_ms']:,} ms{slide}",
+        f"events             {s['events']:,}",
+        f"late (dropped)     {s['late']:,} ({s['dropped_pct']:.2f} %)",
+        f"stragglers         {s['stragglers']:,} ({s['stragglers_pct']:.2f} %, band {s['straggler_ms']} ms)",
+        f"windows            {s['windows']:,}; fired {s['windows_fired']:,}, "
+        f"closed only by end of input {s['windows_flushed']:,}",
+        f"trigger delay ms   {stats(s['trigger_delay_ms'])}",
+        f"emit latency ms    {stats(s['emit_latency_ms'])}",
+        f"watermarks emitted {s['watermarks_emitted']:,}",
+    ]
+    if s["partitions"] is not None:
+        lines.append(f"partitions         {s['partitions']} (holding back at the end: {s['holdback_partition']})")
+    return "\n".join(lines)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from watermark.compare import load_grid, markdown_table, run_grid
+    from watermark.evaluate import WindowSpec
+
+    grid = load_grid(args.grid) if args.grid else None
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    windows = [WindowSpec(w) for w in args.window_ms]
+    stream = _read(args)
+    rows = run_grid(
+        stream.te_ms,
+        stream.tp_ms,
+        windows=windows,
+        grid=grid,
+        strategies=strategies,
+        partition=stream.partition,
+        key=stream.key,
+        straggler_ms=args.straggler_ms,
+        idle_timeout_ms=args.idle_timeout_ms,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(json.dumps(rows) if args.json else markdown_table(rows))
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from watermark.synthetic import describe, generate
+
+    stream = generate(events=args.events, seed=args.seed, partitions=args.partitions, keys=args.keys)
+    table = stream.to_arrow()
+    out = str(args.output)
+    if out.endswith((".parquet", ".pq")):
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, out)
+    elif out.endswith(".csv"):
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, out)
+    else:
+        msg = f"--output must end in .parquet or .csv, got {out!r}"
+        raise ValueError(msg)
+    print(json.dumps({"output": out} | describe(stream)))
+    return 0
+
+
+def _cmd_strategies(args: argparse.Namespace) -> int:
+    from watermark.registry import STRATEGIES
+
+    for name, cls in STRATEGIES.items():
+        sig = inspect.signature(cls.__init__)
+        params = ", ".join(f"{p}={sig.parameters[p].default!r}" for p in cls.param_types)
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        print(f"{name:11s} {params}\n{'':11s} {summary}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    from watermark.io import InputError
+
+    args = build_parser().parse_args(argv)
+    commands = {
+        "replay": _cmd_replay,
+        "compare": _cmd_compare,
+        "synth": _cmd_synth,
+        "strategies": _cmd_strategies,
+    }
+    try:
+        return commands[args.command](args)
+    except (InputError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

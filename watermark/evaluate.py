@@ -1,0 +1,319 @@
+"""Replay evaluation: run a recorded stream through a strategy and measure completeness and latency.
+
+Definitions (one convention everywhere, see the README):
+
+* Arrival order is ascending ``tp``, ties in input order.
+* A tuple is **late** iff ``te < W`` for the watermark ``W`` in force when it arrived; late tuples are dropped
+  from the windows (the streaming job keeps them in a late-events table).
+* **Stragglers** are on-time tuples with ``W <= te < W + straggler_ms / 2`` (the sliding-window paper's lower
+  half of ``[W, W + STRAGGLERSIZE)``); they are reported, not dropped.
+* Windows are Spark's ``window()``: tumbling windows ``[k * window_ms, (k + 1) * window_ms)`` aligned to epoch
+  0, or sliding windows starting at multiples of ``slide_ms``. With a key, a window is per key.
+* A window **fires** at the first arrival after which ``W >= end``; it has **trigger delay**
+  ``W_at_fire - end`` and **emit latency** ``tp_at_fire - end``. Windows that the end of input closes are
+  counted apart (``windows_flushed``) and excluded from the latency figures, as the seed paper does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from watermark.base import check_int
+from watermark.combine import PartitionedWatermark, factorize
+from watermark.registry import make
+from watermark.timeutil import NO_WATERMARK, as_ms_array
+
+#: Default straggler band: the sliding-window paper's ``SLIDEWINDOWSIZE`` of 500 ms.
+DEFAULT_STRAGGLER_MS = 500
+
+LATE, STRAGGLER, NORMAL, PENDING = 0, 1, 2, 3
+CLASS_NAMES = ("late", "straggler", "normal", "pending")
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Tumbling (``slide_ms=None``) or sliding event-time windows, aligned to epoch 0 like Spark's."""
+
+    window_ms: int
+    slide_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("window_ms", self.window_ms, 1)
+        if self.slide_ms is not None:
+            check_int("slide_ms", self.slide_ms, 1)
+            if self.slide_ms > self.window_ms:
+                msg = f"slide_ms ({self.slide_ms}) must not exceed window_ms ({self.window_ms})"
+                raise ValueError(msg)
+
+    @property
+    def step_ms(self) -> int:
+        """Distance between window starts."""
+        return self.window_ms if self.slide_ms is None else self.slide_ms
+
+    def assign(self, te: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """Windows of each event time: ``(row, start)`` pairs, one per window a row belongs to.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rows, starts = WindowSpec(10, 5).assign(np.array([12, -3]))
+        >>> rows.tolist(), starts.tolist()
+        ([0, 0, 1, 1], [5, 10, -10, -5])
+        """
+        step = self.step_ms
+        if self.slide_ms is None or self.slide_ms == self.window_ms:
+            return np.arange(te.size), te - np.mod(te, step)
+        k_hi = np.floor_divide(te, step)
+        k_lo = np.floor_divide(te - self.window_ms, step) + 1
+        count = k_hi - k_lo + 1
+        rows = np.repeat(np.arange(te.size), count)
+        offsets = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
+        return rows, (k_lo[rows] + offsets) * step
+
+
+def classify(te: ArrayLike, wm: ArrayLike, straggler_ms: int = DEFAULT_STRAGGLER_MS) -> NDArray[np.int8]:
+    """Label tuples late / straggler / normal / pending against the window ``[W, W + straggler_ms)``.
+
+    The sliding-window paper's four classes: late below ``W``, stragglers in the lower half of the window,
+    normal data in its upper half, pending data above it. Before the first watermark everything is pending.
+
+    Examples
+    --------
+    >>> classify([5, 10, 14, 17, 30], [10, 10, 10, 10, 10], straggler_ms=10).tolist()
+    [0, 1, 1, 2, 3]
+    """
+    te_a, wm_a = as_ms_array(te, "te"), as_ms_array(wm, "wm")
+    s = check_int("straggler_ms", straggler_ms, 0)
+    none = wm_a == NO_WATERMARK
+    ahead = te_a - np.where(none, 0, wm_a)  # distance above W, meaningless where there is no W
+    out = np.full(te_a.size, PENDING, np.int8)
+    out[~none & (2 * ahead < 2 * s)] = NORMAL
+    out[~none & (2 * ahead < s)] = STRAGGLER
+    out[~none & (ahead < 0)] = LATE
+    return out
+
+
+def _stats(values: NDArray[np.int64]) -> dict[str, float | None]:
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    q = np.percentile(values, [50, 95, 99])
+    return {
+        "mean": round(float(values.mean()), 3),
+        "p50": round(float(q[0]), 3),
+        "p95": round(float(q[1]), 3),
+        "p99": round(float(q[2]), 3),
+    }
+
+
+@dataclass(frozen=True)
+class WindowTable:
+    """Per-window results of a replay (one row per key and window with at least one on-time tuple)."""
+
+    key: NDArray[np.intp]  # index into ReplayResult.keys, or 0 without a key
+    start_ms: NDArray[np.int64]
+    end_ms: NDArray[np.int64]
+    count: NDArray[np.int64]
+    fired: NDArray[np.bool_]  # fired before the end of input
+    fire_tp_ms: NDArray[np.int64]  # ingestion time at fire (undefined where not fired)
+    fire_wm_ms: NDArray[np.int64]  # watermark that fired it (undefined where not fired)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Everything a replay computed; :meth:`summary` gives the report."""
+
+    strategy: str
+    params: dict[str, Any]
+    window: WindowSpec
+    straggler_ms: int
+    idle_timeout_ms: int | None
+    order: NDArray[np.intp]  # input row of each arrival
+    te_ms: NDArray[np.int64]  # in arrival order
+    tp_ms: NDArray[np.int64]
+    wm_at_arrival: NDArray[np.int64]
+    wm_after: NDArray[np.int64]
+    classes: NDArray[np.int8]
+    windows: WindowTable
+    partitions: list[Any] | None
+    keys: list[Any] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def late(self) -> NDArray[np.bool_]:
+        """Late flags in arrival order."""
+        return self.classes == LATE
+
+    @property
+    def late_rows(self) -> NDArray[np.intp]:
+        """Input rows (0-based, file order) of the late tuples, ascending."""
+        return np.sort(self.order[self.late])
+
+    def summary(self) -> dict[str, Any]:
+        """The report printed by ``python -m watermark replay --json``."""
+        n = int(self.te_ms.size)
+        late = int(np.count_nonzero(self.classes == LATE))
+        stragglers = int(np.count_nonzero(self.classes == STRAGGLER))
+        w = self.windows
+        fired = w.fired
+        steps = np.empty(2 * n, np.int64)
+        steps[0::2] = self.wm_at_arrival
+        steps[1::2] = self.wm_after
+        levels = np.concatenate([[NO_WATERMARK], steps])
+        emitted = int(np.count_nonzero(levels[1:] > levels[:-1]))
+        final = int(self.wm_after[-1]) if n else NO_WATERMARK
+        return {
+            "strategy": self.strategy,
+            "params": self.params,
+            "window_ms": self.window.window_ms,
+            "slide_ms": self.window.slide_ms,
+            "events": n,
+            "on_time": n - late,
+            "late": late,
+            "dropped_pct": round(100.0 * late / n, 4) if n else 0.0,
+            "stragglers": stragglers,
+            "stragglers_pct": round(100.0 * stragglers / n, 4) if n else 0.0,
+            "straggler_ms": self.straggler_ms,
+            "windows": int(w.count.size),
+            "windows_fired": int(np.count_nonzero(fired)),
+            "windows_flushed": int(np.count_nonzero(~fired)),
+            "trigger_delay_ms": _stats(w.fire_wm_ms[fired] - w.end_ms[fired]),
+            "emit_latency_ms": _stats(w.fire_tp_ms[fired] - w.end_ms[fired]),
+            "watermarks_emitted": emitted,
+            "final_watermark_ms": None if final == NO_WATERMARK else final,
+            "partitions": None if self.partitions is None else len(self.partitions),
+            "idle_timeout_ms": self.idle_timeout_ms,
+            "keys": None if self.keys is None else len(self.keys),
+            **self.extra,
+        }
+
+
+def replay(
+    te: ArrayLike,
+    tp: ArrayLike,
+    *,
+    strategy: str,
+    params: dict[str, Any] | None = None,
+    window: WindowSpec,
+    partition: ArrayLike | None = None,
+    key: ArrayLike | None = None,
+    straggler_ms: int = DEFAULT_STRAGGLER_MS,
+    idle_timeout_ms: int | None = None,
+) -> ReplayResult:
+    """Replay a recorded stream (rows in any order) through ``strategy`` and evaluate ``window``.
+
+    Parameters
+    ----------
+    te, tp
+        Event and arrival times (int64 ms), one per input row.
+    strategy, params
+        Strategy name and parameters (strings are converted as with ``--set``).
+    window
+        The window specification.
+    partition
+        Optional source partition per row: one generator per partition, combined
+        (:class:`~watermark.combine.PartitionedWatermark`).
+    key
+        Optional aggregation key per row: windows are per key.
+    straggler_ms
+        Width of the straggler window.
+    idle_timeout_ms
+        Idleness timeout of the partition combination.
+
+    Examples
+    --------
+    Window ``[0, 1000)`` fires at ``tp = 1420``, when the emission ``1300 - 100`` passes its end; the tuple
+    with ``te = 140`` arrives after that and is late. Window ``[1000, 2000)`` is closed only by the end of input.
+
+    >>> from watermark.evaluate import WindowSpec, replay
+    >>> r = replay([100, 250, 120, 1_300, 1_400, 140], [110, 260, 270, 1_310, 1_420, 1_430],
+    ...            strategy="periodic", params={"delay_ms": 100, "period_ms": 100}, window=WindowSpec(1_000))
+    >>> s = r.summary()
+    >>> s["late"], s["windows"], s["windows_fired"], s["emit_latency_ms"]["mean"], s["trigger_delay_ms"]["mean"]
+    (1, 2, 1, 420.0, 200.0)
+    """
+    te_a, tp_a = as_ms_array(te, "te"), as_ms_array(tp, "tp")
+    if te_a.size != tp_a.size:
+        msg = f"te and tp must have the same length, got {te_a.size} and {tp_a.size}"
+        raise ValueError(msg)
+    straggler_ms = check_int("straggler_ms", straggler_ms, 0)
+    order = np.argsort(tp_a, kind="stable")
+    te_s, tp_s = te_a[order], tp_a[order]
+    partitions: list[Any] | None = None
+    extra: dict[str, Any] = {}
+    if partition is None:
+        gen = make(strategy, params)
+        effective = gen.params
+        trace = gen.process_trace(te_s, tp_s)
+        extra["diagnostics"] = gen.diagnostics()
+    else:
+        part = np.asarray(partition)
+        if part.size != te_a.size:
+            msg = f"partition must have one value per row ({te_a.size}), got {part.size}"
+            raise ValueError(msg)
+        combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
+        trace, _ = combo.process_trace(part[order], te_s, tp_s)
+        partitions = list(combo.generators)
+        effective = make(strategy, params).params
+        extra["holdback_partition"] = combo.holdback_partition
+    classes = classify(te_s, trace.at_arrival, straggler_ms)
+    keys: list[Any] | None = None
+    key_codes = np.zeros(te_s.size, np.intp)
+    if key is not None:
+        k_arr = np.asarray(key)
+        if k_arr.size != te_a.size:
+            msg = f"key must have one value per row ({te_a.size}), got {k_arr.size}"
+            raise ValueError(msg)
+        keys, key_codes = factorize(k_arr[order])
+    windows = _windows(te_s, tp_s, trace.after_arrival, classes != LATE, key_codes, window)
+    return ReplayResult(
+        strategy=strategy,
+        params=effective,
+        window=window,
+        straggler_ms=straggler_ms,
+        idle_timeout_ms=idle_timeout_ms,
+        order=order,
+        te_ms=te_s,
+        tp_ms=tp_s,
+        wm_at_arrival=trace.at_arrival,
+        wm_after=trace.after_arrival,
+        classes=classes,
+        windows=windows,
+        partitions=partitions,
+        keys=keys,
+        extra=extra,
+    )
+
+
+def _windows(
+    te: NDArray[np.int64],
+    tp: NDArray[np.int64],
+    wm_after: NDArray[np.int64],
+    on_time: NDArray[np.bool_],
+    key_codes: NDArray[np.intp],
+    spec: WindowSpec,
+) -> WindowTable:
+    rows = np.flatnonzero(on_time)
+    member, start = spec.assign(te[rows])
+    k = key_codes[rows][member]
+    if k.size:
+        pairs, count = np.unique(np.stack([k.astype(np.int64), start]), axis=1, return_counts=True)
+        w_key, w_start = pairs[0].astype(np.intp), pairs[1]
+    else:
+        w_key, w_start, count = np.empty(0, np.intp), np.empty(0, np.int64), np.empty(0, np.int64)
+    end = w_start + spec.window_ms
+    at = np.searchsorted(wm_after, end, side="left")
+    fired = at < te.size
+    safe = np.minimum(at, max(te.size - 1, 0))
+    return WindowTable(
+        key=w_key,
+        start_ms=w_start,
+        end_ms=end,
+        count=count.astype(np.int64),
+        fired=fired,
+        fire_tp_ms=tp[safe] if te.size else np.empty(0, np.int64),
+        fire_wm_ms=wm_after[safe] if te.size else np.empty(0, np.int64),
+    )
