@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import pickle
+from itertools import compress, count
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from watermark.timeutil import NO_WATERMARK, running_max, shift_right
 
 #: Lowest sensitivity: repeated decreases must not drive ADWIN's delta to zero (it would never fire again).
 MIN_SENSITIVITY = 1e-9
-_CHUNK = 1 << 16
+_CHUNK = 1 << 13  # values converted per step; a re-learned skew discards at most this many
 
 
 class Adaptive(WatermarkGenerator):
@@ -201,20 +202,23 @@ class Adaptive(WatermarkGenerator):
             self._learn_sum += int(head.sum())
             if self._warm == self.warmup:
                 self._m = self._learned(self._learn_max, self._learn_sum, self.warmup)
-        folded = pos  # tuples [pos0, folded) are already counted into the chunk statistics
+        folded = pos  # tuples before `folded` are already counted into the chunk statistics
         adwin = self._adwin
         while pos < n:
             if adwin.drift_detected:  # what ADWIN.update does first: restart after a detection
                 adwin._reset()
-            feed = adwin._helper.update  # the compiled core behind ADWIN.update
             m = self._m
             end = min(n, pos + _CHUNK)
-            values = (skew[pos:end] / m).tolist()
-            restart = end
-            for k, x in enumerate(values):
-                if not feed(x):
-                    continue
-                j = pos + k
+            values = iter((skew[pos:end] / m).tolist())
+            base = pos
+            while True:
+                # The compiled core behind ADWIN.update, driven from C: map() feeds one value per step
+                # and compress() stops at the first detection, leaving `values` just after it.
+                hit = next(compress(count(base), map(adwin._helper.update, values)), None)
+                if hit is None:
+                    pos = end
+                    break
+                j = hit
                 wm = self._wm
                 seg = slice(folded, j + 1)
                 self._chunk_total += j + 1 - folded
@@ -227,16 +231,11 @@ class Adaptive(WatermarkGenerator):
                 m_changed = self._on_drift()
                 if self._wm > wm:
                     raised[j] = self._wm
-                if j + 1 == n:
-                    break
-                if m_changed:
-                    restart = j + 1
+                pos = j + 1
+                if pos == n or m_changed:  # leave the reset to the next update, as ADWIN.update does
                     break
                 adwin._reset()
-                feed = adwin._helper.update
-            else:
-                restart = end
-            pos = restart
+                base = pos
         if folded < n:
             seg = slice(folded, n)
             wm = self._wm

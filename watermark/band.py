@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from watermark.base import I64, WatermarkGenerator, check_int
+from watermark.base import I64, Idx, WatermarkGenerator, check_int
 from watermark.rangemin import range_min
 from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64, running_max, shift_right
 
@@ -88,9 +87,9 @@ class Band(WatermarkGenerator):
             self._prune(self._clock)
         return self
 
-    def _run(self, te: I64, tp: I64, arrivals: NDArray[np.bool_] | None) -> tuple[I64, I64]:
+    def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         n = te.size
-        idx = np.arange(n) if arrivals is None else np.flatnonzero(arrivals)
+        idx = np.arange(n) if arrivals is None else arrivals
         w_tp = np.fromiter((e[0] for e in self._window), np.int64, len(self._window))
         w_te = np.fromiter((e[1] for e in self._window), np.int64, len(self._window))
         all_tp = np.concatenate([w_tp, tp[idx]])
@@ -100,7 +99,11 @@ class Band(WatermarkGenerator):
             hi = np.arange(w_tp.size + 1, all_tp.size + 1)
             lo = np.searchsorted(all_tp, tp[idx] - self.band_ms, side="right")
             observed[idx] = range_min(all_te, lo, hi)
-        write = tp if arrivals is None else np.where(arrivals, tp, NO_WATERMARK)
+        if arrivals is None:
+            write = tp
+        else:
+            write = np.full(n, NO_WATERMARK, np.int64)
+            write[arrivals] = tp[arrivals]
         last0 = NO_WATERMARK if self._last_tp is None else self._last_tp
         last_seen = running_max(write, last0)
         last_before = shift_right(last_seen, last0)

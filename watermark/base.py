@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from watermark.timeutil import NO_WATERMARK, as_ms_array
 
 I64 = NDArray[np.int64]
+Idx = NDArray[np.intp]
 
 
 @dataclass(frozen=True)
@@ -215,40 +216,41 @@ class WatermarkGenerator(abc.ABC):
             np.maximum(clock, self._clock, out=clock)
         return clock
 
-    def _finish_batch(self, te: I64, pre: I64, arrivals: NDArray[np.bool_] | None) -> None:
-        late = te < pre
+    def _finish_batch(self, te: I64, pre: I64, arrivals: Idx | None) -> None:
         if arrivals is None:
             self._n_seen += int(te.size)
-            self._n_late += int(np.count_nonzero(late))
+            self._n_late += int(np.count_nonzero(te < pre))
             self._wm_at_arrival = int(pre[-1])
-        else:
-            idx = np.flatnonzero(arrivals)
-            self._n_seen += int(idx.size)
-            self._n_late += int(np.count_nonzero(late[idx]))
-            if idx.size:
-                self._wm_at_arrival = int(pre[idx[-1]])
+        elif arrivals.size:
+            self._n_seen += int(arrivals.size)
+            self._n_late += int(np.count_nonzero(te[arrivals] < pre[arrivals]))
+            self._wm_at_arrival = int(pre[arrivals[-1]])
 
-    def _run(self, te: I64, tp: I64, arrivals: NDArray[np.bool_] | None) -> tuple[I64, I64]:
-        """Vectorised core over events that are arrivals (``arrivals`` true or ``None``) or idle ticks.
+    def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
+        """Vectorised core over events that are arrivals or idle ticks.
 
-        ``tp`` is already clamped to a nondecreasing clock. Returns the watermark at and after each event
-        (for a tick both are the watermark after ``on_idle``) and leaves the final state behind, including
-        ``_wm`` and ``_clock``. The default suits strategies whose ``on_idle`` never moves the watermark:
-        it runs :meth:`_run_arrivals` on the arrivals and carries the watermark over the ticks.
+        ``arrivals`` holds the ascending positions of the arrivals (``None``: every event is one); the other
+        positions are ``on_idle`` ticks, whose ``te`` is ignored. ``tp`` is already clamped to a
+        nondecreasing clock. Returns the watermark at and after each event (for a tick both are the
+        watermark after ``on_idle``) and leaves the final state behind, including ``_wm`` and ``_clock``.
+        The default suits strategies whose ``on_idle`` never moves the watermark: it runs
+        :meth:`_run_arrivals` on the arrivals and carries the watermark over the ticks.
         """
         if arrivals is None:
             pre, post = self._run_arrivals(te, tp)
         else:
-            idx = np.flatnonzero(arrivals)
-            w0 = self._wm
-            pre_a, post_a = self._run_arrivals(te[idx], tp[idx]) if idx.size else (np.empty(0, np.int64),) * 2
-            last = np.cumsum(arrivals) - 1
-            post = np.where(last >= 0, post_a[np.maximum(last, 0)] if idx.size else w0, w0).astype(np.int64)
+            post = np.full(te.size, self._wm, np.int64)
+            pre_a = None
+            if arrivals.size:
+                pre_a, post_a = self._run_arrivals(te[arrivals], tp[arrivals])
+                post[arrivals] = post_a
+                np.maximum.accumulate(post, out=post)  # the watermark is monotonic: a forward fill
             pre = post.copy()
-            pre[idx] = pre_a
+            if pre_a is not None:
+                pre[arrivals] = pre_a
             self._on_ticks(int(tp[-1]))
         self._clock = int(tp[-1])
-        self._wm = int(post[-1]) if post[-1] > self._wm else self._wm
+        self._wm = max(self._wm, int(post[-1]))
         return pre, post
 
     def _run_arrivals(self, te: I64, tp: I64) -> tuple[I64, I64]:

@@ -43,6 +43,17 @@ def factorize(values: ArrayLike) -> tuple[list[Hashable], NDArray[np.intp]]:
     if arr.ndim != 1:
         msg = f"partition must be one-dimensional, got shape {arr.shape}"
         raise ValueError(msg)
+    if arr.dtype.kind in "iu" and arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if high - low < 4096:  # small integer codes (partitions 0..P-1): no sort needed
+            offset = (arr - low).astype(np.intp)
+            present = np.flatnonzero(np.bincount(offset, minlength=high - low + 1))
+            if present.size <= 64:
+                firsts = np.array([int(np.argmax(offset == v)) for v in present.tolist()], np.intp)
+                ranked = present[np.argsort(firsts, kind="stable")]
+                table = np.empty(high - low + 1, np.intp)
+                table[ranked] = np.arange(ranked.size)
+                return [_plain(int(v) + low) for v in ranked.tolist()], table[offset]
     if arr.dtype.kind in "iuU":
         uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")
@@ -211,16 +222,13 @@ class PartitionedWatermark:
     # -- vectorised path -------------------------------------------------------------------------------
     def process(self, partition: ArrayLike, te: ArrayLike, tp: ArrayLike) -> I64:
         """Vectorised ``update`` loop: the global watermark in force at each arrival (in arrival order)."""
-        return self.process_trace(partition, te, tp)[0].at_arrival
+        return self.process_trace(partition, te, tp).at_arrival
 
-    def process_trace(self, partition: ArrayLike, te: ArrayLike, tp: ArrayLike) -> tuple[Trace, NDArray[np.intp]]:
-        """Like :meth:`process`; also the watermark after each arrival and the partition holding it back.
+    def process_trace(self, partition: ArrayLike, te: ArrayLike, tp: ArrayLike) -> Trace:
+        """Like :meth:`process`, also returning the global watermark right after each arrival.
 
-        Returns
-        -------
-        (Trace, numpy.ndarray)
-            The global watermark at and after each arrival, and for each arrival the index into
-            ``list(self.generators)`` of the partition at the minimum afterwards (-1 when none is active).
+        Each partition's generator runs once over the batch, with the other partitions' arrivals as idle
+        ticks; the cost is about five passes over the batch per partition.
         """
         te_a, tp_a = as_ms_array(te, "te"), as_ms_array(tp, "tp")
         keys, codes = factorize(partition)
@@ -230,33 +238,52 @@ class PartitionedWatermark:
             raise ValueError(msg)
         if n == 0:
             empty = np.empty(0, np.int64)
-            return Trace(empty, empty.copy()), np.empty(0, np.intp)
+            return Trace(empty, empty.copy())
         clock = np.maximum.accumulate(tp_a)
         if self._clock is not None:
             np.maximum(clock, self._clock, out=clock)
         for key in keys:
             self._generator(key)
+        small = codes.astype(np.int16) if len(keys) < 2**15 else codes  # 16-bit keys sort by radix, in O(n)
+        order = np.argsort(small, kind="stable")  # arrivals grouped by partition, ascending within each
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(keys)))])
         code_of = {k: c for c, k in enumerate(keys)}
-        timeout = self.idle_timeout_ms
+        none_idx = np.empty(0, np.intp)
         min_pre = np.full(n, INT64_MAX, np.int64)
         min_post = np.full(n, INT64_MAX, np.int64)
-        holder = np.full(n, -1, np.intp)
-        for index, (key, gen) in enumerate(self._gens.items()):
-            mask = codes == code_of[key] if key in code_of else np.zeros(n, np.bool_)
-            pre_p, post_p = gen._run(te_a, clock, mask)
-            gen._finish_batch(te_a, pre_p, mask)
-            last0 = self._last_tp.get(key, NO_WATERMARK)
-            seen = running_max(np.where(mask, clock, NO_WATERMARK), last0)
-            last_before = shift_right(seen, last0)
-            active = last_before != NO_WATERMARK
-            if timeout is not None:
-                active &= clock - last_before < timeout
-            np.minimum(min_pre, np.where(active, pre_p, INT64_MAX), out=min_pre)
-            better = (active | mask) & (post_p < min_post)
-            min_post[better] = post_p[better]
-            holder[better] = index
-            if seen[-1] != NO_WATERMARK:
-                self._last_tp[key] = int(seen[-1])
+        final: list[tuple[int, Hashable]] = []
+        for key, gen in self._gens.items():
+            c = code_of.get(key)
+            idx = none_idx if c is None else order[bounds[c] : bounds[c + 1]]
+            pre_p, post_p = gen._run(te_a, clock, idx)
+            gen._finish_batch(te_a, pre_p, idx)
+            last0 = self._last_tp.get(key)
+            if self._never_idle_in(idx, clock, last0):
+                # Active from the first arrival on (before it, after it for the post-arrival minimum).
+                if last0 is not None:
+                    pre_from = post_from = 0
+                elif idx.size:
+                    pre_from, post_from = int(idx[0]) + 1, int(idx[0])
+                else:
+                    pre_from = post_from = n
+                np.minimum(min_pre[pre_from:], pre_p[pre_from:], out=min_pre[pre_from:])
+                np.minimum(min_post[post_from:], post_p[post_from:], out=min_post[post_from:])
+                active_end = post_from < n
+            else:
+                start = NO_WATERMARK if last0 is None else last0
+                seen = np.full(n, start, np.int64)
+                seen[idx] = clock[idx]
+                np.maximum.accumulate(seen, out=seen)
+                before = shift_right(seen, start)
+                active = (before != NO_WATERMARK) & (clock - before < self.idle_timeout_ms)
+                np.minimum(min_pre, np.where(active, pre_p, INT64_MAX), out=min_pre)
+                active[idx] = True
+                np.minimum(min_post, np.where(active, post_p, INT64_MAX), out=min_post)
+                active_end = bool(active[-1])
+            if idx.size:
+                self._last_tp[key] = int(clock[idx[-1]])
+            if active_end:
+                final.append((int(post_p[-1]), key))
         steps = np.empty(2 * n, np.int64)
         steps[0::2] = np.where(min_pre == INT64_MAX, NO_WATERMARK, min_pre)
         steps[1::2] = np.where(min_post == INT64_MAX, NO_WATERMARK, min_post)
@@ -267,8 +294,23 @@ class PartitionedWatermark:
         self._clock = int(clock[-1])
         self._n_seen += n
         self._n_late += int(np.count_nonzero(te_a < pre))
-        self._holdback = None if holder[-1] < 0 else list(self._gens)[int(holder[-1])]
-        return Trace(pre, post), holder
+        # min() keeps the first of equal values: ties go to the oldest partition, as in update().
+        self._holdback = min(final, key=lambda item: item[0])[1] if final else None
+        return Trace(pre, post)
+
+    def _never_idle_in(self, idx: NDArray[np.intp], clock: I64, last0: int | None) -> bool:
+        """True if, once it has arrived, the partition stays active through the whole batch."""
+        timeout = self.idle_timeout_ms
+        if timeout is None:
+            return True
+        if idx.size == 0:
+            return last0 is None or int(clock[-1]) - last0 < timeout
+        times = clock[idx]
+        if last0 is not None and int(times[0]) - last0 >= timeout:
+            return False
+        if int(clock[-1]) - int(times[-1]) >= timeout:
+            return False
+        return idx.size < 2 or int((times[1:] - times[:-1]).max()) < timeout
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -255,7 +255,7 @@ def replay(
             msg = f"partition must have one value per row ({te_a.size}), got {part.size}"
             raise ValueError(msg)
         combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
-        trace, _ = combo.process_trace(part[order], te_s, tp_s)
+        trace = combo.process_trace(part[order], te_s, tp_s)
         partitions = list(combo.generators)
         effective = make(strategy, params).params
         extra["holdback_partition"] = combo.holdback_partition

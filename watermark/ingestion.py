@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from watermark.base import I64, WatermarkGenerator, check_int
+from watermark.base import I64, Idx, WatermarkGenerator, check_int
 from watermark.timeutil import NO_WATERMARK, running_max, shift_right
 
 
@@ -67,9 +66,13 @@ class Ingestion(WatermarkGenerator):
         self._last_write = tp
         self._raise(tp - 1 - self.max_event_time_lag_ms)
 
-    def _run(self, te: I64, tp: I64, arrivals: NDArray[np.bool_] | None) -> tuple[I64, I64]:
+    def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         lag = 1 + self.max_event_time_lag_ms
-        write = tp if arrivals is None else np.where(arrivals, tp, NO_WATERMARK)
+        if arrivals is None:
+            write = tp
+        else:
+            write = np.full(tp.size, NO_WATERMARK, np.int64)
+            write[arrivals] = tp[arrivals]
         last0 = NO_WATERMARK if self._last_write is None else self._last_write
         last_before = shift_right(running_max(write, last0), last0)
         idle = (last_before != NO_WATERMARK) & (tp - last_before >= self.max_watermark_lag_ms)

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from watermark.base import I64, WatermarkGenerator, check_int
+from watermark.base import I64, Idx, WatermarkGenerator, check_int
 from watermark.timeutil import NO_WATERMARK, running_max, sat_sub, shift_right
 
 
@@ -70,15 +69,15 @@ class Periodic(WatermarkGenerator):
         if te > self._max_te:
             self._max_te = te
 
-    def _run(self, te: I64, tp: I64, arrivals: NDArray[np.bool_] | None) -> tuple[I64, I64]:
+    def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         n = te.size
         if arrivals is None:
             te_in = te
             first = 0
         else:
-            te_in = np.where(arrivals, te, NO_WATERMARK)
-            hits = np.flatnonzero(arrivals)
-            first = int(hits[0]) if hits.size else n
+            te_in = np.full(n, NO_WATERMARK, np.int64)
+            te_in[arrivals] = te[arrivals]
+            first = int(arrivals[0]) if arrivals.size else n
         t0 = self._t0
         if t0 is None and first < n:
             t0 = int(tp[first])

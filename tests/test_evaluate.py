@@ -1,0 +1,122 @@
+"""Replay evaluation: window assignment, firing, latencies and the report, on data small enough to check by hand."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from watermark.evaluate import LATE, STRAGGLER, WindowSpec, classify, replay
+
+
+def test_tumbling_windows_align_to_epoch_zero_like_spark_including_before_1970():
+    rows, starts = WindowSpec(1_000).assign(np.array([0, 999, 1_000, 1_234_567, -1, -1_000, -1_001]))
+    assert rows.tolist() == list(range(7))
+    assert starts.tolist() == [0, 0, 1_000, 1_234_000, -1_000, -1_000, -2_000]
+
+
+def test_sliding_windows_start_at_multiples_of_the_slide():
+    rows, starts = WindowSpec(1_000, 250).assign(np.array([1_100]))
+    assert rows.tolist() == [0, 0, 0, 0]
+    assert starts.tolist() == [250, 500, 750, 1_000]
+
+
+@given(te=st.lists(st.integers(-10**12, 10**12), min_size=1, max_size=30), window=st.integers(1, 5_000), data=st.data())
+def test_every_assigned_window_contains_its_event_and_none_is_missed(te, window, data):
+    slide = data.draw(st.integers(1, window))
+    arr = np.array(te, np.int64)
+    rows, starts = WindowSpec(window, slide).assign(arr)
+    assert np.all(starts <= arr[rows]) and np.all(arr[rows] < starts + window)
+    assert np.all(starts % slide == 0)
+    counts = np.bincount(rows, minlength=arr.size)
+    expected = [sum(1 for s in range((t - window) // slide + 1, t // slide + 1)) for t in te]
+    assert counts.tolist() == expected
+
+
+def test_window_spec_validation():
+    with pytest.raises(ValueError, match="window_ms must be >= 1"):
+        WindowSpec(0)
+    with pytest.raises(ValueError, match="must not exceed window_ms"):
+        WindowSpec(100, 200)
+
+
+def test_classify_uses_the_watermark_in_force_and_half_the_straggler_band():
+    labels = classify([9, 10, 12, 13, 20], [10] * 5, straggler_ms=6)
+    assert labels.tolist() == [LATE, STRAGGLER, STRAGGLER, 2, 3]
+
+
+PERIODIC = {"delay_ms": 100, "period_ms": 100}
+
+
+def small_replay(**kwargs):
+    te = [100, 250, 120, 1_300, 1_400, 140]
+    tp = [110, 260, 270, 1_310, 1_420, 1_430]
+    return replay(te, tp, strategy="periodic", params=PERIODIC, window=WindowSpec(1_000), **kwargs)
+
+
+def test_report_of_a_hand_checked_replay():
+    # Emissions: tp 260 -> W = 100 - 100 = 0; tp 1310 -> 250 - 100 = 150; tp 1420 -> 1300 - 100 = 1200.
+    s = small_replay().summary()
+    assert s["events"] == 6 and s["late"] == 1 and s["on_time"] == 5
+    assert s["dropped_pct"] == pytest.approx(100 / 6, abs=1e-3)
+    assert s["windows"] == 2 and s["windows_fired"] == 1 and s["windows_flushed"] == 1
+    assert s["trigger_delay_ms"] == {"mean": 200.0, "p50": 200.0, "p95": 200.0, "p99": 200.0}
+    assert s["emit_latency_ms"]["mean"] == 420.0
+    assert s["watermarks_emitted"] == 3
+    assert s["final_watermark_ms"] == 1_200
+    assert s["params"] == PERIODIC
+
+
+def test_late_rows_are_reported_in_input_order_and_windows_count_on_time_tuples_only():
+    r = small_replay()
+    assert r.late_rows.tolist() == [5]
+    w = r.windows
+    assert w.start_ms.tolist() == [0, 1_000]
+    assert w.count.tolist() == [3, 2]
+    assert w.fired.tolist() == [True, False]
+
+
+def test_rows_are_replayed_in_arrival_order_whatever_the_file_order():
+    te = [100, 250, 120, 1_300, 1_400, 140]
+    tp = [110, 260, 270, 1_310, 1_420, 1_430]
+    perm = [5, 2, 0, 4, 1, 3]
+    shuffled = replay(
+        [te[i] for i in perm], [tp[i] for i in perm], strategy="periodic", params=PERIODIC, window=WindowSpec(1_000)
+    )
+    assert shuffled.summary() == small_replay().summary()
+    assert [perm[i] for i in shuffled.late_rows] == [5]
+
+
+def test_keys_make_windows_per_key():
+    s = small_replay(key=["a", "b", "a", "a", "b", "a"]).summary()
+    assert s["keys"] == 2
+    assert s["windows"] == 4  # a and b each in [0, 1000) and [1000, 2000)
+
+
+def test_partitions_combine_generators_and_report_who_holds_back():
+    te = [100, 105, 1_000, 1_010, 2_000, 2_010]
+    tp = [100, 105, 1_000, 1_010, 2_000, 2_010]
+    s = replay(
+        te, tp, strategy="ingestion", params={"max_event_time_lag_ms": 0}, window=WindowSpec(500),
+        partition=["p", "q", "p", "q", "p", "p"], idle_timeout_ms=500,
+    ).summary()
+    assert s["partitions"] == 2
+    assert s["holdback_partition"] == "p"
+    assert s["late"] == 0
+
+
+def test_stragglers_are_counted_not_dropped():
+    s = replay([1_000, 1_000, 1_001], [1_000, 1_200, 1_300], strategy="ingestion",
+               params={"max_event_time_lag_ms": 100}, window=WindowSpec(1_000), straggler_ms=200).summary()
+    # W after tp 1000 is 899, after tp 1200 is 1099: te 1000 at tp 1200 is on time, 101 above W -> normal;
+    # te 1001 at tp 1300 is below 1099 -> late.
+    assert s["late"] == 1
+    s = replay([1_000, 950], [1_000, 1_020], strategy="ingestion", params={"max_event_time_lag_ms": 100},
+               window=WindowSpec(1_000), straggler_ms=200).summary()
+    assert s["late"] == 0 and s["stragglers"] == 1 and s["stragglers_pct"] == 50.0
+
+
+def test_empty_and_mismatched_inputs():
+    with pytest.raises(ValueError, match="same length"):
+        replay([1, 2], [1], strategy="periodic", window=WindowSpec(10))
+    s = replay([], [], strategy="periodic", window=WindowSpec(10)).summary()
+    assert s["events"] == 0 and s["windows"] == 0 and s["emit_latency_ms"]["mean"] is None
