@@ -78,8 +78,11 @@ def main() -> None:
         late[name] = round(100.0 * pw.n_late / n, 3)
         gen = make(name, PARAMS[name])
         single[name] = round(n / timed(lambda gen=gen: gen.process(te, tp)))
-        print(f"{name:10s} combined {combined[name]:>12,} ev/s  single {single[name]:>12,} ev/s  "
-              f"late {late[name]} %", file=sys.stderr)
+        print(
+            f"{name:10s} combined {combined[name]:>12,} ev/s  single {single[name]:>12,} ev/s  "
+            f"late {late[name]} %",
+            file=sys.stderr,
+        )
 
     skew = (tp - te).astype(np.float64)
     values = (skew / max(1.0, float(skew[:1_000].max()))).tolist()

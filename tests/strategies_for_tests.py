@@ -8,7 +8,7 @@ BASE_MS = 1_700_000_000_000
 
 @st.composite
 def streams(draw, max_size=150):
-    """(te, tp) int64 arrays in arrival order: tp nondecreasing, delays mostly small with shifts and outliers."""
+    """(te, tp) int64 arrays in arrival order: tp nondecreasing, small delays with shifts and outliers."""
     n = draw(st.integers(0, max_size))
     gaps = draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
     regime = draw(st.integers(1, 400))

@@ -12,10 +12,24 @@ from watermark.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 TAXI = ROOT / "samples" / "debs2015-taxi-sample.csv"
-IOT_FLAGS = ["--delimiter", ";", "--event-time", "S.Client.Detection.Time", "--arrival-time", "S.Message.received.time.ms"]
+IOT_FLAGS = [
+    "--delimiter",
+    ";",
+    "--event-time",
+    "S.Client.Detection.Time",
+    "--arrival-time",
+    "S.Message.received.time.ms",
+]
 REQUIRED_KEYS = {
-    "events", "late", "dropped_pct", "windows", "windows_fired", "trigger_delay_ms", "emit_latency_ms",
-    "stragglers_pct", "watermarks_emitted",
+    "events",
+    "late",
+    "dropped_pct",
+    "windows",
+    "windows_fired",
+    "trigger_delay_ms",
+    "emit_latency_ms",
+    "stragglers_pct",
+    "watermarks_emitted",
 }
 
 
@@ -25,8 +39,21 @@ def run_json(capsys, *argv):
 
 
 def test_replay_json_on_a_real_stream_has_every_documented_field(capsys):
-    s = run_json(capsys, "replay", str(IOT), *IOT_FLAGS, "--strategy", "periodic",
-                 "--set", "delay_ms=1000", "--set", "period_ms=200", "--window-ms", "1000", "--json")
+    s = run_json(
+        capsys,
+        "replay",
+        str(IOT),
+        *IOT_FLAGS,
+        "--strategy",
+        "periodic",
+        "--set",
+        "delay_ms=1000",
+        "--set",
+        "period_ms=200",
+        "--window-ms",
+        "1000",
+        "--json",
+    )
     assert REQUIRED_KEYS <= set(s)
     assert s["events"] == 9_600
     assert 0 <= s["late"] < s["events"]
@@ -36,16 +63,49 @@ def test_replay_json_on_a_real_stream_has_every_documented_field(capsys):
 
 
 def test_replay_no_header_iso_times_and_column_indices(capsys):
-    s = run_json(capsys, "replay", str(TAXI), "--no-header", "--time-format", "iso", "--event-time", "2",
-                 "--arrival-time", "3", "--strategy", "periodic", "--set", "delay_ms=600000", "--window-ms", "60000",
-                 "--json")
+    s = run_json(
+        capsys,
+        "replay",
+        str(TAXI),
+        "--no-header",
+        "--time-format",
+        "iso",
+        "--event-time",
+        "2",
+        "--arrival-time",
+        "3",
+        "--strategy",
+        "periodic",
+        "--set",
+        "delay_ms=600000",
+        "--window-ms",
+        "60000",
+        "--json",
+    )
     assert s["events"] == 10_004
     assert s["dropped_pct"] < 50
 
 
 def test_replay_with_partitions_and_sliding_windows(capsys):
-    s = run_json(capsys, "replay", str(IOT), *IOT_FLAGS, "--partition", "S.Device.ID", "--idle-timeout-ms", "5000",
-                 "--strategy", "adaptive", "--set", "warmup=100", "--window-ms", "1000", "--slide-ms", "500", "--json")
+    s = run_json(
+        capsys,
+        "replay",
+        str(IOT),
+        *IOT_FLAGS,
+        "--partition",
+        "S.Device.ID",
+        "--idle-timeout-ms",
+        "5000",
+        "--strategy",
+        "adaptive",
+        "--set",
+        "warmup=100",
+        "--window-ms",
+        "1000",
+        "--slide-ms",
+        "500",
+        "--json",
+    )
     assert s["partitions"] == 8
     assert s["slide_ms"] == 500
 
@@ -69,10 +129,26 @@ def write(tmp_path, text, name="s.csv"):
         ("te,tp\n1,2\n3,x\n", ["--event-time", "te", "--arrival-time", "tp"], "line 3"),
         ("te,tp\n", ["--event-time", "te", "--arrival-time", "tp"], "no data rows"),
         ("", ["--event-time", "te", "--arrival-time", "tp"], ""),
-        ("te,tp\n1,2\n", ["--event-time", "te", "--arrival-time", "tp", "--set", "delay_ms=-3"], "delay_ms must be >= 0"),
-        ("te,tp\n1,2\n", ["--event-time", "te", "--arrival-time", "tp", "--set", "delay_ms"], "--set expects name=value"),
-        ("te,tp\n1,2\n", ["--event-time", "te", "--arrival-time", "tp", "--strategy", "magic"], "unknown strategy"),
-        ("te,tp\n1,2\n", ["--event-time", "te", "--arrival-time", "tp", "--window-ms", "0"], "window_ms must be >= 1"),
+        (
+            "te,tp\n1,2\n",
+            ["--event-time", "te", "--arrival-time", "tp", "--set", "delay_ms=-3"],
+            "delay_ms must be >= 0",
+        ),
+        (
+            "te,tp\n1,2\n",
+            ["--event-time", "te", "--arrival-time", "tp", "--set", "delay_ms"],
+            "--set expects name=value",
+        ),
+        (
+            "te,tp\n1,2\n",
+            ["--event-time", "te", "--arrival-time", "tp", "--strategy", "magic"],
+            "unknown strategy",
+        ),
+        (
+            "te,tp\n1,2\n",
+            ["--event-time", "te", "--arrival-time", "tp", "--window-ms", "0"],
+            "window_ms must be >= 1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_exit_status_2(tmp_path, capsys, content, argv, needle):
@@ -91,30 +167,59 @@ def test_bad_input_is_one_line_on_stderr_and_exit_status_2(tmp_path, capsys, con
 
 def test_missing_file_and_missing_flags_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "watermark", "replay", str(tmp_path / "absent.csv"), "--event-time", "a",
-         "--arrival-time", "b", "--strategy", "periodic", "--window-ms", "10"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "watermark",
+            "replay",
+            str(tmp_path / "absent.csv"),
+            "--event-time",
+            "a",
+            "--arrival-time",
+            "b",
+            "--strategy",
+            "periodic",
+            "--window-ms",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
-    proc = subprocess.run([sys.executable, "-m", "watermark", "replay"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "watermark", "replay"], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2
     assert "error:" in proc.stderr
 
 
 def test_compare_prints_one_table_row_per_setting_and_window(tmp_path, capsys):
     grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"periodic": [{"delay_ms": 0, "period_ms": 10}, {"delay_ms": 1000, "period_ms": 200}],
-                                "ingestion": [{"max_event_time_lag_ms": 500}]}))
+    grid.write_text(
+        json.dumps(
+            {
+                "periodic": [{"delay_ms": 0, "period_ms": 10}, {"delay_ms": 1000, "period_ms": 200}],
+                "ingestion": [{"max_event_time_lag_ms": 500}],
+            }
+        )
+    )
     assert main(["compare", str(IOT), *IOT_FLAGS, "--window-ms", "100,1000", "--grid", str(grid)]) == 0
     captured = capsys.readouterr()
-    rows = [line for line in captured.out.splitlines() if line.startswith("| periodic") or line.startswith("| ingestion")]
+    rows = [
+        line
+        for line in captured.out.splitlines()
+        if line.startswith("| periodic") or line.startswith("| ingestion")
+    ]
     assert len(rows) == 6
     assert "[6/6]" in captured.err  # progress on stderr
 
 
 def test_compare_json_lets_later_settings_be_compared(capsys):
-    rows = run_json(capsys, "compare", str(IOT), *IOT_FLAGS, "--window-ms", "1000", "--strategies", "periodic", "--json")
+    rows = run_json(
+        capsys, "compare", str(IOT), *IOT_FLAGS, "--window-ms", "1000", "--strategies", "periodic", "--json"
+    )
     by_delay = {r["grid_params"]["delay_ms"]: r for r in rows}
     # A longer bounded delay never drops more on the same data.
     assert by_delay[0]["dropped_pct"] >= by_delay[100]["dropped_pct"] >= by_delay[1000]["dropped_pct"]
@@ -124,8 +229,22 @@ def test_synth_writes_a_parquet_file_the_replay_can_read(tmp_path, capsys):
     out = tmp_path / "s.parquet"
     info = run_json(capsys, "synth", "--events", "5000", "--seed", "3", "--output", str(out))
     assert info["events"] == 5_000 and out.exists()
-    s = run_json(capsys, "replay", str(out), "--event-time", "event_time_ms", "--arrival-time", "arrival_time_ms",
-                 "--partition", "partition", "--strategy", "ingestion", "--window-ms", "1000", "--json")
+    s = run_json(
+        capsys,
+        "replay",
+        str(out),
+        "--event-time",
+        "event_time_ms",
+        "--arrival-time",
+        "arrival_time_ms",
+        "--partition",
+        "partition",
+        "--strategy",
+        "ingestion",
+        "--window-ms",
+        "1000",
+        "--json",
+    )
     assert s["events"] == 5_000 and s["partitions"] == 8
 
 

@@ -107,7 +107,9 @@ def test_vectorised_combination_equals_the_tuple_by_tuple_reference(name, data):
         expected.append(ref.watermark_at_arrival_ms)
     cut = data.draw(st.integers(0, te.size))
     vec = PartitionedWatermark(name, params, idle_timeout_ms=timeout)
-    got = np.concatenate([vec.process(part[:cut], te[:cut], tp[:cut]), vec.process(part[cut:], te[cut:], tp[cut:])])
+    got = np.concatenate(
+        [vec.process(part[:cut], te[:cut], tp[:cut]), vec.process(part[cut:], te[cut:], tp[cut:])]
+    )
     np.testing.assert_array_equal(got, np.array(expected, np.int64))
     assert vec.watermark_ms == ref.watermark_ms
     assert vec.holdback_partition == ref.holdback_partition
@@ -140,6 +142,8 @@ def test_single_partition_combination_matches_its_generator_without_idleness():
     from watermark.registry import make
 
     alone = make("periodic", {"delay_ms": 120, "period_ms": 50}).process(te, tp)
-    combined = PartitionedWatermark("periodic", {"delay_ms": 120, "period_ms": 50}).process(["x"] * 2_000, te, tp)
+    combined = PartitionedWatermark("periodic", {"delay_ms": 120, "period_ms": 50}).process(
+        ["x"] * 2_000, te, tp
+    )
     np.testing.assert_array_equal(alone, combined)
     assert combined[0] == NO_WATERMARK

@@ -1,4 +1,4 @@
-"""Replay evaluation: window assignment, firing, latencies and the report, on data small enough to check by hand."""
+"""Replay evaluation: window assignment, firing, latencies and the report, on hand-checkable data."""
 
 import numpy as np
 import pytest
@@ -20,7 +20,11 @@ def test_sliding_windows_start_at_multiples_of_the_slide():
     assert starts.tolist() == [250, 500, 750, 1_000]
 
 
-@given(te=st.lists(st.integers(-10**12, 10**12), min_size=1, max_size=30), window=st.integers(1, 5_000), data=st.data())
+@given(
+    te=st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=30),
+    window=st.integers(1, 5_000),
+    data=st.data(),
+)
 def test_every_assigned_window_contains_its_event_and_none_is_missed(te, window, data):
     slide = data.draw(st.integers(1, window))
     arr = np.array(te, np.int64)
@@ -80,7 +84,11 @@ def test_rows_are_replayed_in_arrival_order_whatever_the_file_order():
     tp = [110, 260, 270, 1_310, 1_420, 1_430]
     perm = [5, 2, 0, 4, 1, 3]
     shuffled = replay(
-        [te[i] for i in perm], [tp[i] for i in perm], strategy="periodic", params=PERIODIC, window=WindowSpec(1_000)
+        [te[i] for i in perm],
+        [tp[i] for i in perm],
+        strategy="periodic",
+        params=PERIODIC,
+        window=WindowSpec(1_000),
     )
     assert shuffled.summary() == small_replay().summary()
     assert [perm[i] for i in shuffled.late_rows] == [5]
@@ -96,8 +104,13 @@ def test_partitions_combine_generators_and_report_who_holds_back():
     te = [100, 105, 1_000, 1_010, 2_000, 2_010]
     tp = [100, 105, 1_000, 1_010, 2_000, 2_010]
     s = replay(
-        te, tp, strategy="ingestion", params={"max_event_time_lag_ms": 0}, window=WindowSpec(500),
-        partition=["p", "q", "p", "q", "p", "p"], idle_timeout_ms=500,
+        te,
+        tp,
+        strategy="ingestion",
+        params={"max_event_time_lag_ms": 0},
+        window=WindowSpec(500),
+        partition=["p", "q", "p", "q", "p", "p"],
+        idle_timeout_ms=500,
     ).summary()
     assert s["partitions"] == 2
     assert s["holdback_partition"] == "p"
@@ -105,13 +118,25 @@ def test_partitions_combine_generators_and_report_who_holds_back():
 
 
 def test_stragglers_are_counted_not_dropped():
-    s = replay([1_000, 1_000, 1_001], [1_000, 1_200, 1_300], strategy="ingestion",
-               params={"max_event_time_lag_ms": 100}, window=WindowSpec(1_000), straggler_ms=200).summary()
+    s = replay(
+        [1_000, 1_000, 1_001],
+        [1_000, 1_200, 1_300],
+        strategy="ingestion",
+        params={"max_event_time_lag_ms": 100},
+        window=WindowSpec(1_000),
+        straggler_ms=200,
+    ).summary()
     # W after tp 1000 is 899, after tp 1200 is 1099: te 1000 at tp 1200 is on time, 101 above W -> normal;
     # te 1001 at tp 1300 is below 1099 -> late.
     assert s["late"] == 1
-    s = replay([1_000, 950], [1_000, 1_020], strategy="ingestion", params={"max_event_time_lag_ms": 100},
-               window=WindowSpec(1_000), straggler_ms=200).summary()
+    s = replay(
+        [1_000, 950],
+        [1_000, 1_020],
+        strategy="ingestion",
+        params={"max_event_time_lag_ms": 100},
+        window=WindowSpec(1_000),
+        straggler_ms=200,
+    ).summary()
     assert s["late"] == 0 and s["stragglers"] == 1 and s["stragglers_pct"] == 50.0
 
 

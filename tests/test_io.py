@@ -554,4 +554,7 @@ def test_large_csv_round_trips_every_value(tmp_path: Path) -> None:
     path = write(tmp_path, "te,tp,dev\n" + lines + "\n")
     stream = read_stream(path, event_time="te", arrival_time="tp", partition="dev")
     assert np.array_equal(stream.te_ms, te) and np.array_equal(stream.tp_ms, tp)
-    assert stream.partition is not None and stream.partition[:2].tolist() == [f"dev_{te[0] % 8}", f"dev_{te[1] % 8}"]
+    assert stream.partition is not None and stream.partition[:2].tolist() == [
+        f"dev_{te[0] % 8}",
+        f"dev_{te[1] % 8}",
+    ]

@@ -7,7 +7,7 @@ from watermark.rangemin import range_min
 
 @given(data=st.data())
 def test_range_min_equals_brute_force(data):
-    values = np.array(data.draw(st.lists(st.integers(-10**15, 10**15), min_size=1, max_size=300)), np.int64)
+    values = np.array(data.draw(st.lists(st.integers(-(10**15), 10**15), min_size=1, max_size=300)), np.int64)
     n = values.size
     pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, n)), max_size=50))
     pairs = [(lo, hi) for lo, hi in pairs if lo < hi]

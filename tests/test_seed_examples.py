@@ -50,7 +50,9 @@ def test_sliding_window_example_first_steps():
     # at the sixth tuple the rate reaches the threshold: m = 334 * 1.01 = 337, W = 19899 - 337 = 19562.
     te = np.array([19213, 19356, 19480, 19610, 19750, 19899], dtype=np.int64)
     tp = te + 50
-    gen = Sliding(initial_delay_ms=350, change_rate=0.01, rate_threshold=5, rate_window_ms=1000, slide_window_ms=500)
+    gen = Sliding(
+        initial_delay_ms=350, change_rate=0.01, rate_threshold=5, rate_window_ms=1000, slide_window_ms=500
+    )
     after = gen.process_trace(te, tp).after_arrival
     assert after[0] == 18863
     assert after[1] == 19010
@@ -59,7 +61,9 @@ def test_sliding_window_example_first_steps():
 
 
 def test_sliding_window_delay_is_bounded_by_the_slide_window_and_by_one():
-    gen = Sliding(initial_delay_ms=490, change_rate=0.1, rate_threshold=1, rate_window_ms=1000, slide_window_ms=500)
+    gen = Sliding(
+        initial_delay_ms=490, change_rate=0.1, rate_threshold=1, rate_window_ms=1000, slide_window_ms=500
+    )
     tp = np.arange(0, 5_000, 10, dtype=np.int64)
     gen.process(tp - 5, tp)
     assert gen.delay_ms == 500
@@ -76,6 +80,7 @@ def test_sliding_window_small_delay_grows_even_when_truncation_would_stall_it():
 
 
 def test_sliding_window_classes_of_the_paper():
-    # [W, W + STRAGGLERSIZE): late below W, stragglers in the lower half, normal in the upper half, pending above.
+    # [W, W + STRAGGLERSIZE): late below W, stragglers in its lower half, normal in its upper half,
+    # pending above it.
     labels = classify([99, 100, 149, 150, 199, 200], [100] * 6, straggler_ms=100)
     assert labels.tolist() == [0, 1, 1, 2, 2, 3]

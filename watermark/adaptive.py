@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import math
 import pickle
-from itertools import compress, count
 from collections.abc import Mapping
-from typing import Any
+from itertools import compress, count
+from typing import Any, ClassVar
 
 import numpy as np
 from river.drift import ADWIN
@@ -69,10 +69,11 @@ class Adaptive(WatermarkGenerator):
     >>> wm = gen.process(te, tp)
     >>> bool(np.all(wm[1:] >= wm[:-1])), gen.n_late < 0.1 * len(te), gen.skew_ms >= 49
     (True, True, True)
+
     """
 
     name = "adaptive"
-    param_types: Mapping[str, Any] = {
+    param_types: ClassVar[Mapping[str, Any]] = {
         "late_threshold": float,
         "sensitivity_change": float,
         "warmup": int,
@@ -89,7 +90,9 @@ class Adaptive(WatermarkGenerator):
         sensitivity: float = 1.0,
     ) -> None:
         self.late_threshold = check_float("late_threshold", late_threshold, 0.0, 1.0, low_open=True)
-        self.sensitivity_change = check_float("sensitivity_change", sensitivity_change, 0.0, 1.0, low_open=True)
+        self.sensitivity_change = check_float(
+            "sensitivity_change", sensitivity_change, 0.0, 1.0, low_open=True
+        )
         self.warmup = check_int("warmup", warmup, 1)
         if skew not in ("max", "mean"):
             msg = f"skew must be 'max' or 'mean', got {skew!r}"

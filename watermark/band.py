@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,10 +46,11 @@ class Band(WatermarkGenerator):
     [-9223372036854775808, 500, 500, 500]
     >>> gen.watermark_ms  # the band (600, 700] holds only te = 620; 480 arrived late against 500
     620
+
     """
 
     name = "band"
-    param_types: Mapping[str, Any] = {"band_ms": int, "idle_ms": int}
+    param_types: ClassVar[Mapping[str, Any]] = {"band_ms": int, "idle_ms": int}
 
     def __init__(self, band_ms: int = 10_000, idle_ms: int = 120_000) -> None:
         self.band_ms = check_int("band_ms", band_ms, 1)
@@ -133,5 +134,7 @@ class Band(WatermarkGenerator):
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._last_tp = None if state["last_tp"] is None else int(state["last_tp"])
-        pairs = zip(decode_i64(state["window_tp"]).tolist(), decode_i64(state["window_te"]).tolist(), strict=True)
+        pairs = zip(
+            decode_i64(state["window_tp"]).tolist(), decode_i64(state["window_te"]).tolist(), strict=True
+        )
         self._window = deque(pairs)

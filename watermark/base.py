@@ -50,6 +50,7 @@ class Trace:
     after_arrival
         Watermark right after each tuple was observed, at the same ingestion time. Windows whose end is at or
         below it have fired by then.
+
     """
 
     at_arrival: I64
@@ -64,11 +65,11 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
         else:
             msg = f"{name} must be an integer, got {value!r}"
             raise ValueError(msg)
-    value = int(value)
-    if minimum is not None and value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
+    number = int(value)
+    if minimum is not None and number < minimum:
+        msg = f"{name} must be >= {minimum}, got {number}"
         raise ValueError(msg)
-    return value
+    return number
 
 
 def check_float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
@@ -76,13 +77,13 @@ def check_float(name: str, value: Any, low: float, high: float, *, low_open: boo
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         msg = f"{name} must be a number, got {value!r}"
         raise ValueError(msg)
-    value = float(value)
-    ok = (low < value if low_open else low <= value) and value <= high
-    if not ok or value != value:
+    number = float(value)
+    ok = (low < number if low_open else low <= number) and number <= high
+    if not ok or number != number:
         interval = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-        msg = f"{name} must be in {interval}, got {value}"
+        msg = f"{name} must be in {interval}, got {number}"
         raise ValueError(msg)
-    return value
+    return number
 
 
 class WatermarkGenerator(abc.ABC):
@@ -193,6 +194,7 @@ class WatermarkGenerator(abc.ABC):
         -------
         numpy.ndarray
             int64 watermark each tuple is judged against; a tuple is late iff ``te < result``.
+
         """
         return self.process_trace(te, tp).at_arrival
 
@@ -248,7 +250,6 @@ class WatermarkGenerator(abc.ABC):
             pre = post.copy()
             if pre_a is not None:
                 pre[arrivals] = pre_a
-            self._on_ticks(int(tp[-1]))
         self._clock = int(tp[-1])
         self._wm = max(self._wm, int(post[-1]))
         return pre, post
@@ -257,9 +258,6 @@ class WatermarkGenerator(abc.ABC):
         """Vectorised core over arrivals only; strategies overriding :meth:`_run` need not implement it."""
         msg = f"{type(self).__name__} implements neither _run nor _run_arrivals"
         raise NotImplementedError(msg)
-
-    def _on_ticks(self, now: int) -> None:
-        """Apply idle ticks up to ``now`` to the running state (default: nothing to do)."""
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

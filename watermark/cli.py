@@ -41,7 +41,10 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", metavar="COL", help="aggregation key column: windows per key")
     p.add_argument("--straggler-ms", type=int, default=500, help="straggler window width (default 500)")
     p.add_argument(
-        "--idle-timeout-ms", type=int, default=None, help="exclude partitions idle this long (with --partition)"
+        "--idle-timeout-ms",
+        type=int,
+        default=None,
+        help="exclude partitions idle this long (with --partition)",
     )
 
 
@@ -64,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="replay a recorded stream through one strategy and report")
     _add_input_flags(rp)
-    rp.add_argument("--strategy", required=True, help="periodic, adaptive, sliding, percentile, band, ingestion")
+    rp.add_argument(
+        "--strategy", required=True, help="periodic, adaptive, sliding, percentile, band, ingestion"
+    )
     rp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
     rp.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
     rp.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
@@ -151,7 +156,9 @@ def _format_summary(s: dict[str, Any]) -> str:
         f"watermarks emitted {s['watermarks_emitted']:,}",
     ]
     if s["partitions"] is not None:
-        lines.append(f"partitions         {s['partitions']} (holding back at the end: {s['holdback_partition']})")
+        lines.append(
+            f"partitions         {s['partitions']} (holding back at the end: {s['holdback_partition']})"
+        )
     return "\n".join(lines)
 
 

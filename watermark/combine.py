@@ -93,6 +93,7 @@ class PartitionedWatermark:
     [999]
     >>> pw.holdback_partition, pw.watermark_ms
     ('a', 1599)
+
     """
 
     def __init__(
@@ -101,7 +102,9 @@ class PartitionedWatermark:
         make(strategy, params)  # validate now, with the strategy's own messages
         self.strategy = strategy
         self.params = dict(params or {})
-        self.idle_timeout_ms = None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
+        self.idle_timeout_ms = (
+            None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
+        )
         self._gens: dict[Hashable, WatermarkGenerator] = {}
         self._last_tp: dict[Hashable, int] = {}
         self._wm = NO_WATERMARK
@@ -187,7 +190,9 @@ class PartitionedWatermark:
         active = [p for p, last in self._last_tp.items() if self._is_active(now, last)]
         gen = self._generator(key)
         gen.update(te, now)
-        at_arrival = {p: (gen.watermark_at_arrival_ms if p == key else self._gens[p].watermark_ms) for p in active}
+        at_arrival = {
+            p: (gen.watermark_at_arrival_ms if p == key else self._gens[p].watermark_ms) for p in active
+        }
         if at_arrival:
             self._wm = max(self._wm, min(at_arrival.values()))
         self._wm_at_arrival = self._wm
@@ -270,12 +275,14 @@ class PartitionedWatermark:
                 np.minimum(min_post[post_from:], post_p[post_from:], out=min_post[post_from:])
                 active_end = post_from < n
             else:
+                timeout = self.idle_timeout_ms
+                assert timeout is not None  # _never_idle_in is always true without a timeout
                 start = NO_WATERMARK if last0 is None else last0
                 seen = np.full(n, start, np.int64)
                 seen[idx] = clock[idx]
                 np.maximum.accumulate(seen, out=seen)
                 before = shift_right(seen, start)
-                active = (before != NO_WATERMARK) & (clock - before < self.idle_timeout_ms)
+                active = (before != NO_WATERMARK) & (clock - before < timeout)
                 np.minimum(min_pre, np.where(active, pre_p, INT64_MAX), out=min_pre)
                 active[idx] = True
                 np.minimum(min_post, np.where(active, post_p, INT64_MAX), out=min_post)

@@ -29,7 +29,9 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
     "sliding": [{"change_rate": 0.01}, {"change_rate": 0.1}],
     "percentile": [{"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)],
     "band": [{"band_ms": b, "idle_ms": 120_000} for b in (100, 1_000, 10_000)],
-    "ingestion": [{"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)],
+    "ingestion": [
+        {"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)
+    ],
 }
 
 

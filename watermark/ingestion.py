@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,10 +45,11 @@ class Ingestion(WatermarkGenerator):
     [-9223372036854775808, 909, 1099]
     >>> gen.on_idle(20_000).watermark_ms
     19899
+
     """
 
     name = "ingestion"
-    param_types: Mapping[str, Any] = {"max_event_time_lag_ms": int, "max_watermark_lag_ms": int}
+    param_types: ClassVar[Mapping[str, Any]] = {"max_event_time_lag_ms": int, "max_watermark_lag_ms": int}
 
     def __init__(self, max_event_time_lag_ms: int = 1000, max_watermark_lag_ms: int = 10_000) -> None:
         self.max_event_time_lag_ms = check_int("max_event_time_lag_ms", max_event_time_lag_ms, 0)

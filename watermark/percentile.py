@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -52,10 +52,11 @@ class Percentile(WatermarkGenerator):
     >>> gen = Percentile(percentile=50, horizon_ms=1_000, period_ms=100)
     >>> gen.process([10, 50, 30, 40, 5], [0, 20, 40, 150, 160]).tolist()
     [-9223372036854775808, -9223372036854775808, -9223372036854775808, 30, 30]
+
     """
 
     name = "percentile"
-    param_types: Mapping[str, Any] = {"percentile": float, "horizon_ms": int, "period_ms": int}
+    param_types: ClassVar[Mapping[str, Any]] = {"percentile": float, "horizon_ms": int, "period_ms": int}
 
     def __init__(self, percentile: float = 0.0, horizon_ms: int = 1_000, period_ms: int = 200) -> None:
         self.percentile = check_float("percentile", percentile, 0.0, 100.0)
@@ -129,5 +130,7 @@ class Percentile(WatermarkGenerator):
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._t0 = None if state["t0"] is None else int(state["t0"])
         self._last_bucket = int(state["last_bucket"])
-        pairs = zip(decode_i64(state["window_tp"]).tolist(), decode_i64(state["window_te"]).tolist(), strict=True)
+        pairs = zip(
+            decode_i64(state["window_tp"]).tolist(), decode_i64(state["window_te"]).tolist(), strict=True
+        )
         self._window = deque(pairs)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,10 +39,11 @@ class Periodic(WatermarkGenerator):
     [95, 95, 95, 98, 98, 98, 101, 101]
     >>> gen.watermark_ms
     101
+
     """
 
     name = "periodic"
-    param_types: Mapping[str, Any] = {"delay_ms": int, "period_ms": int}
+    param_types: ClassVar[Mapping[str, Any]] = {"delay_ms": int, "period_ms": int}
 
     def __init__(self, delay_ms: int = 1000, period_ms: int = 200) -> None:
         self.delay_ms = check_int("delay_ms", delay_ms, 0)

@@ -28,6 +28,7 @@ class ProcessingTimeWatermark:
     >>> ptw.completed("batch-7")
     >>> ptw.lag_ms(now_ms=9_000)   # nothing in flight: caught up
     0
+
     """
 
     def __init__(self) -> None:

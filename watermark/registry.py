@@ -52,6 +52,7 @@ def make(name: str, params: Mapping[str, Any] | None = None) -> WatermarkGenerat
     >>> from watermark.registry import make
     >>> make("periodic", {"delay_ms": "250", "period_ms": 10})
     Periodic(delay_ms=250, period_ms=10)
+
     """
     cls = strategy_class(name)
     given = dict(params or {})
@@ -75,7 +76,7 @@ def parse_settings(items: Iterable[str]) -> dict[str, str]:
 
 
 def restore(snapshot: Mapping[str, Any]) -> WatermarkGenerator:
-    """Rebuild a generator from :meth:`~watermark.base.WatermarkGenerator.snapshot`; it continues identically."""
+    """Rebuild a generator from its ``snapshot()``; it continues identically."""
     try:
         name = snapshot["strategy"]
         version = snapshot["version"]

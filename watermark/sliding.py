@@ -6,7 +6,7 @@ from array import array
 from collections import deque
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -78,10 +78,11 @@ class Sliding(WatermarkGenerator):
     [18863, 19010, 19138, 19272, 19416, 19562]
     >>> gen.delay_ms
     340
+
     """
 
     name = "sliding"
-    param_types: Mapping[str, Any] = {
+    param_types: ClassVar[Mapping[str, Any]] = {
         "initial_delay_ms": int,
         "change_rate": float,
         "rate_threshold": float,
