@@ -30,6 +30,7 @@ PARAMS = {
             "warmup": st.integers(1, 40),
             "skew": st.sampled_from(["max", "mean"]),
             "sensitivity": st.sampled_from([1.0, 0.5, 0.002]),
+            "heartbeat_ms": st.sampled_from([None, 1, 30, 200]),
         }
     ),
     "sliding": st.integers(1, 800).flatmap(

@@ -151,7 +151,7 @@ INVALID = [
     ("percentile", {"percentile": 101}, "percentile must be in [0.0, 100.0]"),
     ("percentile", {"horizon_ms": 0}, "horizon_ms must be >= 1"),
     ("band", {"band_ms": 0}, "band_ms must be >= 1"),
-    ("band", {"idle_ms": "soon"}, "idle_ms expects int"),
+    ("band", {"idle_ms": "soon"}, "idle_ms expects an integer"),
     ("ingestion", {"max_event_time_lag_ms": -5}, "max_event_time_lag_ms must be >= 0"),
     ("ingestion", {"max_watermark_lag_ms": 0}, "max_watermark_lag_ms must be >= 1"),
     ("periodic", {"delay": 5}, "unknown parameter(s) delay"),

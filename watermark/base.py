@@ -72,6 +72,21 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
     return number
 
 
+def optional_int(value: Any) -> int | None:
+    """Convert a ``--set`` value for an optional integer parameter: ``none``/``off``/empty mean ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "none", "off", "null"):
+            return None
+        number = float(text)
+        if not number.is_integer():
+            raise ValueError(value)
+        return int(number)
+    return check_int("value", value)
+
+
 def check_float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
     """Validate a float parameter in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):

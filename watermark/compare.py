@@ -14,7 +14,8 @@ from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
 from watermark.registry import STRATEGIES, make
 
 #: The default grid: the seed papers' settings (Tables 2 and 3 of the adaptive-watermarks paper, Table 2 of
-#: the sliding-window paper) plus delays on the scale of minutes, which streams like the taxi data need.
+#: the sliding-window paper), delays on the scale of minutes, which streams like the taxi data need, and the
+#: adaptive strategy with a heartbeat (see :class:`watermark.adaptive.Adaptive`).
 DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
     "periodic": [
         {"delay_ms": 0, "period_ms": 10},
@@ -24,7 +25,8 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
         {"delay_ms": 600_000, "period_ms": 200},
     ],
     "adaptive": [
-        {"sensitivity_change": dd, "late_threshold": lt} for dd in (1.0, 0.1) for lt in (1.0, 0.1, 0.01)
+        *({"sensitivity_change": dd, "late_threshold": lt} for dd in (1.0, 0.1) for lt in (1.0, 0.1, 0.01)),
+        *({"late_threshold": lt, "heartbeat_ms": 200} for lt in (1.0, 0.1, 0.01)),
     ],
     "sliding": [{"change_rate": 0.01}, {"change_rate": 0.1}],
     "percentile": [{"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)],

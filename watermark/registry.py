@@ -40,7 +40,8 @@ def _convert(cls: type[WatermarkGenerator], key: str, value: Any) -> Any:
             return int(number)
         return converter(text)
     except ValueError:
-        msg = f"{cls.name}: {key} expects {converter.__name__}, got {value!r}"
+        expected = {int: "an integer", float: "a number", str: "text"}.get(converter, "an integer or none")
+        msg = f"{cls.name}: {key} expects {expected}, got {value!r}"
         raise ValueError(msg) from None
 
 

@@ -1,0 +1,46 @@
+# Shared set-up for bin/run and bin/test (sourced, not executed): Python 3.11, Java 17, the project's
+# virtualenv .venv with the pinned dependencies of requirements.lock, and the Debian packages later parts need.
+# Safe to run again: it reinstalls only when pyproject.toml or requirements.lock changed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+APT_UPDATED=0
+apt_install() {  # apt_install PACKAGE... : install Debian packages that are missing (needs root)
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" -eq 0 ] || die "Debian packages missing (${missing[*]}); run as root or install them"
+    if [ "$APT_UPDATED" -eq 0 ]; then say "apt-get update"; apt-get update -qq; APT_UPDATED=1; fi
+    say "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found: this project needs Python 3.11 (set PYTHON=...)"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || die "$PYTHON is not Python 3.11"
+
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+    say "Java 17 not found (Spark needs it): installing openjdk-17-jre-headless"
+    apt_install openjdk-17-jre-headless
+fi
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+
+STAMP_FILE=.venv/.installed
+STAMP="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+if [ "$(cat "$STAMP_FILE" 2>/dev/null)" != "$STAMP" ]; then
+    say "installing pinned dependencies into .venv (first run: about a minute)"
+    .venv/bin/python -m pip install -q --disable-pip-version-check uv==0.13.8
+    .venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -r requirements.lock
+    .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
+    echo "$STAMP" > "$STAMP_FILE"
+fi
+export PATH="$ROOT/.venv/bin:$PATH"
