@@ -29,7 +29,10 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
         *({"late_threshold": lt, "heartbeat_ms": 200} for lt in (1.0, 0.1, 0.01)),
     ],
     "sliding": [{"change_rate": 0.01}, {"change_rate": 0.1}],
-    "percentile": [{"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)],
+    "percentile": [
+        *({"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)),
+        {"percentile": 5.0, "horizon_ms": 60_000, "period_ms": 1_000},
+    ],
     "band": [{"band_ms": b, "idle_ms": 120_000} for b in (100, 1_000, 10_000)],
     "ingestion": [
         {"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)
