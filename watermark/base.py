@@ -101,34 +101,21 @@ def check_float(name: str, value: Any, low: float, high: float, *, low_open: boo
     return number
 
 
-class WatermarkGenerator(abc.ABC):
-    """Base class of the watermark strategies (see the module docstring for the contract)."""
+class WatermarkReadout:
+    """Read-only view shared by generators and their partition combination."""
 
-    #: Registry name of the strategy.
-    name: ClassVar[str]
-    #: Parameter names and the callable that converts a ``name=value`` string to the parameter's type.
-    param_types: ClassVar[Mapping[str, Any]]
+    _wm: int
+    _wm_at_arrival: int
+    _clock: int | None
+    _n_seen: int
+    _n_late: int
 
-    def __init__(self) -> None:
-        self._reset()
-
-    # -- state -----------------------------------------------------------------------------------------
-    def _reset(self) -> None:
+    def _reset_readout(self) -> None:
         self._wm = NO_WATERMARK
-        self._clock: int | None = None
+        self._wm_at_arrival = NO_WATERMARK
+        self._clock = None
         self._n_seen = 0
         self._n_late = 0
-        self._wm_at_arrival = NO_WATERMARK
-        self._reset_state()
-
-    @abc.abstractmethod
-    def _reset_state(self) -> None:
-        """Initialise the strategy's own running state."""
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The constructor arguments, by name."""
-        return {name: getattr(self, name) for name in self.param_types}
 
     @property
     def watermark_ms(self) -> int:
@@ -154,6 +141,32 @@ class WatermarkGenerator(abc.ABC):
     def n_late(self) -> int:
         """Number of observed tuples that were late (``te`` below the watermark in force)."""
         return self._n_late
+
+
+class WatermarkGenerator(WatermarkReadout, abc.ABC):
+    """Base class of the watermark strategies (see the module docstring for the contract)."""
+
+    #: Registry name of the strategy.
+    name: ClassVar[str]
+    #: Parameter names and the callable that converts a ``name=value`` string to the parameter's type.
+    param_types: ClassVar[Mapping[str, Any]]
+
+    def __init__(self) -> None:
+        self._reset()
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._reset_readout()
+        self._reset_state()
+
+    @abc.abstractmethod
+    def _reset_state(self) -> None:
+        """Initialise the strategy's own running state."""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The constructor arguments, by name."""
+        return {name: getattr(self, name) for name in self.param_types}
 
     def diagnostics(self) -> dict[str, Any]:
         """Strategy internals worth exporting (learned delay, sensitivity, drifts...)."""

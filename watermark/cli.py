@@ -108,6 +108,16 @@ def _read(args: argparse.Namespace) -> Any:
     )
 
 
+def _options(args: argparse.Namespace, stream: Any) -> dict[str, Any]:
+    """The evaluation options that the input flags set, shared by replay and compare."""
+    return {
+        "partition": stream.partition,
+        "key": stream.key,
+        "straggler_ms": args.straggler_ms,
+        "idle_timeout_ms": args.idle_timeout_ms,
+    }
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from watermark.evaluate import WindowSpec, replay
     from watermark.registry import parse_settings
@@ -121,10 +131,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         params=settings,
         window=window,
-        partition=stream.partition,
-        key=stream.key,
-        straggler_ms=args.straggler_ms,
-        idle_timeout_ms=args.idle_timeout_ms,
+        **_options(args, stream),
     )
     summary = {"input": str(args.input)} | result.summary()
     if args.json:
@@ -176,10 +183,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         windows=windows,
         grid=grid,
         strategies=strategies,
-        partition=stream.partition,
-        key=stream.key,
-        straggler_ms=args.straggler_ms,
-        idle_timeout_ms=args.idle_timeout_ms,
+        **_options(args, stream),
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(json.dumps(rows) if args.json else markdown_table(rows))

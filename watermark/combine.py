@@ -22,7 +22,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from watermark.base import I64, Trace, WatermarkGenerator, check_int
+from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
 from watermark.registry import make, restore
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
 
@@ -65,7 +65,7 @@ def factorize(values: ArrayLike) -> tuple[list[Hashable], NDArray[np.intp]]:
     return list(index), codes
 
 
-class PartitionedWatermark:
+class PartitionedWatermark(WatermarkReadout):
     """Per-partition generators of one strategy, combined into a global watermark.
 
     Parameters
@@ -107,24 +107,10 @@ class PartitionedWatermark:
         )
         self._gens: dict[Hashable, WatermarkGenerator] = {}
         self._last_tp: dict[Hashable, int] = {}
-        self._wm = NO_WATERMARK
-        self._wm_at_arrival = NO_WATERMARK
-        self._clock: int | None = None
+        self._reset_readout()
         self._holdback: Hashable | None = None
-        self._n_seen = 0
-        self._n_late = 0
 
-    # -- read-only state -------------------------------------------------------------------------------
-    @property
-    def watermark_ms(self) -> int:
-        """The global watermark."""
-        return self._wm
-
-    @property
-    def watermark_at_arrival_ms(self) -> int:
-        """Global watermark in force when the last ``update``'s tuple arrived."""
-        return self._wm_at_arrival
-
+    # -- read-only state (watermark_ms, watermark_at_arrival_ms, clock_ms, n_seen, n_late: inherited)
     @property
     def holdback_partition(self) -> Hashable | None:
         """The active partition whose watermark is the minimum (the one holding the global value back)."""
@@ -144,21 +130,6 @@ class PartitionedWatermark:
     def last_arrival_ms(self) -> dict[Hashable, int]:
         """Ingestion time of each partition's latest arrival."""
         return dict(self._last_tp)
-
-    @property
-    def clock_ms(self) -> int | None:
-        """Latest ingestion time seen."""
-        return self._clock
-
-    @property
-    def n_seen(self) -> int:
-        """Tuples observed."""
-        return self._n_seen
-
-    @property
-    def n_late(self) -> int:
-        """Tuples late against the global watermark."""
-        return self._n_late
 
     def active_partitions(self, now_ms: int | None = None) -> list[Hashable]:
         """Partitions that arrived within ``idle_timeout_ms`` before ``now_ms`` (default: the clock)."""
