@@ -290,6 +290,28 @@ class PartitionedWatermark(WatermarkReadout):
             return False
         return idx.size < 2 or int((times[1:] - times[:-1]).max()) < timeout
 
+    def reconfigured(
+        self, strategy: str, params: Mapping[str, Any] | None = None, *, idle_timeout_ms: int | None = None
+    ) -> PartitionedWatermark:
+        """The combination under a new configuration, continuing from this one's global state.
+
+        The global watermark, clock, arrivals and counts carry over, so the watermark never regresses.
+        With the same strategy and parameters the per-partition generators carry over too; otherwise every
+        partition starts a fresh generator of the new strategy, and the global watermark holds until they
+        emit.
+        """
+        new = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
+        same = (
+            strategy == self.strategy
+            and make(strategy, params).params == make(self.strategy, self.params).params
+        )
+        new._gens = dict(self._gens) if same else {key: make(strategy, params) for key in self._gens}
+        new._last_tp = dict(self._last_tp)
+        new._wm, new._wm_at_arrival, new._clock = self._wm, self._wm_at_arrival, self._clock
+        new._n_seen, new._n_late = self._n_seen, self._n_late
+        new._holdback = self._holdback
+        return new
+
     # -- checkpoints -----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state; :meth:`from_snapshot` continues from it identically."""

@@ -1,0 +1,109 @@
+"""The versioned watermark configuration: validation, atomic writes, hot reload rules."""
+
+import json
+
+import numpy as np
+import pytest
+
+from watermark.combine import PartitionedWatermark
+from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
+
+BASE = {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1000}
+
+
+def write(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_valid_document_is_normalised_with_defaults_and_typed_params():
+    cfg = PipelineConfig.from_dict(BASE | {"params": {"delay_ms": "250"}, "late_slo_pct": 0.5})
+    assert cfg.params == {"delay_ms": 250, "period_ms": 200}
+    assert cfg.window.window_ms == 1000 and cfg.window.slide_ms is None
+    assert cfg.late_slo_pct == 0.5 and cfg.idle_timeout_ms is None and cfg.straggler_ms == 500
+    assert PipelineConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"colour": "red"}, "unknown field(s) colour"),
+        ({"version": None}, "missing required field(s) version"),
+        ({"version": 0}, "version must be >= 1"),
+        ({"strategy": "fastest"}, "unknown strategy 'fastest'"),
+        ({"params": {"delay_ms": -1}}, "delay_ms must be >= 0"),
+        ({"params": {"wait": 1}}, "unknown parameter(s) wait"),
+        ({"params": [1, 2]}, "params must be an object"),
+        ({"window_ms": 0}, "window_ms must be >= 1"),
+        ({"slide_ms": 5000}, "must not exceed window_ms"),
+        ({"late_slo_pct": 150}, "late_slo_pct must be in [0.0, 100.0]"),
+        ({"idle_timeout_ms": 0}, "idle_timeout_ms must be >= 1"),
+        ({"note": 5}, "note must be text"),
+    ],
+)
+def test_invalid_documents_are_refused_with_a_one_line_reason(change, needle):
+    with pytest.raises(ConfigError) as err:
+        PipelineConfig.from_dict(BASE | change, source="cfg.json")
+    assert needle in str(err.value)
+    assert str(err.value).startswith("cfg.json: ")
+    assert "\n" not in str(err.value)
+
+
+def test_load_config_reports_unreadable_files_and_bad_json_with_position(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the configuration"):
+        load_config(tmp_path / "absent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1,\n "strategy": }')
+    with pytest.raises(ConfigError, match="not valid JSON at line 2"):
+        load_config(bad)
+
+
+def test_write_config_is_atomic_and_round_trips(tmp_path):
+    cfg = PipelineConfig.from_dict(BASE | {"note": "first"})
+    path = tmp_path / "conf" / "watermark.json"
+    write_config(path, cfg)
+    assert load_config(path) == cfg
+    assert [p.name for p in path.parent.iterdir()] == ["watermark.json"]  # no temporary file left
+
+
+def test_watcher_applies_a_newer_valid_version(tmp_path):
+    path = write(tmp_path / "w.json", BASE)
+    watcher = ConfigWatcher(path)
+    assert watcher.poll() is None  # unchanged
+    write(path, BASE | {"version": 2, "strategy": "adaptive", "params": {"late_threshold": 0.1}})
+    change = watcher.poll()
+    assert change is not None and change.applied is not None
+    assert watcher.current.version == 2 and watcher.current.strategy == "adaptive"
+
+
+def test_watcher_keeps_the_running_version_when_the_new_one_is_invalid_old_or_changes_the_window(tmp_path):
+    path = write(tmp_path / "w.json", BASE | {"version": 5})
+    watcher = ConfigWatcher(path)
+    path.write_text("{ not json")
+    change = watcher.poll()
+    assert change.applied is None and "invalid configuration, keeping version 5" in change.refused_reason
+    write(path, BASE | {"version": 4, "params": {"delay_ms": 7}})
+    assert "not newer than the running version 5" in watcher.poll().refused_reason
+    write(path, BASE | {"version": 6, "window_ms": 500})
+    assert "changes the window" in watcher.poll().refused_reason
+    assert watcher.current.version == 5
+    write(path, BASE | {"version": 5})  # the running version written again: nothing to do
+    assert watcher.poll() is None
+
+
+def test_reconfiguring_the_combination_never_regresses_the_watermark():
+    rng = np.random.default_rng(0)
+    tp = np.arange(0, 5_000, 5, dtype=np.int64)
+    te = tp - rng.integers(0, 50, tp.size)
+    part = np.array(["a", "b"] * (tp.size // 2), dtype=object)
+    pw = PartitionedWatermark("periodic", {"delay_ms": 100, "period_ms": 50})
+    pw.process(part[:500], te[:500], tp[:500])
+    before = pw.watermark_ms
+    same = pw.reconfigured("periodic", {"delay_ms": 100, "period_ms": 50}, idle_timeout_ms=1_000)
+    assert same.generators["a"] is pw.generators["a"]
+    switched = pw.reconfigured("sliding", {})
+    assert switched.watermark_ms == before
+    wm = switched.process(part[500:], te[500:], tp[500:])
+    assert wm[0] >= before and np.all(wm[1:] >= wm[:-1])
+    assert switched.watermark_ms > before
+    assert switched.n_seen == tp.size

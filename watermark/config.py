@@ -1,0 +1,252 @@
+"""The pipeline's watermark configuration: a validated, versioned JSON document.
+
+One document says which strategy and parameters the watermark stage runs, the window, the late-rate
+SLO and the partition idleness timeout. The streaming job re-reads it at batch boundaries
+(:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with :func:`write_config`. A new
+version applies only if it is valid and its ``version`` is higher than the running one; anything else
+is refused with a reason and the running configuration is kept. The window cannot change under a
+running job (its open windows were cut by the old one): such a version is refused too.
+
+Example document::
+
+    {
+      "version": 3,
+      "strategy": "adaptive",
+      "params": {"late_threshold": 0.1, "heartbeat_ms": 200},
+      "window_ms": 1000,
+      "slide_ms": null,
+      "late_slo_pct": 0.5,
+      "idle_timeout_ms": 10000,
+      "straggler_ms": 500,
+      "note": "tuned on 2026-11-21 history"
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watermark.base import check_float, check_int
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec
+from watermark.registry import make
+
+_FIELDS = (
+    "version",
+    "strategy",
+    "params",
+    "window_ms",
+    "slide_ms",
+    "late_slo_pct",
+    "idle_timeout_ms",
+    "straggler_ms",
+    "note",
+)
+_REQUIRED = ("version", "strategy", "window_ms")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration document; the message is one line."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A validated configuration version (build it with :meth:`from_dict` or :func:`load_config`)."""
+
+    version: int
+    strategy: str
+    params: Mapping[str, Any]
+    window: WindowSpec
+    late_slo_pct: float = 1.0
+    idle_timeout_ms: int | None = None
+    straggler_ms: int = DEFAULT_STRAGGLER_MS
+    note: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, source: str | None = None) -> PipelineConfig:
+        """Validate a document; raises :class:`ConfigError` naming the field at fault.
+
+        Examples
+        --------
+        >>> cfg = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1000,
+        ...                                 "params": {"delay_ms": "500"}})
+        >>> cfg.params, cfg.window.window_ms, cfg.late_slo_pct
+        ({'delay_ms': 500, 'period_ms': 200}, 1000, 1.0)
+
+        """
+        where = f"{source}: " if source else ""
+        if not isinstance(doc, Mapping):
+            msg = f"{where}the configuration must be a JSON object, got {type(doc).__name__}"
+            raise ConfigError(msg)
+        unknown = sorted(set(doc) - set(_FIELDS))
+        if unknown:
+            msg = f"{where}unknown field(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}"
+            raise ConfigError(msg)
+        missing = [f for f in _REQUIRED if doc.get(f) is None]
+        if missing:
+            msg = f"{where}missing required field(s) {', '.join(missing)}"
+            raise ConfigError(msg)
+        try:
+            version = check_int("version", doc["version"], 1)
+            params = doc.get("params") or {}
+            if not isinstance(params, Mapping):
+                msg = f"params must be an object of name: value, got {type(params).__name__}"
+                raise ValueError(msg)
+            generator = make(str(doc["strategy"]), params)  # validates names and values
+            window = WindowSpec(doc["window_ms"], doc.get("slide_ms"))
+            slo = check_float("late_slo_pct", doc.get("late_slo_pct", 1.0), 0.0, 100.0)
+            idle = doc.get("idle_timeout_ms")
+            idle = None if idle is None else check_int("idle_timeout_ms", idle, 1)
+            straggler = check_int("straggler_ms", doc.get("straggler_ms", DEFAULT_STRAGGLER_MS), 0)
+            note = doc.get("note")
+            if note is not None and not isinstance(note, str):
+                msg = f"note must be text, got {type(note).__name__}"
+                raise ValueError(msg)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            msg = f"{where}{exc}"
+            raise ConfigError(msg) from None
+        return cls(
+            version=version,
+            strategy=generator.name,
+            params=generator.params,
+            window=window,
+            late_slo_pct=slo,
+            idle_timeout_ms=idle,
+            straggler_ms=straggler,
+            note=note,
+            source=source,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document form (what :func:`write_config` stores)."""
+        return {
+            "version": self.version,
+            "strategy": self.strategy,
+            "params": dict(self.params),
+            "window_ms": self.window.window_ms,
+            "slide_ms": self.window.slide_ms,
+            "late_slo_pct": self.late_slo_pct,
+            "idle_timeout_ms": self.idle_timeout_ms,
+            "straggler_ms": self.straggler_ms,
+            "note": self.note,
+        }
+
+    def with_version(self, version: int, **changes: Any) -> PipelineConfig:
+        """A copy as a new version with some fields changed (validated again)."""
+        doc = self.to_dict() | changes | {"version": version}
+        return PipelineConfig.from_dict(doc, source=self.source)
+
+
+def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read and validate a configuration file; raises :class:`ConfigError` with a one-line message."""
+    name = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"{name}: cannot read the configuration: {exc.strerror or exc}"
+        raise ConfigError(msg) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"{name}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        raise ConfigError(msg) from None
+    return PipelineConfig.from_dict(doc, source=name)
+
+
+def write_config(path: str | os.PathLike[str], config: PipelineConfig) -> None:
+    """Write atomically (temporary file + rename), so a reader never sees half a document."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(config.to_dict(), fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """What a :meth:`ConfigWatcher.poll` found: an applied version, or a refused one with its reason."""
+
+    applied: PipelineConfig | None
+    refused_reason: str | None = None
+
+
+class ConfigWatcher:
+    """Re-read the configuration file at batch boundaries and decide whether a new version applies.
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "watermark.json"
+    >>> _ = path.write_text(json.dumps({"version": 1, "strategy": "periodic", "window_ms": 1000}))
+    >>> watcher = ConfigWatcher(path)
+    >>> watcher.current.version
+    1
+    >>> _ = path.write_text(json.dumps({"version": 2, "strategy": "periodic", "window_ms": 500}))
+    >>> print(watcher.poll().refused_reason)
+    version 2 changes the window (1000 ms, slide None) under a running job; restart with a new output
+    >>> watcher.current.version
+    1
+
+    """
+
+    def __init__(self, path: str | os.PathLike[str], current: PipelineConfig | None = None) -> None:
+        self.path = Path(path)
+        self._current = current if current is not None else load_config(path)
+        self._seen: tuple[float, int] | None = self._stamp()
+        self._last_refusal: str | None = None
+
+    @property
+    def current(self) -> PipelineConfig:
+        """The configuration in force."""
+        return self._current
+
+    def _stamp(self) -> tuple[float, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def poll(self) -> ConfigChange | None:
+        """Check the file: ``None`` if unchanged, else the version applied or the reason for refusing it."""
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return None
+        self._seen = stamp
+        try:
+            candidate = load_config(self.path)
+        except ConfigError as exc:
+            return self._refuse(f"invalid configuration, keeping version {self._current.version}: {exc}")
+        running = self._current
+        if candidate.version <= running.version:
+            if candidate.to_dict() == running.to_dict():
+                return None
+            return self._refuse(
+                f"version {candidate.version} is not newer than the running version {running.version}"
+            )
+        if candidate.window != running.window:
+            return self._refuse(
+                f"version {candidate.version} changes the window ({running.window.window_ms} ms, slide "
+                f"{running.window.slide_ms}) under a running job; restart with a new output"
+            )
+        self._current = candidate
+        self._last_refusal = None
+        return ConfigChange(applied=candidate)
+
+    def _refuse(self, reason: str) -> ConfigChange:
+        self._last_refusal = reason
+        return ConfigChange(applied=None, refused_reason=reason)
