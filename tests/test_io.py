@@ -558,3 +558,16 @@ def test_large_csv_round_trips_every_value(tmp_path: Path) -> None:
         f"dev_{te[0] % 8}",
         f"dev_{te[1] % 8}",
     ]
+
+
+def test_value_column_is_read_as_finite_floats_and_bad_values_name_the_row(tmp_path: Path) -> None:
+    path = write(tmp_path, "te,tp,v\n1,2,1.5\n3,4, 7 \n")
+    stream = read_stream(path, event_time="te", arrival_time="tp", value="v")
+    assert stream.value is not None and stream.value.tolist() == [1.5, 7.0]
+    assert read_stream(path, event_time="te", arrival_time="tp").value is None
+    bad = write(tmp_path, "te,tp,v\n1,2,1.5\n3,4,abc\n", name="bad.csv")
+    with pytest.raises(InputError, match=r"line 3 \(data row 2\), column 'v': not a number: 'abc'"):
+        read_stream(bad, event_time="te", arrival_time="tp", value="v")
+    nan = write(tmp_path, "te,tp,v\n1,2,nan\n", name="nan.csv")
+    with pytest.raises(InputError, match="not a finite number"):
+        read_stream(nan, event_time="te", arrival_time="tp", value="v")

@@ -97,6 +97,8 @@ class RecordedStream:
         Object array of ``str``, the key column, or None when none was asked for.
     source : str
         The path as given to :func:`read_stream`.
+    value : numpy.ndarray or None
+        float64 values of the value column (finite), or None when none was asked for.
 
     """
 
@@ -105,6 +107,7 @@ class RecordedStream:
     partition: npt.NDArray[Any] | None
     key: npt.NDArray[Any] | None
     source: str
+    value: npt.NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         """Return the number of records."""
@@ -121,6 +124,7 @@ def read_stream(
     delimiter: str = ",",
     header: bool = True,
     time_format: str = "epoch_ms",
+    value: str | None = None,
 ) -> RecordedStream:
     r"""Read a recorded stream from a CSV or Parquet file.
 
@@ -137,6 +141,8 @@ def read_stream(
         written as digits (``"2"``). For Parquet, ``header=False`` lets a column be given either way.
     partition, key : str, optional
         Columns returned as strings in :attr:`RecordedStream.partition` / :attr:`RecordedStream.key`.
+    value : str, optional
+        A numeric column returned as finite float64 in :attr:`RecordedStream.value`.
     delimiter : str, default ","
         CSV field separator, a single character (``"\t"`` written as two characters is taken as a tab).
     header : bool, default True
@@ -170,6 +176,8 @@ def read_stream(
         roles["partition"] = partition
     if key is not None:
         roles["key"] = key
+    if value is not None:
+        roles["value"] = value
     for role, column in roles.items():
         if not isinstance(column, str) or not column:
             msg = f"{source}: the {role.replace('_', ' ')} column must be a non-empty string, got {column!r}"
@@ -206,12 +214,25 @@ def read_stream(
         except _RowFault as fault:
             raise fail(role, fault) from None
 
+    def numbers(role: str) -> npt.NDArray[np.float64] | None:
+        if role not in columns:
+            return None
+        label, array = columns[role]
+        try:
+            return _to_floats(array)
+        except _RowFault as fault:
+            raise fail(role, fault) from None
+        except _ColumnFault as fault:
+            msg = f"{source}: column {label}: {fault}"
+            raise InputError(msg) from None
+
     return RecordedStream(
         te_ms=times("event_time"),
         tp_ms=times("arrival_time"),
         partition=labels("partition"),
         key=labels("key"),
         source=source,
+        value=numbers("value"),
     )
 
 
@@ -546,6 +567,38 @@ def _first_cast_failure(array: Any, target: Any) -> int:
         else:
             lo = mid
     return lo
+
+
+def _to_floats(array: Any) -> npt.NDArray[np.float64]:
+    """A numeric column (text or native Parquet type) as finite float64; the first bad row is a fault."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        array = pc.cast(array, kind.value_type)
+        kind = array.type
+    if array.null_count:
+        raise _RowFault(int(np.argmax(_mask(array.is_null()))), "missing (null) value")
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        trimmed = pc.utf8_trim_whitespace(pc.cast(array, pa.string()))
+        blank = pc.equal(trimmed, "")
+        if pc.any(blank).as_py():
+            raise _RowFault(int(np.argmax(_mask(blank))), "empty value")
+        try:
+            floats = pc.cast(trimmed, pa.float64())
+        except pa.ArrowInvalid:
+            raise _RowFault(_first_cast_failure(trimmed, pa.float64()), "not a number") from None
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        floats = pc.cast(array, pa.float64(), safe=False)
+    else:
+        msg = f"has type {kind}, which cannot hold numbers"
+        raise _ColumnFault(msg)
+    values = np.asarray(floats.to_numpy(zero_copy_only=False), dtype=np.float64)
+    finite = np.isfinite(values)
+    if not finite.all():
+        raise _RowFault(int(np.argmin(finite)), "not a finite number")
+    return values
 
 
 def _cast(array: Any, target: Any, faults: _Faults, reason: str) -> Any:

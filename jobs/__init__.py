@@ -1,0 +1,1 @@
+"""Spark jobs: the streaming aggregation and its sinks."""

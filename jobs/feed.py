@@ -1,0 +1,641 @@
+r"""Feed a recorded stream into a landing directory, in arrival order, for a live run of the streaming job.
+
+``python -m jobs.feed`` reads a recorded stream (a CSV or Parquet file, through
+:func:`watermark.io.read_stream`) or generates a synthetic one (:func:`watermark.synthetic.generate`),
+sorts it by arrival time and writes it as numbered landing files, either as fast as possible or paced in
+(scaled) real time, so that the job's file source picks the records up as they would have arrived.
+
+Records carry the job's default input fields, in this order:
+
+=================== ======= ==========================================================================
+field               type    meaning
+=================== ======= ==========================================================================
+``event_id``        string  0-based row number in the source file, or the generator's event id
+``key``             string  the ``--key`` column; else the partition; else ``"all"``
+``partition``       string  the ``--partition`` column (omitted when the source has none)
+``event_time_ms``   int64   event time, epoch milliseconds
+``arrival_time_ms`` int64   recorded arrival time, epoch ms (omitted with ``--no-arrival-time``)
+``value``           double  the ``--value`` column, else 1.0
+=================== ======= ==========================================================================
+
+Files are named ``feed-000001.json``, ``feed-000002.json``, ... so that lexical order is arrival order;
+a run into a directory that already holds feed files continues after the highest number. Each file is
+written under a hidden temporary name (``.feed-....tmp``, which Spark's file source ignores) and then
+renamed into place with :func:`os.replace`, so the job never sees a partial file.
+
+Bad input prints one line ``error: ...`` on standard error and exits with status 2, as ``python -m
+watermark`` does.
+
+Examples
+--------
+Feed 2,500 synthetic events as JSON Lines, 1,000 records a file::
+
+    python -m jobs.feed --synthetic 2500 --out /tmp/landing --rows-per-file 1000
+
+Replay a recorded IoT stream at ten times its real speed::
+
+    python -m jobs.feed samples/ooo-iot-d1.csv --delimiter ';' --event-time S.Client.Detection.Time \
+        --arrival-time S.Message.received.time.ms --partition S.Device.ID \
+        --out /tmp/landing --pace realtime --speed 10
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "FIELDS",
+    "FORMATS",
+    "PACES",
+    "feed",
+    "main",
+    "records_from_file",
+    "records_from_synthetic",
+]
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+FORMATS = ("json", "csv", "parquet")
+PACES = ("fast", "realtime")
+#: The record fields in output order, with their arrow types; ``partition`` is optional.
+FIELDS: dict[str, pa.DataType] = {
+    "event_id": pa.string(),
+    "key": pa.string(),
+    "partition": pa.string(),
+    "event_time_ms": pa.int64(),
+    "arrival_time_ms": pa.int64(),
+    "value": pa.float64(),
+}
+_OPTIONAL_FIELDS = ("partition",)
+
+_PREFIX = "feed-"
+_DIGITS = 6  # feed-000001 ... feed-999999: lexical order = numeric order
+_MAX_NUMBER = 10**_DIGITS - 1
+_FEED_FILE = re.compile(rf"^{_PREFIX}(\d+)\.(?:{'|'.join(FORMATS)})$")
+_JSON_SPECIAL = r'["\\\x00-\x1f]'  # characters a JSON string must escape (RE2 syntax)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------------------------------
+# Sources.
+
+
+def records_from_file(
+    path: str | os.PathLike[str],
+    *,
+    event_time: str,
+    arrival_time: str,
+    partition: str | None = None,
+    key: str | None = None,
+    value: str | None = None,
+    delimiter: str = ",",
+    header: bool = True,
+    time_format: str = "epoch_ms",
+) -> pa.Table:
+    """Read a recorded stream into feed records, in arrival order.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A CSV or Parquet file, as for :func:`watermark.io.read_stream`.
+    event_time, arrival_time : str
+        The event-time and arrival-time columns (names, or 0-based indices with ``header=False``).
+    partition : str, optional
+        The source-partition column; without it the records have no ``partition`` field.
+    key : str, optional
+        The aggregation-key column; by default the key is the partition, else ``"all"``.
+    value : str, optional
+        A numeric column for ``value``; by default every value is 1.0.
+    delimiter : str, default ","
+        CSV field separator.
+    header : bool, default True
+        Whether the first CSV row holds column names.
+    time_format : {"epoch_ms", "epoch_s", "iso"}, default "epoch_ms"
+        How time text is written (see :func:`watermark.io.read_stream`).
+
+    Returns
+    -------
+    pyarrow.Table
+        The records (fields as in :data:`FIELDS`), sorted by arrival time; ties keep file order.
+        ``event_id`` is the 0-based data row number in the file.
+
+    Raises
+    ------
+    watermark.io.InputError
+        If the file cannot be read or holds a bad time, label or value; the message is one line.
+
+    """
+    from watermark.io import read_stream
+
+    stream = read_stream(
+        path,
+        event_time=event_time,
+        arrival_time=arrival_time,
+        partition=partition,
+        key=key,
+        delimiter=delimiter,
+        header=header,
+        time_format=time_format,
+        value=value,
+    )
+    n = len(stream)
+    values = np.ones(n, dtype=np.float64) if stream.value is None else stream.value
+    keys = stream.key if stream.key is not None else stream.partition
+    return _records(
+        event_id=np.arange(n, dtype=np.int64),
+        key=np.full(n, "all", dtype=object) if keys is None else keys,
+        partition=stream.partition,
+        te_ms=stream.te_ms,
+        tp_ms=stream.tp_ms,
+        value=values,
+    )
+
+
+def records_from_synthetic(events: int, *, seed: int = 0, partitions: int = 8, keys: int = 1_000) -> pa.Table:
+    """Generate a synthetic out-of-order stream as feed records, in arrival order.
+
+    Parameters
+    ----------
+    events : int
+        Number of records, >= 1.
+    seed : int, default 0
+        Seed of :func:`watermark.synthetic.generate`.
+    partitions : int, default 8
+        Number of source partitions; ``partition`` is the partition code as text (``"0"``, ``"1"``, ...).
+    keys : int, default 1000
+        Number of aggregation keys; ``key`` is the key code as text.
+
+    Returns
+    -------
+    pyarrow.Table
+        The records (fields as in :data:`FIELDS`), sorted by arrival time, ties by ``event_id``;
+        ``event_id`` is the generator's event id as text.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is invalid.
+
+    Examples
+    --------
+    >>> table = records_from_synthetic(100, partitions=3, seed=1)
+    >>> table.num_rows, table.column_names
+    (100, ['event_id', 'key', 'partition', 'event_time_ms', 'arrival_time_ms', 'value'])
+
+    """
+    from watermark.synthetic import generate
+
+    stream = generate(events=events, seed=seed, partitions=partitions, keys=keys)
+    return _records(
+        event_id=stream.event_id,
+        key=stream.key,
+        partition=stream.partition,
+        te_ms=stream.te_ms,
+        tp_ms=stream.tp_ms,
+        value=stream.value,
+    )
+
+
+def _records(
+    *,
+    event_id: npt.NDArray[Any],
+    key: npt.NDArray[Any],
+    partition: npt.NDArray[Any] | None,
+    te_ms: npt.NDArray[np.int64],
+    tp_ms: npt.NDArray[np.int64],
+    value: npt.NDArray[np.float64],
+) -> pa.Table:
+    """Build the record table, stably sorted by arrival time."""
+    order = np.argsort(tp_ms, kind="stable")
+
+    def text(array: npt.NDArray[Any]) -> pa.Array:
+        picked = array[order]
+        if picked.dtype == object:
+            return pa.array(picked, type=pa.string())
+        return pc.cast(pa.array(picked), pa.string())
+
+    columns: dict[str, pa.Array] = {"event_id": text(event_id), "key": text(key)}
+    if partition is not None:
+        columns["partition"] = text(partition)
+    columns["event_time_ms"] = pa.array(te_ms[order], type=pa.int64())
+    columns["arrival_time_ms"] = pa.array(tp_ms[order], type=pa.int64())
+    columns["value"] = pa.array(value[order], type=pa.float64())
+    return pa.table(columns)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing.
+
+
+def check_options(
+    *,
+    fmt: str = "json",
+    rows_per_file: int = 1000,
+    max_files: int | None = None,
+    pace: str = "fast",
+    speed: float = 1.0,
+) -> None:
+    """Validate the :func:`feed` options.
+
+    Parameters
+    ----------
+    fmt, rows_per_file, max_files, pace, speed
+        As for :func:`feed`.
+
+    Raises
+    ------
+    ValueError
+        If an option is invalid; the message names it.
+
+    """
+    if fmt not in FORMATS:
+        msg = f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}"
+        raise ValueError(msg)
+    if pace not in PACES:
+        msg = f"unknown pace {pace!r}; expected one of {', '.join(PACES)}"
+        raise ValueError(msg)
+    if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1:
+        msg = f"rows per file must be an integer >= 1, got {rows_per_file!r}"
+        raise ValueError(msg)
+    if max_files is not None and (
+        isinstance(max_files, bool) or not isinstance(max_files, int) or max_files < 1
+    ):
+        msg = f"max files must be an integer >= 1, got {max_files!r}"
+        raise ValueError(msg)
+    if (
+        isinstance(speed, bool)
+        or not isinstance(speed, int | float)
+        or not (math.isfinite(speed) and speed > 0)
+    ):
+        msg = f"speed must be a finite number > 0, got {speed!r}"
+        raise ValueError(msg)
+
+
+def feed(
+    records: pa.Table,
+    out_dir: str | os.PathLike[str],
+    *,
+    fmt: str = "json",
+    rows_per_file: int = 1000,
+    max_files: int | None = None,
+    pace: str = "fast",
+    speed: float = 1.0,
+    arrival_time: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write records into numbered landing files, in arrival order, fast or paced in real time.
+
+    Parameters
+    ----------
+    records : pyarrow.Table
+        Columns ``event_id``, ``key``, ``event_time_ms``, ``arrival_time_ms``, ``value`` and optionally
+        ``partition`` (see :data:`FIELDS`; other columns are ignored, types are cast), without nulls.
+        They are stably sorted by ``arrival_time_ms`` first (a no-op for :func:`records_from_file` and
+        :func:`records_from_synthetic`).
+    out_dir : str or os.PathLike
+        The landing directory, created if missing. Numbering continues after the highest existing
+        ``feed-NNNNNN.*`` file in it.
+    fmt : {"json", "csv", "parquet"}, default "json"
+        JSON Lines (one object per line, fields in :data:`FIELDS` order), CSV with a header, or Parquet.
+    rows_per_file : int, default 1000
+        Records per file (the last file may hold fewer).
+    max_files : int, optional
+        Stop after this many files.
+    pace : {"fast", "realtime"}, default "fast"
+        ``"fast"`` writes as fast as possible. ``"realtime"`` releases file ``k`` when the wall clock
+        reaches ``start + (first arrival in file k - first arrival of the run) / speed``.
+    speed : float, default 1.0
+        Real-time multiplier for ``pace="realtime"`` (2.0 = twice as fast), > 0.
+    arrival_time : bool, default True
+        Write ``arrival_time_ms``; when False the field is left out (the job then stamps its own
+        ingestion time), though it still paces the feed.
+    progress : callable, optional
+        Called with one line per file, e.g. ``"file 12/97: 1,000 rows, arrival 2014-11-10T13:55:01Z"``.
+
+    Returns
+    -------
+    dict
+        ``{"files": N, "rows": M, "out": DIR, "first_arrival_ms": ..., "last_arrival_ms": ...}`` for the
+        records written (arrival times are None when nothing was written).
+
+    Raises
+    ------
+    ValueError
+        If an option is invalid, a required column is missing or holds nulls, a value is not finite,
+        or the file numbers would pass 999999.
+    OSError
+        If the directory or a file cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     summary = feed(records_from_synthetic(2_500), tmp, rows_per_file=1_000)
+    ...     names = sorted(os.listdir(tmp))
+    >>> summary["files"], summary["rows"], names
+    (3, 2500, ['feed-000001.json', 'feed-000002.json', 'feed-000003.json'])
+
+    """
+    check_options(fmt=fmt, rows_per_file=rows_per_file, max_files=max_files, pace=pace, speed=speed)
+    table = _normalise(records)
+    tp_ms = np.asarray(table.column("arrival_time_ms").to_numpy(), dtype=np.int64)
+    if len(tp_ms) > 1 and bool((np.diff(tp_ms) < 0).any()):
+        order = np.argsort(tp_ms, kind="stable")
+        table, tp_ms = table.take(pa.array(order)), tp_ms[order]
+
+    files = math.ceil(table.num_rows / rows_per_file)
+    if max_files is not None:
+        files = min(files, max_files)
+    rows = min(table.num_rows, files * rows_per_file)
+    table, tp_ms = table.slice(0, rows), tp_ms[:rows]
+    if not arrival_time:
+        table = table.drop_columns(["arrival_time_ms"])
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    first_number = _highest_number(out) + 1
+    if files and first_number + files - 1 > _MAX_NUMBER:
+        msg = f"{out}: {files} more files would number past {_PREFIX}{_MAX_NUMBER}; use an empty directory"
+        raise ValueError(msg)
+
+    lines = _json_lines(table) if fmt == "json" and rows else None
+    start = time.monotonic()
+    for k in range(files):
+        lo, count = k * rows_per_file, min(rows_per_file, rows - k * rows_per_file)
+        final = out / f"{_PREFIX}{first_number + k:0{_DIGITS}d}.{fmt}"
+        temporary = out / f".{final.name}.{os.getpid()}.tmp"
+        try:
+            if lines is not None:
+                temporary.write_text("".join(lines.slice(lo, count).to_pylist()), encoding="utf-8")
+            else:
+                _write_table(table.slice(lo, count), temporary, fmt)
+            if pace == "realtime":
+                _sleep_until(start + (int(tp_ms[lo]) - int(tp_ms[0])) / 1000.0 / speed)
+            os.replace(temporary, final)
+        finally:
+            temporary.unlink(missing_ok=True)
+        if progress is not None:
+            progress(f"file {k + 1}/{files}: {count:,} rows, arrival {_utc(int(tp_ms[lo]))}")
+    return {
+        "files": files,
+        "rows": rows,
+        "out": os.fspath(out_dir),
+        "first_arrival_ms": int(tp_ms[0]) if rows else None,
+        "last_arrival_ms": int(tp_ms[-1]) if rows else None,
+    }
+
+
+def _normalise(records: pa.Table) -> pa.Table:
+    """Select the record fields in output order, cast to their types; reject nulls and non-finite values."""
+    names = [name for name in FIELDS if name in records.column_names]
+    missing = [name for name in FIELDS if name not in names and name not in _OPTIONAL_FIELDS]
+    if missing:
+        present = ", ".join(records.column_names) or "(none)"
+        msg = f"the records lack the column(s) {', '.join(missing)}; columns are: {present}"
+        raise ValueError(msg)
+    columns = {}
+    for name in names:
+        column = records.column(name)
+        if column.null_count:
+            msg = f"the records' {name} column holds {column.null_count:,} null value(s)"
+            raise ValueError(msg)
+        try:
+            columns[name] = pc.cast(column, FIELDS[name])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            msg = f"the records' {name} column ({column.type}) cannot be cast to {FIELDS[name]}: {exc}"
+            raise ValueError(msg) from None
+    table = pa.table(columns)
+    if table.num_rows and not pc.all(pc.is_finite(table.column("value"))).as_py():
+        msg = "the records' value column holds NaN or infinite values, which JSON cannot carry"
+        raise ValueError(msg)
+    return table
+
+
+def _highest_number(out: Path) -> int:
+    """The highest number of a visible ``feed-NNNNNN.<format>`` file in ``out``, or 0."""
+    numbers = [int(match.group(1)) for name in os.listdir(out) if (match := _FEED_FILE.match(name))]
+    return max(numbers, default=0)
+
+
+def _json_lines(table: pa.Table) -> pa.ChunkedArray:
+    """One JSON object per record, each ending in a newline, fields in table order."""
+    parts: list[Any] = []
+    for index, name in enumerate(table.column_names):
+        parts.append(("{" if index == 0 else ",") + json.dumps(name) + ":")
+        parts.append(_json_values(table.column(name)))
+    parts.append("}\n")
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _json_values(column: pa.ChunkedArray) -> Any:
+    """JSON text of each value of a string, int64 or float64 column (finite values only)."""
+    if pa.types.is_string(column.type):
+        if pc.any(pc.match_substring_regex(column, _JSON_SPECIAL)).as_py():
+            return pa.array([json.dumps(v, ensure_ascii=False) for v in column.to_pylist()], pa.string())
+        return pc.binary_join_element_wise('"', column, '"', "")
+    text = pc.cast(column, pa.string())
+    if pa.types.is_floating(column.type):  # arrow writes 1.0 as "1": keep it a JSON double
+        text = pc.if_else(
+            pc.match_substring_regex(text, "[.e]"), text, pc.binary_join_element_wise(text, ".0", "")
+        )
+    return text
+
+
+def _write_table(table: pa.Table, path: Path, fmt: str) -> None:
+    """Write one CSV (with a header) or Parquet file."""
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, path)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+
+
+def _sleep_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline``."""
+    while (remaining := deadline - time.monotonic()) > 0:
+        time.sleep(remaining)
+
+
+def _utc(ms: int) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SSZ`` (or ``<ms> ms`` when out of the calendar range)."""
+    try:
+        return (_EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except OverflowError:
+        return f"{ms} ms"
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line.
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2, as for bad input
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _delimiter(text: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+    value = named.get(text, text)
+    if len(value) != 1:
+        msg = f"the delimiter must be one character (or tab, comma, semicolon, pipe), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+_FILE_FLAGS = {
+    "event_time": "--event-time",
+    "arrival_time": "--arrival-time",
+    "delimiter": "--delimiter",
+    "no_header": "--no-header",
+    "time_format": "--time-format",
+    "partition": "--partition",
+    "key": "--key",
+    "value": "--value",
+}
+_SYNTHETIC_FLAGS = {"seed": "--seed", "partitions": "--partitions", "keys": "--keys"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.feed`` argument parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; its errors print one line and exit with status 2.
+
+    """
+    parser = _Parser(prog="python -m jobs.feed", description=__doc__.splitlines()[0])
+    source = parser.add_argument_group("recorded source (INPUT)")
+    source.add_argument(
+        "input", nargs="?", metavar="INPUT", help="CSV or Parquet file of the recorded stream"
+    )
+    source.add_argument("--event-time", metavar="COL", help="event-time column (name, or index)")
+    source.add_argument("--arrival-time", metavar="COL", help="arrival-time column")
+    source.add_argument("--delimiter", type=_delimiter, help="CSV field separator (default ,)")
+    source.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is an index")
+    source.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), help="default epoch_ms")
+    source.add_argument("--partition", metavar="COL", help="source-partition column")
+    source.add_argument("--key", metavar="COL", help="key column (default: the partition, else 'all')")
+    source.add_argument("--value", metavar="COL", help="numeric value column (default: 1.0)")
+
+    synthetic = parser.add_argument_group("synthetic source")
+    synthetic.add_argument("--synthetic", type=int, metavar="N", help="generate N out-of-order events")
+    synthetic.add_argument("--seed", type=int, help="generator seed (default 0)")
+    synthetic.add_argument("--partitions", type=int, help="source partitions (default 8)")
+    synthetic.add_argument("--keys", type=int, help="aggregation keys (default 1000)")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", required=True, metavar="DIR", help="landing directory (created if missing)")
+    output.add_argument("--format", choices=FORMATS, default="json", help="file format (default json)")
+    output.add_argument("--rows-per-file", type=int, default=1000, metavar="N", help="default 1000")
+    output.add_argument("--max-files", type=int, metavar="N", help="stop after N files")
+    output.add_argument("--pace", choices=PACES, default="fast", help="default fast")
+    output.add_argument(
+        "--speed", type=float, default=1.0, metavar="X", help="realtime multiplier (default 1)"
+    )
+    output.add_argument("--no-arrival-time", action="store_true", help="leave arrival_time_ms out")
+    output.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def _load(parser: argparse.ArgumentParser, args: argparse.Namespace) -> pa.Table:
+    """The records of the source the arguments name (parser errors for inconsistent flags)."""
+
+    def given(flags: dict[str, str]) -> list[str]:
+        return [flag for attr, flag in flags.items() if getattr(args, attr) not in (None, False)]
+
+    if args.synthetic is not None:
+        if args.input is not None:
+            parser.error("give either INPUT or --synthetic, not both")
+        if stray := given(_FILE_FLAGS):
+            parser.error(f"{stray[0]} applies only to an INPUT file, not to --synthetic")
+        if args.synthetic < 1:
+            parser.error(f"--synthetic must be >= 1, got {args.synthetic}")
+        settings = {name: getattr(args, name) for name in _SYNTHETIC_FLAGS if getattr(args, name) is not None}
+        return records_from_synthetic(args.synthetic, **settings)
+    if args.input is None:
+        parser.error("give an INPUT file or --synthetic N")
+    if stray := given(_SYNTHETIC_FLAGS):
+        parser.error(f"{stray[0]} applies only to --synthetic")
+    if args.event_time is None or args.arrival_time is None:
+        parser.error("INPUT needs --event-time COL and --arrival-time COL")
+    return records_from_file(
+        args.input,
+        event_time=args.event_time,
+        arrival_time=args.arrival_time,
+        partition=args.partition,
+        key=args.key,
+        value=args.value,
+        delimiter=args.delimiter or ",",
+        header=not args.no_header,
+        time_format=args.time_format or "epoch_ms",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m jobs.feed``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, 2 for bad input, 130 when interrupted.
+
+    """
+    from watermark.io import InputError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = {
+        "fmt": args.format,
+        "rows_per_file": args.rows_per_file,
+        "max_files": args.max_files,
+        "pace": args.pace,
+        "speed": args.speed,
+    }
+    try:
+        check_options(**options)  # before loading, so a bad option fails fast
+        records = _load(parser, args)
+        progress = None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True)
+        summary = feed(records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress)
+    except (InputError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
