@@ -1,0 +1,150 @@
+"""The driver side of the watermark stage: per-tuple decisions for one micro-batch, without Spark.
+
+The job collects the narrow columns of a batch's valid rows (partition, event time, arrival time, file,
+line), and this module puts them in arrival order (arrival time, then file, then line), runs the
+per-partition generators and their combination, and labels every row late, straggler or on time.
+
+Spark then needs to know which rows are late without a join on row ids. Lateness is a threshold on the
+arrival key: ``late  <=>  te < W(arrival)``. :func:`label_thresholds` compresses the watermark's steps into
+the fewest pieces ``(first arrival key, threshold)`` that give every row of the batch the same label, so the
+job can label rows with a short ``CASE`` over struct comparisons in Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from watermark.combine import PartitionedWatermark
+from watermark.evaluate import LATE, STRAGGLER, classify
+from watermark.timeutil import NO_WATERMARK
+
+#: Narrow columns the job collects per batch (valid rows only).
+NARROW_COLUMNS = ("partition", "event_time_ms", "arrival_time_ms", "file", "line")
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """The stage's decisions for one batch; row-indexed arrays follow the narrow table's row order."""
+
+    order: NDArray[np.intp]  # narrow-table row of each arrival, in arrival order
+    arrival_ms: NDArray[np.int64]  # arrival time, in arrival order
+    wm_at_arrival: NDArray[np.int64]  # in arrival order
+    wm_after: NDArray[np.int64]  # in arrival order
+    classes: NDArray[np.int8]  # per narrow row: LATE, STRAGGLER, NORMAL or PENDING
+    wm_missed: NDArray[np.int64]  # per narrow row: the watermark it was judged against
+
+    @property
+    def late(self) -> NDArray[np.bool_]:
+        """Per narrow row: late."""
+        flags: NDArray[np.bool_] = self.classes == LATE
+        return flags
+
+    @property
+    def n_late(self) -> int:
+        """Late rows in the batch."""
+        return int(np.count_nonzero(self.classes == LATE))
+
+    @property
+    def n_stragglers(self) -> int:
+        """Straggler rows in the batch."""
+        return int(np.count_nonzero(self.classes == STRAGGLER))
+
+
+def arrival_order(narrow: pa.Table) -> NDArray[np.intp]:
+    """Rows in arrival order: arrival time, then file name, then line (all ascending, stable)."""
+    tp = narrow.column("arrival_time_ms").to_numpy()
+    files = np.asarray(narrow.column("file").to_pylist(), dtype=object)
+    _, file_rank = np.unique(files.astype(str), return_inverse=True)
+    line = narrow.column("line").to_numpy()
+    order: NDArray[np.intp] = np.lexsort((line, file_rank, tp))
+    return order
+
+
+def run_stage(watermark: PartitionedWatermark, narrow: pa.Table, straggler_ms: int) -> StageResult:
+    """Run the generators over one batch's valid rows; ``watermark`` advances (its state is the stage's).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from watermark.combine import PartitionedWatermark
+    >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0})
+    >>> rows = pa.table({"partition": ["a", "a", "a"], "event_time_ms": [100, 90, 300],
+    ...                  "arrival_time_ms": [100, 200, 300], "file": ["f1", "f1", "f2"], "line": [0, 1, 0]})
+    >>> result = run_stage(pw, rows, straggler_ms=0)
+    >>> result.late.tolist(), result.wm_missed.tolist()
+    ([False, True, False], [-9223372036854775808, 99, 199])
+
+    """
+    order = arrival_order(narrow)
+    part = np.asarray(narrow.column("partition").to_pylist(), dtype=object)[order]
+    te = narrow.column("event_time_ms").to_numpy()[order]
+    tp = narrow.column("arrival_time_ms").to_numpy()[order]
+    trace = watermark.process_trace(part, te, tp)
+    sorted_classes = classify(te, trace.at_arrival, straggler_ms)
+    classes = np.empty(order.size, np.int8)
+    classes[order] = sorted_classes
+    missed = np.empty(order.size, np.int64)
+    missed[order] = trace.at_arrival
+    return StageResult(
+        order=order,
+        arrival_ms=tp,
+        wm_at_arrival=trace.at_arrival,
+        wm_after=trace.after_arrival,
+        classes=classes,
+        wm_missed=missed,
+    )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Piecewise-constant lateness threshold over the arrival key; piece ``k`` starts at ``starts[k]``.
+
+    A row whose arrival key is at or after piece ``k``'s first key (and before piece ``k + 1``'s) is late iff
+    its event time is below ``values[k]``.
+    """
+
+    starts: NDArray[np.intp]  # arrival positions where each piece begins (the first is 0)
+    values: NDArray[np.int64]
+
+
+def label_thresholds(te_sorted: NDArray[np.int64], late_sorted: NDArray[np.bool_]) -> Thresholds:
+    """The fewest pieces whose thresholds reproduce the labels of rows given in arrival order.
+
+    A piece can be extended while one threshold still separates its late rows (event time below it) from
+    its on-time rows (at or above it): ``max(te of late rows) < min(te of on-time rows)``. The threshold is
+    the smallest on-time event time of the piece (or one above the largest late one when all are late).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = label_thresholds(np.array([5, 1, 9, 6, 8]), np.array([False, True, False, True, False]))
+    >>> t.starts.tolist(), t.values.tolist()
+    ([0, 3], [5, 8])
+
+    """
+    n = te_sorted.size
+    starts: list[int] = []
+    values: list[int] = []
+    lo = NO_WATERMARK  # largest late event time in the current piece
+    hi = 2**63 - 1  # smallest on-time event time in the current piece
+    start = 0
+    te_list = te_sorted.tolist()
+    late_list = late_sorted.tolist()
+    for i in range(n):
+        t, is_late = te_list[i], late_list[i]
+        new_lo, new_hi = (max(lo, t), hi) if is_late else (lo, min(hi, t))
+        if new_lo < new_hi:
+            lo, hi = new_lo, new_hi
+            continue
+        starts.append(start)
+        values.append(hi if hi != 2**63 - 1 else lo + 1)
+        start = i
+        lo, hi = (t, 2**63 - 1) if is_late else (NO_WATERMARK, t)
+    if n:
+        starts.append(start)
+        values.append(hi if hi != 2**63 - 1 else lo + 1)
+    return Thresholds(np.array(starts, np.intp), np.array(values, np.int64))
