@@ -1,0 +1,781 @@
+"""``python -m jobs.stream``: windowed aggregates through the adaptive watermark stage, into Delta tables.
+
+A PySpark Structured Streaming job over a landing directory of JSON-lines files (the embedded default). Each
+micro-batch, in ``foreachBatch``:
+
+1. **Validate.** Files are read whole and split into lines (so every record has a file and a line number);
+   each line is parsed and checked with native Spark expressions. Bad records go to the ``quarantine`` table
+   with a reason from :data:`QUARANTINE_REASONS`; the job never crashes on them and never drops them.
+2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
+   line) are collected to the driver as Arrow, put in arrival order (arrival time, file, line) and run
+   through the per-partition generators (:mod:`jobs.stage`). Rows are labelled in Spark with a short
+   ``CASE`` over the compressed lateness thresholds: no row-id join, no Python UDF.
+3. **Windows.** Spark aggregates the on-time rows per (key, window); the driver merges those partials into
+   the open windows and fires those the watermark closed (:mod:`jobs.windows`), into ``aggregates``.
+4. **Late rows** go to ``late_events`` with the watermark they missed and by how much.
+5. **Watermark log**: one row per partition per batch, into ``watermark_log``.
+
+Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.delta_sink.DeltaSink`), and the
+batch's ingestion time, configuration and the stage's state (generator snapshots, open windows) are
+checkpointed per batch under ``CHECKPOINT/stage``, so a batch replayed after a crash recomputes exactly
+the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.delta_sink import DeltaSink
+from jobs.stage import label_thresholds, run_stage
+from jobs.windows import PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
+from watermark.combine import PartitionedWatermark
+from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
+from watermark.evaluate import WindowSpec
+from watermark.timeutil import NO_WATERMARK
+
+log = logging.getLogger("jobs.stream")
+
+#: Why a record is quarantined (the first that applies).
+QUARANTINE_REASONS = (
+    "record_too_long",
+    "empty_record",
+    "malformed_json",
+    "missing_event_id",
+    "missing_key",
+    "missing_event_time",
+    "bad_event_time",
+    "event_time_before_1970",
+    "event_time_in_future",
+    "bad_arrival_time",
+    "arrival_time_before_1970",
+    "missing_value",
+    "bad_value",
+)
+
+#: A CASE with more pieces than this labels rows with a broadcast join of the late rows' keys instead.
+MAX_THRESHOLD_PIECES = 256
+
+AGGREGATES_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("window_start_ms", pa.int64()),
+        ("window_end_ms", pa.int64()),
+        ("count", pa.int64()),
+        ("sum", pa.float64()),
+        ("min", pa.float64()),
+        ("max", pa.float64()),
+        ("trigger_watermark_ms", pa.int64()),
+        ("fire_arrival_ms", pa.int64()),
+        ("trigger_delay_ms", pa.int64()),
+        ("emit_latency_ms", pa.int64()),
+        ("flushed", pa.bool_()),
+        ("revision", pa.int64()),
+        ("late_count", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("config_version", pa.int64()),
+        ("emitted_at_ms", pa.int64()),  # processing time (wall clock)
+    ]
+)
+LATE_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("key", pa.string()),
+        ("partition", pa.string()),
+        ("event_time_ms", pa.int64()),
+        ("arrival_time_ms", pa.int64()),
+        ("value", pa.float64()),
+        ("watermark_ms", pa.int64()),  # the watermark in force when it arrived
+        ("late_by_ms", pa.int64()),  # watermark - event time
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("reconciled", pa.bool_()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("raw", pa.string()),
+        ("reason", pa.string()),
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
+WATERMARK_LOG_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("partition", pa.string()),
+        ("partition_watermark_ms", pa.int64()),
+        ("global_watermark_ms", pa.int64()),
+        ("max_event_time_ms", pa.int64()),
+        ("events", pa.int64()),
+        ("late", pa.int64()),
+        ("stragglers", pa.int64()),
+        ("learned_delay_ms", pa.int64()),
+        ("sensitivity", pa.float64()),
+        ("drifts", pa.int64()),
+        ("holds_back", pa.bool_()),
+        ("active", pa.bool_()),
+        ("strategy", pa.string()),
+        ("config_version", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+        ("processed_at_ms", pa.int64()),  # processing time (wall clock)
+    ]
+)
+TABLES = {
+    "aggregates": AGGREGATES_SCHEMA,
+    "late_events": LATE_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+    "watermark_log": WATERMARK_LOG_SCHEMA,
+}
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Input field names (each renameable by a flag)."""
+
+    event_id: str = "event_id"
+    key: str = "key"
+    partition: str = "partition"
+    event_time: str = "event_time_ms"
+    arrival_time: str = "arrival_time_ms"
+    value: str = "value"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything a run of the job needs."""
+
+    input: str
+    output: str
+    checkpoint: str
+    config: PipelineConfig
+    config_path: str | None = None
+    trigger: str = "available-now"
+    max_files_per_trigger: int | None = None
+    flush_at_end: bool = False
+    fields: Fields = field(default_factory=Fields)
+    future_bound_ms: int = 86_400_000
+    max_record_bytes: int = 1_000_000
+    app_id: str = "jobs.stream"
+    progress: bool = True
+
+
+# -- pure DataFrame transformations ----------------------------------------------------------------------
+def split_records(files: Any) -> Any:
+    """``(file, text)`` rows, one per landing file, to ``(file, line, raw)`` rows, one per record line."""
+    from pyspark.sql import functions as F
+
+    text = F.regexp_replace(F.col("text"), r"(\r?\n)+$", "")
+    return files.select("file", F.posexplode(F.split(text, r"\r?\n")).alias("line", "raw")).withColumn(
+        "line", F.col("line").cast("long")
+    )
+
+
+def parse_records(
+    records: Any, fields: Fields, *, ingest_ms: int, future_bound_ms: int, max_bytes: int
+) -> Any:
+    """Parse and validate record lines; adds typed columns and ``reason`` (null for a valid row)."""
+    from pyspark.sql import functions as F
+
+    raw = F.col("raw")
+    small = F.length(raw) <= max_bytes
+    parsed = records.withColumn("_v", F.when(small, F.try_parse_json(raw)))
+
+    def text(name: str) -> Any:
+        value = F.try_variant_get(F.col("_v"), f"$['{name}']", "string")
+        return F.when(F.trim(value) != "", F.trim(value))
+
+    def epoch_ms(value: Any) -> Any:
+        integral = value.rlike(r"^-?[0-9]+$")
+        return F.when(integral, value.try_cast("long")).otherwise(F.unix_millis(value.try_cast("timestamp")))
+
+    te_text, tp_text, value_text = text(fields.event_time), text(fields.arrival_time), text(fields.value)
+    te = epoch_ms(te_text)
+    tp = F.coalesce(epoch_ms(tp_text), F.when(tp_text.isNull(), F.lit(ingest_ms)))
+    value = value_text.try_cast("double")
+    finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
+    reason = F.coalesce(
+        F.when(~small, F.lit("record_too_long")),
+        F.when(F.trim(raw) == "", F.lit("empty_record")),
+        F.when(F.col("_v").isNull(), F.lit("malformed_json")),
+        F.when(text(fields.event_id).isNull(), F.lit("missing_event_id")),
+        F.when(text(fields.key).isNull(), F.lit("missing_key")),
+        F.when(te_text.isNull(), F.lit("missing_event_time")),
+        F.when(te.isNull(), F.lit("bad_event_time")),
+        F.when(te < 0, F.lit("event_time_before_1970")),
+        F.when(te > F.lit(ingest_ms + future_bound_ms), F.lit("event_time_in_future")),
+        F.when(tp.isNull(), F.lit("bad_arrival_time")),
+        F.when(tp < 0, F.lit("arrival_time_before_1970")),
+        F.when(value_text.isNull(), F.lit("missing_value")),
+        F.when(~finite, F.lit("bad_value")),
+    )
+    return parsed.select(
+        "file",
+        "line",
+        "raw",
+        text(fields.event_id).alias("event_id"),
+        text(fields.key).alias("key"),
+        F.coalesce(text(fields.partition), F.lit("")).alias("partition"),
+        te.alias("event_time_ms"),
+        tp.alias("arrival_time_ms"),
+        value.alias("value"),
+        reason.alias("reason"),
+    )
+
+
+def window_partials(rows: Any, window: WindowSpec) -> Any:
+    """Partial aggregates (count, sum, min, max) of ``rows`` per key and window, aligned to epoch 0."""
+    from pyspark.sql import functions as F
+
+    te = F.col("event_time_ms")
+    step = window.step_ms
+    last_start = te - F.pmod(te, F.lit(step))
+    if window.slide_ms is None or window.slide_ms == window.window_ms:
+        framed = rows.withColumn("window_start_ms", last_start)
+    else:
+        back = (-(-window.window_ms // step) - 1) * step
+        framed = rows.withColumn(
+            "window_start_ms", F.explode(F.sequence(last_start - F.lit(back), last_start, F.lit(step)))
+        ).filter(F.col("window_start_ms") > te - F.lit(window.window_ms))
+    grouped = framed.groupBy("key", "window_start_ms").agg(
+        F.count(F.lit(1)).alias("count"),
+        F.sum("value").alias("sum"),
+        F.min("value").alias("min"),
+        F.max("value").alias("max"),
+    )
+    return grouped.withColumn("window_end_ms", F.col("window_start_ms") + F.lit(window.window_ms)).select(
+        *PARTIAL_SCHEMA.names
+    )
+
+
+def late_expression(keys: pa.Table, order: np.ndarray, late: np.ndarray, te: np.ndarray) -> Any | None:
+    """Spark column ``event_time_ms < threshold(arrival key)`` reproducing the stage's labels, or None.
+
+    ``keys`` are the narrow rows (``arrival_time_ms``, ``file``, ``line``), ``order`` their arrival order,
+    ``late`` and ``te`` per narrow row. None when the thresholds need more than
+    :data:`MAX_THRESHOLD_PIECES` pieces (the caller then joins on the late rows' keys).
+    """
+    from pyspark.sql import functions as F
+
+    th = label_thresholds(te[order], late[order])
+    if th.starts.size > MAX_THRESHOLD_PIECES:
+        return None
+    tp = keys.column("arrival_time_ms").to_numpy()[order]
+    files = keys.column("file").to_pylist()
+    lines = keys.column("line").to_numpy()[order]
+    arrival = F.struct(
+        F.col("arrival_time_ms").cast("long").alias("t"), F.col("file").alias("f"), F.col("line").alias("l")
+    )
+    threshold: Any = None
+    for start, value in zip(th.starts.tolist()[::-1], th.values.tolist()[::-1], strict=True):
+        if start == 0:
+            threshold = F.lit(value) if threshold is None else threshold.otherwise(F.lit(value))
+            break
+        row = int(order[start])
+        bound = F.struct(
+            F.lit(int(tp[start])).cast("long").alias("t"),
+            F.lit(files[row]).alias("f"),
+            F.lit(int(lines[start])).cast("long").alias("l"),
+        )
+        case = arrival >= bound
+        threshold = F.when(case, F.lit(value)) if threshold is None else threshold.when(case, F.lit(value))
+    return F.col("event_time_ms") < threshold
+
+
+# -- per-batch state under the checkpoint ----------------------------------------------------------------
+class StageStore:
+    """Batch-versioned stage state under ``CHECKPOINT/stage``.
+
+    ``batch-N.json`` (ingestion time, configuration) is written before batch N is processed, ``state-N/``
+    (generator snapshots, open windows) after it.
+    """
+
+    keep = 3
+
+    def __init__(self, checkpoint: str) -> None:
+        self.root = Path(checkpoint) / "stage"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _meta_path(self, batch_id: int) -> Path:
+        return self.root / f"batch-{batch_id:012d}.json"
+
+    def batch_meta(self, batch_id: int, config: PipelineConfig) -> tuple[int, PipelineConfig]:
+        """The batch's ingestion time and configuration: fixed at its first attempt, reused on replays."""
+        path = self._meta_path(batch_id)
+        if path.exists():
+            meta = json.loads(path.read_text())
+            return int(meta["ingest_ms"]), PipelineConfig.from_dict(meta["config"])
+        ingest_ms = int(time.time() * 1000)
+        tmp = path.with_name("." + path.name)
+        tmp.write_text(json.dumps({"ingest_ms": ingest_ms, "config": config.to_dict()}))
+        os.replace(tmp, path)
+        return ingest_ms, config
+
+    def _states(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.root.glob("state-*"):
+            if p.is_dir() and (p / "wm.json").exists():
+                out.append((int(p.name.split("-")[1]), p))
+        return sorted(out)
+
+    def latest_batch(self) -> int | None:
+        """Batch id of the newest saved state."""
+        states = self._states()
+        return states[-1][0] if states else None
+
+    def load_before(self, batch_id: int) -> tuple[PartitionedWatermark, pa.Table, int] | None:
+        """State of the newest batch before ``batch_id``: (watermark, open windows, config version)."""
+        candidates = [(b, p) for b, p in self._states() if b < batch_id]
+        if not candidates:
+            return None
+        _, path = candidates[-1]
+        snap = json.loads((path / "wm.json").read_text())
+        open_windows = pq.read_table(path / "open.parquet").cast(PARTIAL_SCHEMA)
+        return (
+            PartitionedWatermark.from_snapshot(snap["watermark"]),
+            open_windows,
+            int(snap["config_version"]),
+        )
+
+    def save(
+        self, batch_id: int, watermark: PartitionedWatermark, open_windows: pa.Table, version: int
+    ) -> None:
+        """Write batch ``batch_id``'s state atomically (a directory renamed into place); keep the last few."""
+        final = self.root / f"state-{batch_id:012d}"
+        tmp = self.root / f".state-{batch_id:012d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / "wm.json").write_text(
+            json.dumps({"watermark": watermark.snapshot(), "config_version": version})
+        )
+        pq.write_table(open_windows, tmp / "open.parquet")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        states = self._states()
+        for _, old in states[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- the foreachBatch handler ----------------------------------------------------------------------------
+@dataclass
+class BatchReport:
+    """What one micro-batch did (for the progress line and tests)."""
+
+    batch_id: int
+    rows: int = 0
+    quarantined: int = 0
+    late: int = 0
+    fired: int = 0
+    open_windows: int = 0
+    watermark_ms: int = NO_WATERMARK
+    config_version: int = 0
+    seconds: float = 0.0
+
+
+class BatchHandler:
+    """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch."""
+
+    def __init__(self, spark: Any, options: JobOptions) -> None:
+        self.spark = spark
+        self.options = options
+        self.sink = DeltaSink(options.output, options.app_id)
+        self.store = StageStore(options.checkpoint)
+        self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
+        self.reports: list[BatchReport] = []
+
+    def _config(self) -> PipelineConfig:
+        if self.watcher is None:
+            return self.options.config
+        change = self.watcher.poll()
+        if change is not None and change.refused_reason:
+            log.warning("configuration refused: %s", change.refused_reason)
+        elif change is not None and change.applied is not None:
+            log.warning("configuration version %d applies from the next batch", change.applied.version)
+        return self.watcher.current
+
+    def __call__(self, files: Any, batch_id: int) -> None:
+        """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
+        started = time.time()
+        ingest_ms, config = self.store.batch_meta(batch_id, self._config())
+        saved = self.store.load_before(batch_id)
+        if saved is None:
+            watermark = PartitionedWatermark(
+                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+            )
+            open_windows, version = empty_partials(), config.version
+        else:
+            watermark, open_windows, version = saved
+        if version != config.version:
+            watermark = watermark.reconfigured(
+                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+            )
+            log.warning(
+                "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
+            )
+        opts = self.options
+        rows = parse_records(
+            split_records(files),
+            opts.fields,
+            ingest_ms=ingest_ms,
+            future_bound_ms=opts.future_bound_ms,
+            max_bytes=opts.max_record_bytes,
+        )
+        narrow_all = rows.select(
+            "file", "line", "reason", "partition", "event_time_ms", "arrival_time_ms"
+        ).toArrow()
+        reasons = narrow_all.column("reason")
+        valid_mask = np.asarray(reasons.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        narrow = narrow_all.filter(pa.array(valid_mask))
+        report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
+        report.quarantined = int((~valid_mask).sum())
+        self._write_quarantine(rows, report.quarantined, batch_id, ingest_ms)
+
+        valid = rows.filter(rows.reason.isNull())
+        if narrow.num_rows:
+            result = run_stage(watermark, narrow, config.straggler_ms)
+            te = narrow.column("event_time_ms").to_numpy()
+            late_expr = late_expression(narrow, result.order, result.late, te) if result.n_late else None
+            late_keys = None
+            if result.n_late and late_expr is None:
+                keys = narrow.select(["file", "line"]).filter(pa.array(result.late))
+                late_keys = self.spark.createDataFrame(keys)
+            on_time = valid
+            if late_expr is not None:
+                on_time = valid.filter(~late_expr)
+            elif late_keys is not None:
+                from pyspark.sql import functions as F
+
+                on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
+            partials = window_partials(on_time, config.window).toArrow()
+            open_windows = merge_partials(open_windows, partials)
+            fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
+            report.late = result.n_late
+            self._write_late(valid, late_expr, late_keys, narrow, result, batch_id, ingest_ms)
+            self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
+        else:
+            fired = flush(empty_partials())
+            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
+            self.sink.append(
+                "watermark_log", WATERMARK_LOG_SCHEMA.empty_table(), batch_id, schema=WATERMARK_LOG_SCHEMA
+            )
+        self.sink.append(
+            "aggregates", _aggregate_rows(fired, batch_id, config.version), batch_id, schema=AGGREGATES_SCHEMA
+        )
+        self.store.save(batch_id, watermark, open_windows, config.version)
+        report.fired = fired.num_rows
+        report.open_windows = open_windows.num_rows
+        report.watermark_ms = watermark.watermark_ms
+        report.seconds = time.time() - started
+        self.reports.append(report)
+        if opts.progress:
+            wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
+            print(
+                f"batch {batch_id}: {report.rows:,} rows, {report.quarantined:,} quarantined, "
+                f"{report.late:,} late, "
+                f"{report.fired:,} windows fired, {report.open_windows:,} open, watermark {wm}, "
+                f"config v{report.config_version}, {report.seconds:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _write_quarantine(self, rows: Any, count: int, batch_id: int, ingest_ms: int) -> None:
+        if count:
+            bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
+            n = bad.num_rows
+            bad = bad.append_column("batch_id", pa.array(np.full(n, batch_id), pa.int64()))
+            bad = bad.append_column("ingested_at_ms", pa.array(np.full(n, ingest_ms), pa.int64()))
+        else:
+            bad = QUARANTINE_SCHEMA.empty_table()
+        self.sink.append("quarantine", bad, batch_id, schema=QUARANTINE_SCHEMA)
+
+    def _write_late(
+        self,
+        valid: Any,
+        late_expr: Any,
+        late_keys: Any,
+        narrow: pa.Table,
+        result: Any,
+        batch_id: int,
+        ingest_ms: int,
+    ) -> None:
+        if not result.n_late:
+            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
+            return
+        cols = ["event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value", "file", "line"]
+        if late_expr is not None:
+            late = valid.filter(late_expr).select(*cols).toArrow()
+        else:
+            late = valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
+        missed = {
+            (f, int(n)): int(w)
+            for f, n, w in zip(
+                narrow.column("file").to_pylist(),
+                narrow.column("line").to_numpy().tolist(),
+                result.wm_missed.tolist(),
+                strict=True,
+            )
+        }
+        wm = np.array(
+            [
+                missed[(f, int(n))]
+                for f, n in zip(late.column("file").to_pylist(), late.column("line").to_pylist(), strict=True)
+            ],
+            np.int64,
+        )
+        te = late.column("event_time_ms").to_numpy()
+        n = late.num_rows
+        table = pa.table(
+            {
+                **{c: late.column(c) for c in cols[:6]},
+                "watermark_ms": wm,
+                "late_by_ms": wm - te,
+                "file": late.column("file"),
+                "line": late.column("line"),
+                "batch_id": np.full(n, batch_id, np.int64),
+                "reconciled": np.zeros(n, bool),
+                "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+            }
+        )
+        self.sink.append("late_events", table, batch_id, schema=LATE_SCHEMA)
+
+    def _write_log(
+        self,
+        watermark: PartitionedWatermark,
+        narrow: pa.Table,
+        result: Any,
+        batch_id: int,
+        config: PipelineConfig,
+        ingest_ms: int,
+    ) -> None:
+        part = np.asarray(narrow.column("partition").to_pylist(), dtype=object)
+        te = narrow.column("event_time_ms").to_numpy()
+        active = set(watermark.active_partitions())
+        rows = []
+        now = int(time.time() * 1000)
+        for key, gen in watermark.generators.items():
+            mine = part == key
+            diag = gen.diagnostics()
+            rows.append(
+                {
+                    "batch_id": batch_id,
+                    "partition": str(key),
+                    "partition_watermark_ms": gen.watermark_ms,
+                    "global_watermark_ms": watermark.watermark_ms,
+                    "max_event_time_ms": int(te[mine].max()) if mine.any() else None,
+                    "events": int(mine.sum()),
+                    "late": int((result.late & mine).sum()),
+                    "stragglers": int(((result.classes == 1) & mine).sum()),
+                    "learned_delay_ms": diag.get("delay_ms"),
+                    "sensitivity": diag.get("sensitivity"),
+                    "drifts": diag.get("drifts"),
+                    "holds_back": key == watermark.holdback_partition,
+                    "active": key in active,
+                    "strategy": config.strategy,
+                    "config_version": config.version,
+                    "ingested_at_ms": ingest_ms,
+                    "processed_at_ms": now,
+                }
+            )
+        self.sink.append(
+            "watermark_log",
+            pa.Table.from_pylist(rows, schema=WATERMARK_LOG_SCHEMA),
+            batch_id,
+            schema=WATERMARK_LOG_SCHEMA,
+        )
+
+
+def _aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
+    n = fired.num_rows
+    now = int(time.time() * 1000)
+    return (
+        pa.table(
+            {
+                **{name: fired.column(name) for name in fired.schema.names},
+                "revision": np.zeros(n, np.int64),
+                "late_count": np.zeros(n, np.int64),
+                "batch_id": np.full(n, batch_id, np.int64),
+                "config_version": np.full(n, version, np.int64),
+                "emitted_at_ms": np.full(n, now, np.int64),
+            }
+        )
+        .select(AGGREGATES_SCHEMA.names)
+        .cast(AGGREGATES_SCHEMA)
+    )
+
+
+# -- running ---------------------------------------------------------------------------------------------
+def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
+    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
+    from pyspark.sql import functions as F
+
+    Path(options.input).mkdir(parents=True, exist_ok=True)
+    reader = spark.readStream.format("text").option("wholetext", "true")
+    if options.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_trigger))
+    files = reader.load(options.input).select(
+        F.col("_metadata.file_path").alias("file"), F.col("value").alias("text")
+    )
+    handler = BatchHandler(spark, options)
+    writer = files.writeStream.foreachBatch(handler).option(
+        "checkpointLocation", str(Path(options.checkpoint) / "query")
+    )
+    if options.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    elif options.trigger.startswith("interval="):
+        writer = writer.trigger(processingTime=options.trigger.split("=", 1)[1])
+    else:
+        msg = f"--trigger must be available-now or interval=<duration>, got {options.trigger!r}"
+        raise ValueError(msg)
+    query = writer.start()
+    query.awaitTermination()
+    if options.flush_at_end:
+        flush_open_windows(options)
+    return handler.reports
+
+
+def flush_open_windows(options: JobOptions) -> int:
+    """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch."""
+    store = StageStore(options.checkpoint)
+    last = store.latest_batch()
+    if last is None:
+        return 0
+    saved = store.load_before(last + 1)
+    assert saved is not None
+    watermark, open_windows, version = saved
+    flushed = flush(open_windows)
+    sink = DeltaSink(options.output, options.app_id + ".flush")
+    sink.append("aggregates", _aggregate_rows(flushed, last, version), last, schema=AGGREGATES_SCHEMA)
+    return flushed.num_rows
+
+
+# -- command line ----------------------------------------------------------------------------------------
+def summarize(output: str) -> dict[str, Any]:
+    """Figures of a finished run read back from its Delta tables."""
+    sink = DeltaSink(output, "jobs.stream.summary")
+    out: dict[str, Any] = {"output": os.path.abspath(output)}
+    agg = sink.read("aggregates") if sink.exists("aggregates") else AGGREGATES_SCHEMA.empty_table()
+    late = sink.read("late_events").num_rows if sink.exists("late_events") else 0
+    quarantined = sink.read("quarantine").num_rows if sink.exists("quarantine") else 0
+    counted = int(np.asarray(agg.column("count").to_numpy()).sum()) if agg.num_rows else 0
+    flushed = np.asarray(agg.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
+    latency = np.asarray(agg.column("emit_latency_ms").to_numpy(zero_copy_only=False), dtype=float)[~flushed]
+    events = counted + late
+    out |= {
+        "events": events,
+        "late": late,
+        "late_pct": round(100.0 * late / events, 4) if events else 0.0,
+        "windows": agg.num_rows,
+        "windows_flushed": int(flushed.sum()),
+        "emit_latency_ms": {
+            "p50": round(float(np.percentile(latency, 50)), 1) if latency.size else None,
+            "p99": round(float(np.percentile(latency, 99)), 1) if latency.size else None,
+        },
+        "quarantined": quarantined,
+        "tables": {name: sink.path(name) for name in TABLES},
+    }
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.stream`` argument parser."""
+    p = argparse.ArgumentParser(prog="python -m jobs.stream", description=__doc__.splitlines()[0])
+    p.add_argument("--input", required=True, help="landing directory of JSON-lines files")
+    p.add_argument("--format", default="json", choices=("json",), help="landing file format")
+    p.add_argument("--output", required=True, help="directory of the Delta tables")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory (query offsets and stage state)")
+    p.add_argument(
+        "--config", help="versioned watermark configuration (JSON); created from the flags if absent"
+    )
+    p.add_argument("--strategy", default="adaptive", help="watermark strategy (without --config)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
+    p.add_argument("--window-ms", type=int, default=1_000)
+    p.add_argument("--slide-ms", type=int)
+    p.add_argument("--late-slo-pct", type=float, default=1.0)
+    p.add_argument("--idle-timeout-ms", type=int)
+    p.add_argument("--trigger", default="available-now", help="available-now or interval=5s")
+    p.add_argument("--max-files-per-trigger", type=int)
+    p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
+    p.add_argument(
+        "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
+    )
+    for name, default in vars(Fields()).items():
+        p.add_argument(
+            f"--{name.replace('_', '-')}-field", default=default, help=f"input field (default {default})"
+        )
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> JobOptions:
+    """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
+    from watermark.registry import parse_settings
+
+    flags = PipelineConfig.from_dict(
+        {
+            "version": 1,
+            "strategy": args.strategy,
+            "params": parse_settings(args.set),
+            "window_ms": args.window_ms,
+            "slide_ms": args.slide_ms,
+            "late_slo_pct": args.late_slo_pct,
+            "idle_timeout_ms": args.idle_timeout_ms,
+        }
+    )
+    config = flags
+    if args.config:
+        if Path(args.config).exists():
+            config = load_config(args.config)
+        else:
+            write_config(args.config, flags)
+    fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
+    return JobOptions(
+        input=args.input,
+        output=args.output,
+        checkpoint=args.checkpoint,
+        config=config,
+        config_path=args.config,
+        trigger=args.trigger,
+        max_files_per_trigger=args.max_files_per_trigger,
+        flush_at_end=args.flush_at_end,
+        fields=fields,
+        future_bound_ms=args.future_bound_ms,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; prints the run's summary as JSON."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from jobs.spark import build_session
+
+    spark = build_session("jobs.stream")
+    try:
+        run_job(spark, options)
+    finally:
+        spark.stop()
+    print(json.dumps(summarize(options.output)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
