@@ -21,7 +21,9 @@ field               type    meaning
 Files are named ``feed-000001.json``, ``feed-000002.json``, ... so that lexical order is arrival order;
 a run into a directory that already holds feed files continues after the highest number. Each file is
 written under a hidden temporary name (``.feed-....tmp``, which Spark's file source ignores) and then
-renamed into place with :func:`os.replace`, so the job never sees a partial file.
+renamed into place with :func:`os.replace`, so the job never sees a partial file. Spark's file source takes
+files oldest first by modification time (in milliseconds): every file gets a modification time at least
+1 ms after the previous one's, so that the order in which the job reads files is their arrival order.
 
 Bad input prints one line ``error: ...`` on standard error and exits with status 2, as ``python -m
 watermark`` does.
@@ -379,6 +381,7 @@ def feed(
 
     lines = _json_lines(table) if fmt == "json" and rows else None
     start = time.monotonic()
+    last_mtime_ns = _newest_mtime_ns(out)
     for k in range(files):
         lo, count = k * rows_per_file, min(rows_per_file, rows - k * rows_per_file)
         final = out / f"{_PREFIX}{first_number + k:0{_DIGITS}d}.{fmt}"
@@ -390,6 +393,8 @@ def feed(
                 _write_table(table.slice(lo, count), temporary, fmt)
             if pace == "realtime":
                 _sleep_until(start + (int(tp_ms[lo]) - int(tp_ms[0])) / 1000.0 / speed)
+            last_mtime_ns = max(time.time_ns(), last_mtime_ns + 1_000_000)
+            os.utime(temporary, ns=(last_mtime_ns, last_mtime_ns))
             os.replace(temporary, final)
         finally:
             temporary.unlink(missing_ok=True)
@@ -428,6 +433,12 @@ def _normalise(records: pa.Table) -> pa.Table:
         msg = "the records' value column holds NaN or infinite values, which JSON cannot carry"
         raise ValueError(msg)
     return table
+
+
+def _newest_mtime_ns(out: Path) -> int:
+    """Latest modification time among the directory's feed files (0 when there are none)."""
+    times = [p.stat().st_mtime_ns for p in out.iterdir() if p.name.startswith(_PREFIX)]
+    return max(times, default=0)
 
 
 def _highest_number(out: Path) -> int:

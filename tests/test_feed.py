@@ -357,3 +357,16 @@ def test_the_iot_sample_feeds_all_its_rows(tmp_path, capsys):
     assert (arrivals[0], arrivals[-1]) == (summary["first_arrival_ms"], summary["last_arrival_ms"])
     assert table.column("partition").to_pylist() == table.column("key").to_pylist()
     assert len(set(table.column("partition").to_pylist())) > 1
+
+
+def test_files_get_strictly_increasing_modification_times_a_millisecond_apart(tmp_path):
+    from jobs.feed import feed, records_from_synthetic
+
+    feed(records_from_synthetic(5_000), tmp_path, rows_per_file=100)
+    feed(
+        records_from_synthetic(1_000, seed=1), tmp_path, rows_per_file=100
+    )  # a second run continues the order
+    files = sorted(p for p in tmp_path.iterdir() if p.name.startswith("feed-"))
+    mtimes = [p.stat().st_mtime_ns // 1_000_000 for p in files]  # Spark compares milliseconds
+    assert len(files) == 60
+    assert all(b > a for a, b in zip(mtimes, mtimes[1:], strict=False))

@@ -1,0 +1,187 @@
+"""The streaming job on local Spark: conservation, bad input, replay parity, batch-size invariance."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jobs.delta_sink import DeltaSink
+from jobs.feed import feed, records_from_file
+from jobs.stream import QUARANTINE_REASONS, JobOptions, run_job
+from watermark.config import PipelineConfig
+from watermark.evaluate import WindowSpec, replay
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[1]
+IOT = ROOT / "samples" / "ooo-iot-d1.csv"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from jobs.spark import build_session
+
+    session = build_session("tests", master="local[2]", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+def config(strategy="periodic", params=None, window_ms=1_000, version=1):
+    return PipelineConfig.from_dict(
+        {"version": version, "strategy": strategy, "params": params or {}, "window_ms": window_ms}
+    )
+
+
+def run(spark, tmp, inp, cfg, **kw):
+    opts = JobOptions(
+        input=str(inp), output=str(tmp / "out"), checkpoint=str(tmp / "ck"), config=cfg, progress=False, **kw
+    )
+    reports = run_job(spark, opts)
+    return DeltaSink(opts.output, "test-reader"), reports
+
+
+def iot_records(rows):
+    rec = records_from_file(
+        IOT,
+        event_time="S.Client.Detection.Time",
+        arrival_time="S.Message.received.time.ms",
+        partition="S.Device.ID",
+        delimiter=";",
+    )
+    return rec.slice(0, rows)
+
+
+def write_lines(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def good(i, te, tp, key="k", part="p", value=1.0):
+    return json.dumps(
+        {
+            "event_id": str(i),
+            "key": key,
+            "partition": part,
+            "event_time_ms": te,
+            "arrival_time_ms": tp,
+            "value": value,
+        }
+    )
+
+
+def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_for(spark, tmp_path):
+    base = 1_600_000_000_000
+    lines = [good(i, base + 10 * i, base + 10 * i + 5) for i in range(50)]
+    lines += [
+        "{not json",
+        "",
+        json.dumps({"key": "k", "event_time_ms": base, "value": 1}),  # no event_id
+        json.dumps({"event_id": "x1", "event_time_ms": base, "value": 1}),  # no key
+        json.dumps({"event_id": "x2", "key": "k", "value": 1}),  # no event time
+        json.dumps({"event_id": "x3", "key": "k", "event_time_ms": "yesterday", "value": 1}),
+        json.dumps({"event_id": "x4", "key": "k", "event_time_ms": -5, "value": 1}),
+        json.dumps(
+            {"event_id": "x5", "key": "k", "event_time_ms": 4_102_444_800_000, "value": 1}
+        ),  # year 2100
+        json.dumps(
+            {"event_id": "x6", "key": "k", "event_time_ms": base, "arrival_time_ms": "soon", "value": 1}
+        ),
+        json.dumps({"event_id": "x7", "key": "k", "event_time_ms": base, "value": "many"}),
+        json.dumps({"event_id": "x8", "key": "k", "event_time_ms": base}),  # no value
+        json.dumps({"event_id": "x9", "key": "k", "event_time_ms": base, "value": 1, "pad": "x" * 1_100_000}),
+        json.dumps({"event_id": None, "key": "k", "event_time_ms": base, "value": 1}),  # null id
+        json.dumps(
+            {
+                "event_id": "ok-iso",
+                "key": "k",
+                "partition": "p",
+                "event_time_ms": "2020-09-13T12:26:40Z",
+                "arrival_time_ms": base + 600,
+                "value": 2.5,
+            }
+        ),
+    ]
+    write_lines(tmp_path / "in" / "a.json", lines[:30])
+    write_lines(tmp_path / "in" / "b.json", lines[30:])
+    sink, reports = run(
+        spark, tmp_path, tmp_path / "in", config(params={"delay_ms": 0, "period_ms": 10}), flush_at_end=True
+    )
+    quarantine = sink.read("quarantine").to_pylist()
+    reasons = sorted(r["reason"] for r in quarantine)
+    assert reasons == sorted(
+        [
+            "malformed_json",
+            "empty_record",
+            "missing_event_id",
+            "missing_key",
+            "missing_event_time",
+            "bad_event_time",
+            "event_time_before_1970",
+            "event_time_in_future",
+            "bad_arrival_time",
+            "bad_value",
+            "missing_value",
+            "record_too_long",
+            "missing_event_id",
+        ]
+    )
+    assert set(reasons) <= set(QUARANTINE_REASONS)
+    assert all(r["raw"] is not None and r["file"].endswith(".json") for r in quarantine)
+    # Conservation: 51 valid rows are each in exactly one aggregate count or in late_events.
+    agg = sink.read("aggregates")
+    late = sink.read("late_events")
+    assert int(np.sum(agg.column("count").to_numpy())) + late.num_rows == 51
+    assert sum(r.quarantined for r in reports) == 13
+
+
+def test_job_matches_the_library_replay_on_a_real_stream(spark, tmp_path):
+    records = iot_records(3_000)
+    feed(records, tmp_path / "in", rows_per_file=500)
+    params = {"delay_ms": 100, "period_ms": 50}
+    sink, _ = run(spark, tmp_path, tmp_path / "in", config(params=params), flush_at_end=True)
+    expected = replay(
+        records.column("event_time_ms").to_numpy(),
+        records.column("arrival_time_ms").to_numpy(),
+        strategy="periodic",
+        params=params,
+        window=WindowSpec(1_000),
+        partition=np.asarray(records.column("partition").to_pylist(), dtype=object),
+        key=np.asarray(records.column("key").to_pylist(), dtype=object),
+    )
+    ids = np.asarray(records.column("event_id").to_pylist(), dtype=object)
+    late = sink.read("late_events")
+    assert sorted(late.column("event_id").to_pylist()) == sorted(ids[expected.late_rows].tolist())
+    assert late.num_rows > 0
+    agg = sink.read("aggregates").to_pylist()
+    got = {(r["key"], r["window_start_ms"]): (r["count"], r["trigger_watermark_ms"]) for r in agg}
+    w = expected.windows
+    want = {
+        (expected.keys[k], int(s)): (int(c), int(t) if f else None)
+        for k, s, c, f, t in zip(w.key, w.start_ms, w.count, w.fired, w.fire_wm_ms, strict=True)
+    }
+    assert got == want
+
+
+PROCESSING_TIME = {"emitted_at_ms", "processed_at_ms", "ingested_at_ms", "batch_id", "file", "line"}
+
+
+def stable(table: pa.Table, order):
+    keep = [c for c in table.schema.names if c not in PROCESSING_TIME]
+    return table.select(keep).sort_by([(c, "ascending") for c in order]).to_pylist()
+
+
+def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_path):
+    records = iot_records(2_000)
+    feed(records, tmp_path / "in", rows_per_file=250)
+    cfg = config("sliding", {})
+    one, rep_one = run(
+        spark, tmp_path / "one", tmp_path / "in", cfg, max_files_per_trigger=1, flush_at_end=True
+    )
+    all_, rep_all = run(spark, tmp_path / "all", tmp_path / "in", cfg, flush_at_end=True)
+    assert len(rep_one) == 8 and len(rep_all) == 1
+    assert stable(one.read("aggregates"), ["window_start_ms", "key"]) == stable(
+        all_.read("aggregates"), ["window_start_ms", "key"]
+    )
+    assert stable(one.read("late_events"), ["event_id"]) == stable(all_.read("late_events"), ["event_id"])
