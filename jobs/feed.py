@@ -61,6 +61,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from watermark.cli import EXIT_BAD_INPUT, OneLineParser, delimiter_arg
+
 __all__ = [
     "FIELDS",
     "FORMATS",
@@ -71,7 +73,6 @@ __all__ = [
     "records_from_synthetic",
 ]
 
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 FORMATS = ("json", "csv", "parquet")
@@ -501,20 +502,6 @@ def _utc(ms: int) -> str:
 # Command line.
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, exit 2, as for bad input
-        self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
-
-
-def _delimiter(text: str) -> str:
-    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
-    value = named.get(text, text)
-    if len(value) != 1:
-        msg = f"the delimiter must be one character (or tab, comma, semicolon, pipe), got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
 _FILE_FLAGS = {
     "event_time": "--event-time",
     "arrival_time": "--arrival-time",
@@ -537,14 +524,14 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; its errors print one line and exit with status 2.
 
     """
-    parser = _Parser(prog="python -m jobs.feed", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m jobs.feed", description=__doc__.splitlines()[0])
     source = parser.add_argument_group("recorded source (INPUT)")
     source.add_argument(
         "input", nargs="?", metavar="INPUT", help="CSV or Parquet file of the recorded stream"
     )
     source.add_argument("--event-time", metavar="COL", help="event-time column (name, or index)")
     source.add_argument("--arrival-time", metavar="COL", help="arrival-time column")
-    source.add_argument("--delimiter", type=_delimiter, help="CSV field separator (default ,)")
+    source.add_argument("--delimiter", type=delimiter_arg, help="CSV field separator (default ,)")
     source.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is an index")
     source.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), help="default epoch_ms")
     source.add_argument("--partition", metavar="COL", help="source-partition column")

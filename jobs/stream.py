@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from jobs.delta_sink import DeltaSink
 from jobs.stage import label_thresholds, run_stage
-from jobs.windows import PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
+from jobs.windows import FIRED_SCHEMA, PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
 from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
 from watermark.evaluate import WindowSpec
@@ -70,18 +70,7 @@ MAX_THRESHOLD_PIECES = 256
 
 AGGREGATES_SCHEMA = pa.schema(
     [
-        ("key", pa.string()),
-        ("window_start_ms", pa.int64()),
-        ("window_end_ms", pa.int64()),
-        ("count", pa.int64()),
-        ("sum", pa.float64()),
-        ("min", pa.float64()),
-        ("max", pa.float64()),
-        ("trigger_watermark_ms", pa.int64()),
-        ("fire_arrival_ms", pa.int64()),
-        ("trigger_delay_ms", pa.int64()),
-        ("emit_latency_ms", pa.int64()),
-        ("flushed", pa.bool_()),
+        *FIRED_SCHEMA,  # key, window, count, sum, min, max, trigger watermark, fire arrival, delay, latency
         ("revision", pa.int64()),
         ("late_count", pa.int64()),
         ("batch_id", pa.int64()),
@@ -694,7 +683,9 @@ def summarize(output: str) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.stream`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m jobs.stream", description=__doc__.splitlines()[0])
+    from watermark.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m jobs.stream", description=__doc__.splitlines()[0])
     p.add_argument("--input", required=True, help="landing directory of JSON-lines files")
     p.add_argument("--format", default="json", choices=("json",), help="landing file format")
     p.add_argument("--output", required=True, help="directory of the Delta tables")

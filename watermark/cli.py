@@ -16,12 +16,16 @@ from typing import Any
 EXIT_BAD_INPUT = 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, exit 2, as for bad input
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line and exit status 2, like bad input."""
+
+    def error(self, message: str) -> Any:
+        """Print ``error: ...`` on one line and exit 2."""
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _delimiter(text: str) -> str:
+def delimiter_arg(text: str) -> str:
+    """Parse a ``--delimiter`` value: one character, or tab, comma, semicolon, pipe."""
     named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
     value = named.get(text, text)
     if len(value) != 1:
@@ -34,7 +38,7 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="INPUT", help="CSV or Parquet file of the recorded stream")
     p.add_argument("--event-time", required=True, metavar="COL", help="event-time column (name, or index)")
     p.add_argument("--arrival-time", required=True, metavar="COL", help="arrival-time column")
-    p.add_argument("--delimiter", type=_delimiter, default=",", help="CSV field separator (default ,)")
+    p.add_argument("--delimiter", type=delimiter_arg, default=",", help="CSV field separator (default ,)")
     p.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is a 0-based index")
     p.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), default="epoch_ms")
     p.add_argument("--partition", metavar="COL", help="source partition column: one generator per partition")
@@ -62,8 +66,8 @@ def _window_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m watermark`` argument parser."""
-    parser = _Parser(prog="python -m watermark", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="python -m watermark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     rp = sub.add_parser("replay", help="replay a recorded stream through one strategy and report")
     _add_input_flags(rp)
