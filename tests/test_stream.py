@@ -1,6 +1,7 @@
 """The streaming job on local Spark: conservation, bad input, replay parity, batch-size invariance."""
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +186,51 @@ def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_pa
         all_.read("aggregates"), ["window_start_ms", "key"]
     )
     assert stable(one.read("late_events"), ["event_id"]) == stable(all_.read("late_events"), ["event_id"])
+
+
+def test_a_new_configuration_version_applies_at_a_batch_boundary_without_restart(spark, tmp_path):
+    import threading
+
+    from jobs.stream import run_job
+    from watermark.config import load_config, write_config
+
+    records = iot_records(2_000)
+    inp = tmp_path / "in"
+    feed(records.slice(0, 1_000), inp, rows_per_file=500)
+    cfg_path = tmp_path / "watermark.json"
+    write_config(cfg_path, config(params={"delay_ms": 100}))
+    opts = JobOptions(
+        input=str(inp),
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        config=load_config(cfg_path),
+        config_path=str(cfg_path),
+        trigger="interval=500 milliseconds",
+        max_files_per_trigger=1,
+        progress=False,
+    )
+    worker = threading.Thread(target=run_job, args=(spark, opts), daemon=True)
+    worker.start()
+    stage = tmp_path / "ck" / "stage"
+
+    def wait_for(predicate, seconds=120):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.2)
+        msg = "timed out waiting for the streaming job"
+        raise AssertionError(msg)
+
+    wait_for(lambda: (stage / "state-000000000001").exists())
+    write_config(cfg_path, config("adaptive", {"warmup": 100, "heartbeat_ms": 200}, version=2))
+    feed(records.slice(1_000, 1_000), inp, rows_per_file=500)
+    wait_for(lambda: (stage / "state-000000000003").exists())
+    for query in spark.streams.active:
+        query.stop()
+    worker.join(timeout=60)
+
+    log = DeltaSink(opts.output, "r").read("watermark_log").to_pylist()
+    versions = {row["batch_id"]: (row["config_version"], row["strategy"]) for row in log}
+    assert versions[0] == (1, "periodic") and versions[1] == (1, "periodic")
+    assert versions[3] == (2, "adaptive")
