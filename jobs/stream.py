@@ -65,6 +65,8 @@ QUARANTINE_REASONS = (
     "bad_value",
 )
 
+_CORRUPT = "__corrupt_record__"
+
 #: A CASE with more pieces than this labels rows with a broadcast join of the late rows' keys instead.
 MAX_THRESHOLD_PIECES = 256
 
@@ -181,14 +183,19 @@ def parse_records(
 ) -> Any:
     """Parse and validate record lines; adds typed columns and ``reason`` (null for a valid row)."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     raw = F.col("raw")
     small = F.length(raw) <= max_bytes
-    parsed = records.withColumn("_v", F.when(small, F.try_parse_json(raw)))
+    names = list(dict.fromkeys(vars(fields).values()))
+    schema = T.StructType([T.StructField(n, T.StringType()) for n in [*names, _CORRUPT]])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    # Every field as text (numbers keep their digits), so types are checked here, with a reason.
+    parsed = records.withColumn("_j", F.when(small, F.from_json(raw, schema, options)))
 
     def text(name: str) -> Any:
-        value = F.try_variant_get(F.col("_v"), f"$['{name}']", "string")
-        return F.when(F.trim(value) != "", F.trim(value))
+        value = F.trim(F.col("_j").getField(name))
+        return F.when(value != "", value)
 
     def epoch_ms(value: Any) -> Any:
         integral = value.rlike(r"^-?[0-9]+$")
@@ -202,7 +209,7 @@ def parse_records(
     reason = F.coalesce(
         F.when(~small, F.lit("record_too_long")),
         F.when(F.trim(raw) == "", F.lit("empty_record")),
-        F.when(F.col("_v").isNull(), F.lit("malformed_json")),
+        F.when(F.col("_j").isNull() | F.col("_j").getField(_CORRUPT).isNotNull(), F.lit("malformed_json")),
         F.when(text(fields.event_id).isNull(), F.lit("missing_event_id")),
         F.when(text(fields.key).isNull(), F.lit("missing_key")),
         F.when(te_text.isNull(), F.lit("missing_event_time")),
@@ -375,6 +382,13 @@ class BatchReport:
     watermark_ms: int = NO_WATERMARK
     config_version: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
+
+    def mark(self, phase: str, since: float) -> float:
+        """Add the time since ``since`` to ``phase``; returns now."""
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - since
+        return now
 
 
 class BatchHandler:
@@ -424,7 +438,24 @@ class BatchHandler:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_bytes=opts.max_record_bytes,
-        )
+        ).persist()  # parsed once, read by the batch's few actions, dropped at its end
+        try:
+            self._process(rows, batch_id, ingest_ms, config, watermark, open_windows, started)
+        finally:
+            rows.unpersist()
+
+    def _process(
+        self,
+        rows: Any,
+        batch_id: int,
+        ingest_ms: int,
+        config: PipelineConfig,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        started: float,
+    ) -> None:
+        opts = self.options
+        tick = time.perf_counter()
         narrow_all = rows.select(
             "file", "line", "reason", "partition", "event_time_ms", "arrival_time_ms"
         ).toArrow()
@@ -432,12 +463,15 @@ class BatchHandler:
         valid_mask = np.asarray(reasons.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         narrow = narrow_all.filter(pa.array(valid_mask))
         report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
+        tick = report.mark("collect", tick)
         report.quarantined = int((~valid_mask).sum())
         self._write_quarantine(rows, report.quarantined, batch_id, ingest_ms)
+        tick = report.mark("quarantine", tick)
 
         valid = rows.filter(rows.reason.isNull())
         if narrow.num_rows:
             result = run_stage(watermark, narrow, config.straggler_ms)
+            tick = report.mark("stage", tick)
             te = narrow.column("event_time_ms").to_numpy()
             late_expr = late_expression(narrow, result.order, result.late, te) if result.n_late else None
             late_keys = None
@@ -451,11 +485,15 @@ class BatchHandler:
                 from pyspark.sql import functions as F
 
                 on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
+            tick = report.mark("label", tick)
             partials = window_partials(on_time, config.window).toArrow()
+            tick = report.mark("partials", tick)
             open_windows = merge_partials(open_windows, partials)
             fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
+            tick = report.mark("windows", tick)
             report.late = result.n_late
             self._write_late(valid, late_expr, late_keys, narrow, result, batch_id, ingest_ms)
+            tick = report.mark("late", tick)
             self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
         else:
             fired = flush(empty_partials())
@@ -467,6 +505,7 @@ class BatchHandler:
             "aggregates", _aggregate_rows(fired, batch_id, config.version), batch_id, schema=AGGREGATES_SCHEMA
         )
         self.store.save(batch_id, watermark, open_windows, config.version)
+        report.mark("write", tick)
         report.fired = fired.num_rows
         report.open_windows = open_windows.num_rows
         report.watermark_ms = watermark.watermark_ms

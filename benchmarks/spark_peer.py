@@ -1,0 +1,238 @@
+"""This job (periodic, adaptive) against Spark's native ``withWatermark`` + ``window`` aggregation.
+
+    python benchmarks/spark_peer.py --events 2000000 --json
+
+One process, one SparkSession (``local[*]``, ``spark.sql.shuffle.partitions`` = cores for every run), the
+same synthetic input (8 partitions, 1,000 keys) fed as JSON-lines landing files, read one file per
+micro-batch by all three runs, 1 s tumbling windows, every run writing through the same Delta writer
+(:class:`jobs.delta_sink.DeltaSink`):
+
+* ``job_periodic``: ``jobs.stream`` with the periodic watermark (bounded delay ``--delay-ms``);
+* ``job_adaptive``: ``jobs.stream`` with the adaptive watermark (heartbeat 200 ms);
+* ``native``: ``withWatermark(delay)`` + ``groupBy(window(1 s), key)`` in append mode, ``foreachBatch``.
+
+For each it prints events/s (input events over the query's wall time), late % (native: rows Spark dropped
+by the watermark), and emit latency p50/p99 measured alike for all three: the ingestion clock (latest
+arrival time read) at the end of the batch that emitted the window, minus the window's end. For the job it
+also prints the stage's own per-tuple emit latency. ``ratio_periodic_to_native`` is the job's events/s
+(periodic) over native's; the target is at least 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from jobs.delta_sink import DeltaSink  # noqa: E402
+from jobs.feed import feed, records_from_synthetic  # noqa: E402
+from jobs.spark import build_session  # noqa: E402
+from jobs.stream import JobOptions, run_job  # noqa: E402
+from watermark.config import PipelineConfig  # noqa: E402
+
+NATIVE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("window_start_ms", pa.int64()),
+        ("window_end_ms", pa.int64()),
+        ("count", pa.int64()),
+        ("sum", pa.float64()),
+        ("min", pa.float64()),
+        ("max", pa.float64()),
+        ("batch_id", pa.int64()),
+    ]
+)
+
+
+def quantiles(values: np.ndarray) -> dict[str, float | None]:
+    if values.size == 0:
+        return {"p50": None, "p99": None}
+    return {
+        "p50": round(float(np.percentile(values, 50)), 1),
+        "p99": round(float(np.percentile(values, 99)), 1),
+    }
+
+
+def batch_clock(landing: Path) -> np.ndarray:
+    """Ingestion clock at the end of batch b (one file per batch): the latest arrival time in files 0..b."""
+    latest = []
+    for path in sorted(landing.glob("feed-*.json")):
+        last_line = path.read_text().rstrip("\n").rsplit("\n", 1)[-1]
+        latest.append(json.loads(last_line)["arrival_time_ms"])
+    return np.maximum.accumulate(np.array(latest, np.int64))
+
+
+def run_ours(spark, landing: Path, work: Path, strategy: str, params: dict, events: int, clock: np.ndarray):
+    cfg = PipelineConfig.from_dict({"version": 1, "strategy": strategy, "params": params, "window_ms": 1_000})
+    opts = JobOptions(
+        input=str(landing),
+        output=str(work / "out"),
+        checkpoint=str(work / "ck"),
+        config=cfg,
+        max_files_per_trigger=1,
+        progress=False,
+    )
+    start = time.perf_counter()
+    reports = run_job(spark, opts)
+    elapsed = time.perf_counter() - start
+    sink = DeltaSink(opts.output, "bench")
+    agg = sink.read("aggregates")
+    late = sink.read("late_events").num_rows
+    fired = ~np.asarray(agg.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
+    end = agg.column("window_end_ms").to_numpy()[fired]
+    batch = agg.column("batch_id").to_numpy()[fired]
+    stage = np.asarray(agg.column("emit_latency_ms").to_numpy(zero_copy_only=False), dtype=float)[fired]
+    return {
+        "events_per_s": round(events / elapsed),
+        "seconds": round(elapsed, 2),
+        "batches": len(reports),
+        "late_pct": round(100.0 * late / events, 3),
+        "windows": int(fired.sum()),
+        "emit_latency_ms": quantiles(clock[batch] - end),
+        "stage_emit_latency_ms": quantiles(stage),
+    }
+
+
+def run_native(spark, landing: Path, work: Path, delay_ms: int, events: int, clock: np.ndarray):
+    from pyspark.sql import functions as F
+
+    sink = DeltaSink(work / "out", "native")
+    schema = "event_id STRING, key STRING, partition STRING, event_time_ms LONG, arrival_time_ms LONG, value DOUBLE"
+    stream = (
+        spark.readStream.format("json")
+        .schema(schema)
+        .option("maxFilesPerTrigger", "1")
+        .load(str(landing))
+        .withColumn("ts", F.timestamp_millis("event_time_ms"))
+        .withWatermark("ts", f"{delay_ms} milliseconds")
+        .groupBy(F.window("ts", "1 second"), "key")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+        )
+        .select(
+            "key",
+            F.unix_millis(F.col("window.start")).alias("window_start_ms"),
+            F.unix_millis(F.col("window.end")).alias("window_end_ms"),
+            "count",
+            "sum",
+            "min",
+            "max",
+        )
+    )
+
+    def write(df, batch_id):
+        table = df.toArrow()
+        table = table.append_column("batch_id", pa.array(np.full(table.num_rows, batch_id), pa.int64()))
+        sink.append("aggregates", table, batch_id, schema=NATIVE_SCHEMA)
+
+    start = time.perf_counter()
+    query = (
+        stream.writeStream.outputMode("append")
+        .foreachBatch(write)
+        .option("checkpointLocation", str(work / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    dropped = sum(op.numRowsDroppedByWatermark for p in query.recentProgress for op in p.stateOperators)
+    agg = sink.read("aggregates")
+    end = agg.column("window_end_ms").to_numpy()
+    batch = agg.column("batch_id").to_numpy()
+    return {
+        "events_per_s": round(events / elapsed),
+        "seconds": round(elapsed, 2),
+        "late_pct": round(100.0 * dropped / events, 3),
+        "windows": agg.num_rows,
+        # Append mode emits the last windows in batches with no new file: their clock is the last file's.
+        "emit_latency_ms": quantiles(clock[np.minimum(batch, clock.size - 1)] - end),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--files", type=int, default=10, help="landing files = micro-batches")
+    parser.add_argument("--delay-ms", type=int, default=500, help="bounded delay of periodic and native")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="spark-peer-"))
+    try:
+        landing = work / "landing"
+        records = records_from_synthetic(args.events, seed=args.seed, partitions=8, keys=1_000)
+        feed(records, landing, rows_per_file=-(-args.events // args.files))
+        clock = batch_clock(landing)
+        spark = build_session("spark_peer")
+        cores = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        print(
+            f"input: {args.events:,} events in {args.files} files; shuffle partitions {cores}",
+            file=sys.stderr,
+        )
+        # Warm the JVM and Python workers on a small copy so that no run pays the first-query cost.
+        warm = work / "warm"
+        feed(records.slice(0, 20_000), warm / "landing", rows_per_file=10_000)
+        run_ours(
+            spark,
+            warm / "landing",
+            warm / "ours",
+            "periodic",
+            {"delay_ms": 500},
+            20_000,
+            batch_clock(warm / "landing"),
+        )
+        run_native(spark, warm / "landing", warm / "native", 500, 20_000, batch_clock(warm / "landing"))
+
+        results = {}
+        results["job_periodic"] = run_ours(
+            spark,
+            landing,
+            work / "periodic",
+            "periodic",
+            {"delay_ms": args.delay_ms, "period_ms": 200},
+            args.events,
+            clock,
+        )
+        print(f"job_periodic {results['job_periodic']}", file=sys.stderr)
+        results["job_adaptive"] = run_ours(
+            spark,
+            landing,
+            work / "adaptive",
+            "adaptive",
+            {"warmup": 1_000, "heartbeat_ms": 200},
+            args.events,
+            clock,
+        )
+        print(f"job_adaptive {results['job_adaptive']}", file=sys.stderr)
+        results["native"] = run_native(spark, landing, work / "native", args.delay_ms, args.events, clock)
+        print(f"native {results['native']}", file=sys.stderr)
+        spark.stop()
+        out = {
+            "events": args.events,
+            "micro_batches": args.files,
+            "shuffle_partitions": cores,
+            **results,
+            "ratio_periodic_to_native": round(
+                results["job_periodic"]["events_per_s"] / results["native"]["events_per_s"], 3
+            ),
+        }
+        print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
