@@ -106,7 +106,14 @@ def run_native(spark, landing: Path, work: Path, delay_ms: int, events: int, clo
     from pyspark.sql import functions as F
 
     sink = DeltaSink(work / "out", "native")
-    schema = "event_id STRING, key STRING, partition STRING, event_time_ms LONG, arrival_time_ms LONG, value DOUBLE"
+    fields = [
+        "event_id STRING",
+        "key STRING",
+        "partition STRING",
+        "event_time_ms LONG",
+        "arrival_time_ms LONG",
+    ]
+    schema = ", ".join([*fields, "value DOUBLE"])
     stream = (
         spark.readStream.format("json")
         .schema(schema)
