@@ -37,20 +37,10 @@ from jobs.delta_sink import DeltaSink  # noqa: E402
 from jobs.feed import feed, records_from_synthetic  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
 from jobs.stream import JobOptions, run_job  # noqa: E402
+from jobs.windows import PARTIAL_SCHEMA  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 
-NATIVE_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("window_start_ms", pa.int64()),
-        ("window_end_ms", pa.int64()),
-        ("count", pa.int64()),
-        ("sum", pa.float64()),
-        ("min", pa.float64()),
-        ("max", pa.float64()),
-        ("batch_id", pa.int64()),
-    ]
-)
+NATIVE_SCHEMA = pa.schema([*PARTIAL_SCHEMA, ("batch_id", pa.int64())])
 
 
 def quantiles(values: np.ndarray) -> dict[str, float | None]:
