@@ -3,7 +3,7 @@
 A PySpark Structured Streaming job over a landing directory of JSON-lines files (the embedded default). Each
 micro-batch, in ``foreachBatch``:
 
-1. **Validate.** Files are read whole and split into lines (so every record has a file and a line number);
+1. **Validate.** Landing files are read line by line (every record keeps its file and line number);
    each line is parsed and checked with native Spark expressions. Bad records go to the ``quarantine`` table
    with a reason from :data:`QUARANTINE_REASONS`; the job never crashes on them and never drops them.
 2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
@@ -168,14 +168,23 @@ class JobOptions:
 
 
 # -- pure DataFrame transformations ----------------------------------------------------------------------
-def split_records(files: Any) -> Any:
-    """``(file, text)`` rows, one per landing file, to ``(file, line, raw)`` rows, one per record line."""
+def number_lines(lines: Any) -> Any:
+    """``(file, raw)`` rows of the text source to ``(file, line, raw)``: ``line`` orders a file's lines.
+
+    ``monotonically_increasing_id`` increases along each file, since the file source reads a landing file
+    (smaller than ``spark.sql.files.maxPartitionBytes``, 128 MB by default) in one task, in order; the
+    same files give the same ids in every action and on replay. :func:`line_numbers` turns the ids into
+    0-based line numbers.
+    """
     from pyspark.sql import functions as F
 
-    text = F.regexp_replace(F.col("text"), r"(\r?\n)+$", "")
-    return files.select("file", F.posexplode(F.split(text, r"\r?\n")).alias("line", "raw")).withColumn(
-        "line", F.col("line").cast("long")
-    )
+    return lines.select("file", F.monotonically_increasing_id().alias("line"), "raw")
+
+
+def line_numbers(files: list[Any], ids: np.ndarray, first_id: dict[Any, int]) -> np.ndarray:
+    """0-based line numbers from :func:`number_lines` ids, given each file's first id."""
+    base = np.array([first_id[f] for f in files], np.int64)
+    return np.asarray(ids, np.int64) - base
 
 
 def parse_records(
@@ -278,19 +287,24 @@ def late_expression(keys: pa.Table, order: np.ndarray, late: np.ndarray, te: np.
     arrival = F.struct(
         F.col("arrival_time_ms").cast("long").alias("t"), F.col("file").alias("f"), F.col("line").alias("l")
     )
-    threshold: Any = None
-    for start, value in zip(th.starts.tolist()[::-1], th.values.tolist()[::-1], strict=True):
-        if start == 0:
-            threshold = F.lit(value) if threshold is None else threshold.otherwise(F.lit(value))
-            break
-        row = int(order[start])
-        bound = F.struct(
-            F.lit(int(tp[start])).cast("long").alias("t"),
+    starts, values = th.starts.tolist(), th.values.tolist()
+
+    def bound(k: int) -> Any:
+        row = int(order[starts[k]])
+        return F.struct(
+            F.lit(int(tp[starts[k]])).cast("long").alias("t"),
             F.lit(files[row]).alias("f"),
-            F.lit(int(lines[start])).cast("long").alias("l"),
+            F.lit(int(lines[starts[k]])).cast("long").alias("l"),
         )
-        case = arrival >= bound
-        threshold = F.when(case, F.lit(value)) if threshold is None else threshold.when(case, F.lit(value))
+
+    def tree(lo: int, hi: int) -> Any:
+        """Threshold of pieces lo..hi-1 as a balanced CASE: log2(pieces) comparisons per row."""
+        if hi - lo == 1:
+            return F.lit(values[lo])
+        mid = (lo + hi) // 2
+        return F.when(arrival >= bound(mid), tree(mid, hi)).otherwise(tree(lo, mid))
+
+    threshold = tree(0, len(starts))
     return F.col("event_time_ms") < threshold
 
 
@@ -401,6 +415,7 @@ class BatchHandler:
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self.reports: list[BatchReport] = []
+        self._first_id: dict[Any, int] = {}
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -433,20 +448,24 @@ class BatchHandler:
             )
         opts = self.options
         rows = parse_records(
-            split_records(files),
+            number_lines(files),
             opts.fields,
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_bytes=opts.max_record_bytes,
-        ).persist()  # parsed once, read by the batch's few actions, dropped at its end
+        )
+        # The parsed columns (not the raw text) are kept for the batch's few actions: parsing is the
+        # dominant cost; quarantine re-reads the raw text only when the batch has invalid records.
+        parsed = rows.drop("raw").persist()
         try:
-            self._process(rows, batch_id, ingest_ms, config, watermark, open_windows, started)
+            self._process(rows, parsed, batch_id, ingest_ms, config, watermark, open_windows, started)
         finally:
-            rows.unpersist()
+            parsed.unpersist()
 
     def _process(
         self,
         rows: Any,
+        parsed: Any,
         batch_id: int,
         ingest_ms: int,
         config: PipelineConfig,
@@ -456,19 +475,23 @@ class BatchHandler:
     ) -> None:
         opts = self.options
         tick = time.perf_counter()
-        narrow_all = rows.select(
+        narrow_all = parsed.select(
             "file", "line", "reason", "partition", "event_time_ms", "arrival_time_ms"
         ).toArrow()
         reasons = narrow_all.column("reason")
         valid_mask = np.asarray(reasons.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         narrow = narrow_all.filter(pa.array(valid_mask))
+        firsts = narrow_all.group_by("file", use_threads=False).aggregate([("line", "min")])
+        self._first_id = dict(
+            zip(firsts.column("file").to_pylist(), firsts.column("line_min").to_pylist(), strict=True)
+        )
         report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
         tick = report.mark("collect", tick)
         report.quarantined = int((~valid_mask).sum())
         self._write_quarantine(rows, report.quarantined, batch_id, ingest_ms)
         tick = report.mark("quarantine", tick)
 
-        valid = rows.filter(rows.reason.isNull())
+        valid = parsed.filter(parsed.reason.isNull())
         if narrow.num_rows:
             result = run_stage(watermark, narrow, config.straggler_ms)
             tick = report.mark("stage", tick)
@@ -526,6 +549,10 @@ class BatchHandler:
         if count:
             bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
             n = bad.num_rows
+            lines = line_numbers(
+                bad.column("file").to_pylist(), bad.column("line").to_numpy(), self._first_id
+            )
+            bad = bad.set_column(3, "line", pa.array(lines, pa.int64()))
             bad = bad.append_column("batch_id", pa.array(np.full(n, batch_id), pa.int64()))
             bad = bad.append_column("ingested_at_ms", pa.array(np.full(n, ingest_ms), pa.int64()))
         else:
@@ -574,7 +601,9 @@ class BatchHandler:
                 "watermark_ms": wm,
                 "late_by_ms": wm - te,
                 "file": late.column("file"),
-                "line": late.column("line"),
+                "line": line_numbers(
+                    late.column("file").to_pylist(), late.column("line").to_numpy(), self._first_id
+                ),
                 "batch_id": np.full(n, batch_id, np.int64),
                 "reconciled": np.zeros(n, bool),
                 "ingested_at_ms": np.full(n, ingest_ms, np.int64),
@@ -653,11 +682,11 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
     from pyspark.sql import functions as F
 
     Path(options.input).mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("text").option("wholetext", "true")
+    reader = spark.readStream.format("text")
     if options.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_trigger))
     files = reader.load(options.input).select(
-        F.col("_metadata.file_path").alias("file"), F.col("value").alias("text")
+        F.col("_metadata.file_path").alias("file"), F.col("value").alias("raw")
     )
     handler = BatchHandler(spark, options)
     writer = files.writeStream.foreachBatch(handler).option(
