@@ -111,12 +111,16 @@ class Thresholds:
     values: NDArray[np.int64]
 
 
-def label_thresholds(te_sorted: NDArray[np.int64], late_sorted: NDArray[np.bool_]) -> Thresholds:
-    """The fewest pieces whose thresholds reproduce the labels of rows given in arrival order.
+def label_thresholds(
+    te_sorted: NDArray[np.int64], late_sorted: NDArray[np.bool_], wm_sorted: NDArray[np.int64] | None = None
+) -> Thresholds:
+    """Few pieces whose thresholds reproduce the labels of rows given in arrival order.
 
     A piece can be extended while one threshold still separates its late rows (event time below it) from
     its on-time rows (at or above it): ``max(te of late rows) < min(te of on-time rows)``. The threshold is
     the smallest on-time event time of the piece (or one above the largest late one when all are late).
+    Given the watermark at each arrival (``wm_sorted``), runs of equal watermark are merged whole (each is
+    consistent on its own), so the greedy pass is over runs rather than rows.
 
     Examples
     --------
@@ -127,24 +131,26 @@ def label_thresholds(te_sorted: NDArray[np.int64], late_sorted: NDArray[np.bool_
 
     """
     n = te_sorted.size
+    if n == 0:
+        return Thresholds(np.empty(0, np.intp), np.empty(0, np.int64))
+    top = 2**63 - 1
+    if wm_sorted is None:
+        run_starts = np.arange(n, dtype=np.intp)
+    else:
+        run_starts = np.flatnonzero(np.concatenate([[True], wm_sorted[1:] != wm_sorted[:-1]])).astype(np.intp)
+    run_lo = np.maximum.reduceat(np.where(late_sorted, te_sorted, NO_WATERMARK), run_starts).tolist()
+    run_hi = np.minimum.reduceat(np.where(late_sorted, top, te_sorted), run_starts).tolist()
     starts: list[int] = []
     values: list[int] = []
-    lo = NO_WATERMARK  # largest late event time in the current piece
-    hi = 2**63 - 1  # smallest on-time event time in the current piece
-    start = 0
-    te_list = te_sorted.tolist()
-    late_list = late_sorted.tolist()
-    for i in range(n):
-        t, is_late = te_list[i], late_list[i]
-        new_lo, new_hi = (max(lo, t), hi) if is_late else (lo, min(hi, t))
+    lo, hi, start = run_lo[0], run_hi[0], int(run_starts[0])
+    for k in range(1, len(run_lo)):
+        new_lo, new_hi = max(lo, run_lo[k]), min(hi, run_hi[k])
         if new_lo < new_hi:
             lo, hi = new_lo, new_hi
             continue
         starts.append(start)
-        values.append(hi if hi != 2**63 - 1 else lo + 1)
-        start = i
-        lo, hi = (t, 2**63 - 1) if is_late else (NO_WATERMARK, t)
-    if n:
-        starts.append(start)
-        values.append(hi if hi != 2**63 - 1 else lo + 1)
+        values.append(hi if hi != top else lo + 1)
+        lo, hi, start = run_lo[k], run_hi[k], int(run_starts[k])
+    starts.append(start)
+    values.append(hi if hi != top else lo + 1)
     return Thresholds(np.array(starts, np.intp), np.array(values, np.int64))

@@ -269,7 +269,9 @@ def window_partials(rows: Any, window: WindowSpec) -> Any:
     )
 
 
-def late_expression(keys: pa.Table, order: np.ndarray, late: np.ndarray, te: np.ndarray) -> Any | None:
+def late_expression(
+    keys: pa.Table, order: np.ndarray, late: np.ndarray, te: np.ndarray, wm_sorted: np.ndarray | None = None
+) -> Any | None:
     """Spark column ``event_time_ms < threshold(arrival key)`` reproducing the stage's labels, or None.
 
     ``keys`` are the narrow rows (``arrival_time_ms``, ``file``, ``line``), ``order`` their arrival order,
@@ -278,33 +280,27 @@ def late_expression(keys: pa.Table, order: np.ndarray, late: np.ndarray, te: np.
     """
     from pyspark.sql import functions as F
 
-    th = label_thresholds(te[order], late[order])
+    th = label_thresholds(te[order], late[order], wm_sorted)
     if th.starts.size > MAX_THRESHOLD_PIECES:
         return None
     tp = keys.column("arrival_time_ms").to_numpy()[order]
     files = keys.column("file").to_pylist()
     lines = keys.column("line").to_numpy()[order]
-    arrival = F.struct(
-        F.col("arrival_time_ms").cast("long").alias("t"), F.col("file").alias("f"), F.col("line").alias("l")
-    )
     starts, values = th.starts.tolist(), th.values.tolist()
+    arrival = "named_struct('t', CAST(arrival_time_ms AS BIGINT), 'f', file, 'l', CAST(line AS BIGINT))"
 
-    def bound(k: int) -> Any:
-        row = int(order[starts[k]])
-        return F.struct(
-            F.lit(int(tp[starts[k]])).cast("long").alias("t"),
-            F.lit(files[row]).alias("f"),
-            F.lit(int(lines[starts[k]])).cast("long").alias("l"),
-        )
+    def bound(k: int) -> str:
+        path = str(files[int(order[starts[k]])]).replace("\\", "\\\\").replace("'", "\\'")
+        return f"named_struct('t', {int(tp[starts[k]])}L, 'f', '{path}', 'l', {int(lines[starts[k]])}L)"
 
-    def tree(lo: int, hi: int) -> Any:
+    def tree(lo: int, hi: int) -> str:
         """Threshold of pieces lo..hi-1 as a balanced CASE: log2(pieces) comparisons per row."""
         if hi - lo == 1:
-            return F.lit(values[lo])
+            return f"{values[lo]}L"
         mid = (lo + hi) // 2
-        return F.when(arrival >= bound(mid), tree(mid, hi)).otherwise(tree(lo, mid))
+        return f"CASE WHEN {arrival} >= {bound(mid)} THEN {tree(mid, hi)} ELSE {tree(lo, mid)} END"
 
-    threshold = tree(0, len(starts))
+    threshold = F.expr(tree(0, len(starts)))  # one expression, one call into the JVM
     return F.col("event_time_ms") < threshold
 
 
@@ -496,7 +492,11 @@ class BatchHandler:
             result = run_stage(watermark, narrow, config.straggler_ms)
             tick = report.mark("stage", tick)
             te = narrow.column("event_time_ms").to_numpy()
-            late_expr = late_expression(narrow, result.order, result.late, te) if result.n_late else None
+            late_expr = (
+                late_expression(narrow, result.order, result.late, te, result.wm_at_arrival)
+                if result.n_late
+                else None
+            )
             late_keys = None
             if result.n_late and late_expr is None:
                 keys = narrow.select(["file", "line"]).filter(pa.array(result.late))

@@ -49,8 +49,9 @@ def test_thresholds_reproduce_every_label(data):
     te = np.array(data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)), np.int64)
     wm = np.sort(np.array(data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)), np.int64))
     late = te < wm
-    t = label_thresholds(te, late)
-    piece = np.searchsorted(t.starts, np.arange(n), side="right") - 1
-    assert np.array_equal(te < t.values[piece], late)
+    for t in (label_thresholds(te, late), label_thresholds(te, late, wm)):
+        piece = np.searchsorted(t.starts, np.arange(n), side="right") - 1
+        assert np.array_equal(te < t.values[piece], late)
+    t = label_thresholds(te, late, wm)
     # never more pieces than the watermark has distinct values
     assert t.starts.size <= max(1, np.unique(wm).size) if n else t.starts.size == 0
