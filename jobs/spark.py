@@ -24,6 +24,9 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # The job caches each micro-batch's typed columns for a few actions only: building the cache
+        # uncompressed is cheaper than compressing it.
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
     if master is not None:
         builder = builder.master(master)

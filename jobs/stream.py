@@ -3,8 +3,8 @@
 A PySpark Structured Streaming job over a landing directory of JSON-lines files (the embedded default). Each
 micro-batch, in ``foreachBatch``:
 
-1. **Validate.** Landing files are read line by line (every record keeps its file and line number);
-   each line is parsed and checked with native Spark expressions. Bad records go to the ``quarantine`` table
+1. **Validate.** Landing files are read by Spark's JSON reader with every field as text (every record keeps
+   its file and record number); each field is checked and typed with native Spark expressions. Bad records go to the ``quarantine`` table
    with a reason from :data:`QUARANTINE_REASONS`; the job never crashes on them and never drops them.
 2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
    line) are collected to the driver as Arrow, put in arrival order (arrival time, file, line) and run
@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,6 @@ log = logging.getLogger("jobs.stream")
 #: Why a record is quarantined (the first that applies).
 QUARANTINE_REASONS = (
     "record_too_long",
-    "empty_record",
     "malformed_json",
     "missing_event_id",
     "missing_key",
@@ -162,65 +162,152 @@ class JobOptions:
     flush_at_end: bool = False
     fields: Fields = field(default_factory=Fields)
     future_bound_ms: int = 86_400_000
-    max_record_bytes: int = 1_000_000
+    max_field_bytes: int = 65_536
     app_id: str = "jobs.stream"
     progress: bool = True
 
 
 # -- pure DataFrame transformations ----------------------------------------------------------------------
-def number_lines(lines: Any) -> Any:
-    """``(file, raw)`` rows of the text source to ``(file, line, raw)``: ``line`` orders a file's lines.
+def number_records(batch: Any, files: list[str]) -> Any:
+    """A micro-batch of the source to ``(file, line, <fields>, <corrupt>)`` with compact record keys.
 
-    ``monotonically_increasing_id`` increases along each file, since the file source reads a landing file
-    (smaller than ``spark.sql.files.maxPartitionBytes``, 128 MB by default) in one task, in order; the
-    same files give the same ids in every action and on replay. :func:`line_numbers` turns the ids into
-    0-based line numbers.
+    ``file`` becomes the index of the record's landing file in ``files`` (the batch's files, sorted by
+    path, so it orders records like the path does) and ``line`` a ``monotonically_increasing_id``: it
+    increases along each file, since the file source keeps a file's splits in order, and is the same in
+    every action and on replay. :class:`RecordNumbers` turns it into the record's 0-based number in its file.
     """
     from pyspark.sql import functions as F
 
-    return lines.select("file", F.monotonically_increasing_id().alias("line"), "raw")
+    pairs = [(spelling, i) for i, path in enumerate(files) for spelling in _uri_spellings(path)]
+    index = F.create_map(*[F.lit(x) for pair in pairs for x in pair])
+    return (
+        batch.select(
+            "*",
+            F.element_at(index, F.col("file")).alias("_file"),
+            F.monotonically_increasing_id().alias("line"),
+        )
+        .drop("file")
+        .withColumnRenamed("_file", "file")
+    )
 
 
-def line_numbers(files: list[Any], ids: np.ndarray, first_id: dict[Any, int]) -> np.ndarray:
-    """0-based line numbers from :func:`number_lines` ids, given each file's first id."""
-    base = np.array([first_id[f] for f in files], np.int64)
-    return np.asarray(ids, np.int64) - base
+def _uri_spellings(path: str) -> list[str]:
+    """A landing file's URI as the source log and ``_metadata.file_path`` may spell it."""
+    if path.startswith("file:///"):
+        return [path, "file:/" + path[len("file:///") :]]
+    if path.startswith("file:/"):
+        return [path, "file:///" + path[len("file:/") :]]
+    return [path]
 
 
-def parse_records(
-    records: Any, fields: Fields, *, ingest_ms: int, future_bound_ms: int, max_bytes: int
+def logged_batch_files(checkpoint: str, batch_id: int) -> list[str] | None:
+    """The landing files of micro-batch ``batch_id`` from the file source's log, or None when not found.
+
+    The log (``query/sources/0``) has one file per batch (``N``, JSON lines after a version line) until
+    Spark compacts it into ``N.compact`` files that hold every earlier entry with its ``batchId``.
+    """
+    root = Path(checkpoint) / "query" / "sources" / "0"
+    candidates = [root / str(batch_id)]
+    compacts = sorted(
+        (int(p.name.split(".")[0]), p) for p in root.glob("*.compact") if p.name.split(".")[0].isdigit()
+    )
+    candidates += [p for n, p in compacts if n >= batch_id][:1]
+    for path in candidates:
+        if not path.exists():
+            continue
+        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+        files = [e["path"] for e in entries if int(e.get("batchId", batch_id)) == batch_id]
+        if files:
+            return sorted(files)
+    return None
+
+
+class RecordNumbers:
+    """0-based record number within its file for the record keys ``(file index, id)`` of one batch.
+
+    Built from the keys of every record of the batch (valid or not); ids are unique across the batch.
+
+    >>> import numpy as np
+    >>> numbers = RecordNumbers(np.array([1, 0, 1, 0]), np.array([9, 3, 2**33, 4]))
+    >>> numbers.lookup(np.array([2**33, 4, 9])).tolist()
+    [1, 1, 0]
+    """
+
+    def __init__(self, file_ids: np.ndarray, ids: np.ndarray) -> None:
+        fids = np.asarray(file_ids, np.int64)
+        keys = np.asarray(ids, np.int64)
+        order = np.lexsort((keys, fids))
+        fsorted = fids[order]
+        first = np.searchsorted(fsorted, fsorted, side="left")
+        numbers = np.empty(order.size, np.int64)
+        numbers[order] = np.arange(order.size) - first
+        by_id = np.argsort(keys, kind="stable")
+        self._ids = keys[by_id]
+        self._numbers = numbers[by_id]
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Record numbers of ``ids`` (each must be a key the table was built from)."""
+        pos = np.searchsorted(self._ids, np.asarray(ids, np.int64))
+        return self._numbers[pos]
+
+
+def validate(
+    records: Any, fields: Fields, *, ingest_ms: int, future_bound_ms: int, max_field_bytes: int
 ) -> Any:
-    """Parse and validate record lines; adds typed columns and ``reason`` (null for a valid row)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    """Typed columns and ``reason`` (null for a valid row) from records whose fields are all text.
 
-    raw = F.col("raw")
-    small = F.length(raw) <= max_bytes
+    The source reads every field as text (numbers keep their digits), so types are checked here, with a
+    reason. The work is split in three projections (trimmed text, typed values, reason), so that each
+    expression is evaluated once per row. ``raw`` is the line for malformed JSON and the record's fields
+    re-serialised as JSON otherwise (only the quarantine action computes it).
+    """
+    from pyspark.sql import functions as F
+
     names = list(dict.fromkeys(vars(fields).values()))
-    schema = T.StructType([T.StructField(n, T.StringType()) for n in [*names, _CORRUPT]])
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-    # Every field as text (numbers keep their digits), so types are checked here, with a reason.
-    parsed = records.withColumn("_j", F.when(small, F.from_json(raw, schema, options)))
 
     def text(name: str) -> Any:
-        value = F.trim(F.col("_j").getField(name))
+        value = F.trim(F.col(f"`{name}`"))
         return F.when(value != "", value)
 
-    def epoch_ms(value: Any) -> Any:
-        integral = value.rlike(r"^-?[0-9]+$")
-        return F.when(integral, value.try_cast("long")).otherwise(F.unix_millis(value.try_cast("timestamp")))
+    too_long = F.greatest(*[F.coalesce(F.octet_length(F.col(f"`{n}`")), F.lit(0)) for n in names])
+    too_long = too_long > max_field_bytes
+    corrupt = F.col(_CORRUPT).isNotNull()
+    raw = F.coalesce(F.col(_CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n in names])))
+    slots = {
+        "event_id": fields.event_id,
+        "key": fields.key,
+        "partition": fields.partition,
+        "te": fields.event_time,
+        "tp": fields.arrival_time,
+        "value": fields.value,
+    }
+    texts = records.select(
+        "file",
+        "line",
+        raw.alias("raw"),
+        too_long.alias("_too_long"),
+        corrupt.alias("_corrupt"),
+        *[text(name).alias(f"_{slot}") for slot, name in slots.items()],
+    )
 
-    te_text, tp_text, value_text = text(fields.event_time), text(fields.arrival_time), text(fields.value)
-    te = epoch_ms(te_text)
-    tp = F.coalesce(epoch_ms(tp_text), F.when(tp_text.isNull(), F.lit(ingest_ms)))
-    value = value_text.try_cast("double")
+    def epoch_ms(value: Any) -> Any:
+        """Epoch milliseconds from integral text, else from an ISO-8601 timestamp."""
+        return F.coalesce(value.try_cast("long"), F.unix_millis(value.try_cast("timestamp")))
+
+    te_text, tp_text, value_text = F.col("_te"), F.col("_tp"), F.col("_value")
+    typed = texts.select(
+        "*",
+        epoch_ms(te_text).alias("event_time_ms"),
+        F.coalesce(epoch_ms(tp_text), F.when(tp_text.isNull(), F.lit(ingest_ms))).alias("arrival_time_ms"),
+        value_text.try_cast("double").alias("value"),
+    )
+    te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
     finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
     reason = F.coalesce(
-        F.when(~small, F.lit("record_too_long")),
-        F.when(F.trim(raw) == "", F.lit("empty_record")),
-        F.when(F.col("_j").isNull() | F.col("_j").getField(_CORRUPT).isNotNull(), F.lit("malformed_json")),
-        F.when(text(fields.event_id).isNull(), F.lit("missing_event_id")),
-        F.when(text(fields.key).isNull(), F.lit("missing_key")),
+        F.when(F.col("_too_long"), F.lit("record_too_long")),
+        F.when(F.col("_corrupt"), F.lit("malformed_json")),
+        F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
+        F.when(F.col("_key").isNull(), F.lit("missing_key")),
         F.when(te_text.isNull(), F.lit("missing_event_time")),
         F.when(te.isNull(), F.lit("bad_event_time")),
         F.when(te < 0, F.lit("event_time_before_1970")),
@@ -230,16 +317,16 @@ def parse_records(
         F.when(value_text.isNull(), F.lit("missing_value")),
         F.when(~finite, F.lit("bad_value")),
     )
-    return parsed.select(
+    return typed.select(
         "file",
         "line",
         "raw",
-        text(fields.event_id).alias("event_id"),
-        text(fields.key).alias("key"),
-        F.coalesce(text(fields.partition), F.lit("")).alias("partition"),
-        te.alias("event_time_ms"),
-        tp.alias("arrival_time_ms"),
-        value.alias("value"),
+        F.col("_event_id").alias("event_id"),
+        F.col("_key").alias("key"),
+        F.coalesce(F.col("_partition"), F.lit("")).alias("partition"),
+        "event_time_ms",
+        "arrival_time_ms",
+        "value",
         reason.alias("reason"),
     )
 
@@ -290,8 +377,10 @@ def late_expression(
     arrival = "named_struct('t', CAST(arrival_time_ms AS BIGINT), 'f', file, 'l', CAST(line AS BIGINT))"
 
     def bound(k: int) -> str:
-        path = str(files[int(order[starts[k]])]).replace("\\", "\\\\").replace("'", "\\'")
-        return f"named_struct('t', {int(tp[starts[k]])}L, 'f', '{path}', 'l', {int(lines[starts[k]])}L)"
+        name = files[int(order[starts[k]])]
+        if isinstance(name, str):
+            name = "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return f"named_struct('t', {int(tp[starts[k]])}L, 'f', {name}, 'l', {int(lines[starts[k]])}L)"
 
     def tree(lo: int, hi: int) -> str:
         """Threshold of pieces lo..hi-1 as a balanced CASE: log2(pieces) comparisons per row."""
@@ -411,7 +500,9 @@ class BatchHandler:
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self.reports: list[BatchReport] = []
-        self._first_id: dict[Any, int] = {}
+        self._files: list[str] = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
+        self._numbers: RecordNumbers | None = None
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -423,7 +514,7 @@ class BatchHandler:
             log.warning("configuration version %d applies from the next batch", change.applied.version)
         return self.watcher.current
 
-    def __call__(self, files: Any, batch_id: int) -> None:
+    def __call__(self, batch: Any, batch_id: int) -> None:
         """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
         started = time.time()
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
@@ -443,18 +534,22 @@ class BatchHandler:
                 "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
             )
         opts = self.options
-        rows = parse_records(
-            number_lines(files),
+        files = logged_batch_files(opts.checkpoint, batch_id)
+        if files is None:  # not in the source log (another source layout): ask Spark, at one more action
+            files = sorted(r[0] for r in batch.select("file").distinct().collect())
+        records = number_records(batch, files)
+        rows = validate(
+            records,
             opts.fields,
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
-            max_bytes=opts.max_record_bytes,
+            max_field_bytes=opts.max_field_bytes,
         )
-        # The parsed columns (not the raw text) are kept for the batch's few actions: parsing is the
-        # dominant cost; quarantine re-reads the raw text only when the batch has invalid records.
+        # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
+        # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
         try:
-            self._process(rows, parsed, batch_id, ingest_ms, config, watermark, open_windows, started)
+            self._process(rows, parsed, files, batch_id, ingest_ms, config, watermark, open_windows, started)
         finally:
             parsed.unpersist()
 
@@ -462,6 +557,7 @@ class BatchHandler:
         self,
         rows: Any,
         parsed: Any,
+        files: list[str],
         batch_id: int,
         ingest_ms: int,
         config: PipelineConfig,
@@ -472,14 +568,23 @@ class BatchHandler:
         opts = self.options
         tick = time.perf_counter()
         narrow_all = parsed.select(
-            "file", "line", "reason", "partition", "event_time_ms", "arrival_time_ms"
+            "file",
+            "line",
+            parsed.reason.isNull().alias("valid"),
+            "partition",
+            "event_time_ms",
+            "arrival_time_ms",
         ).toArrow()
-        reasons = narrow_all.column("reason")
-        valid_mask = np.asarray(reasons.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        narrow = narrow_all.filter(pa.array(valid_mask))
-        firsts = narrow_all.group_by("file", use_threads=False).aggregate([("line", "min")])
-        self._first_id = dict(
-            zip(firsts.column("file").to_pylist(), firsts.column("line_min").to_pylist(), strict=True)
+        if narrow_all.column("file").null_count:
+            msg = (
+                f"batch {batch_id}: records whose landing file is not among the batch's files {files[:3]}..."
+            )
+            raise RuntimeError(msg)
+        valid_mask = np.asarray(narrow_all.column("valid").to_numpy(zero_copy_only=False), dtype=bool)
+        narrow = narrow_all.filter(pa.array(valid_mask)).drop_columns(["valid"])
+        self._files = files
+        self._numbers = RecordNumbers(
+            narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy()
         )
         report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
         tick = report.mark("collect", tick)
@@ -509,14 +614,20 @@ class BatchHandler:
 
                 on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
             tick = report.mark("label", tick)
+            # The late rows are collected while Spark aggregates the on-time ones: two jobs at once keep
+            # the cores busy through each other's scheduling gaps.
+            late_rows = (
+                self._pool.submit(self._collect_late, valid, late_expr, late_keys) if result.n_late else None
+            )
             partials = window_partials(on_time, config.window).toArrow()
             tick = report.mark("partials", tick)
             open_windows = merge_partials(open_windows, partials)
             fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
             tick = report.mark("windows", tick)
             report.late = result.n_late
-            self._write_late(valid, late_expr, late_keys, narrow, result, batch_id, ingest_ms)
+            late = late_rows.result() if late_rows is not None else LATE_SCHEMA.empty_table()
             tick = report.mark("late", tick)
+            self._write_late(late, narrow, result, batch_id, ingest_ms)
             self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
         else:
             fired = flush(empty_partials())
@@ -545,65 +656,60 @@ class BatchHandler:
                 flush=True,
             )
 
+    def _record_keys(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """``(file path, record number)`` columns for the compact record keys of ``table``."""
+        assert self._numbers is not None
+        paths = pa.array(self._files, pa.string()).take(table.column("file").combine_chunks())
+        return paths, pa.array(self._numbers.lookup(table.column("line").to_numpy()), pa.int64())
+
     def _write_quarantine(self, rows: Any, count: int, batch_id: int, ingest_ms: int) -> None:
         if count:
             bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
             n = bad.num_rows
-            lines = line_numbers(
-                bad.column("file").to_pylist(), bad.column("line").to_numpy(), self._first_id
+            paths, lines = self._record_keys(bad)
+            bad = pa.table(
+                {
+                    "raw": bad.column("raw"),
+                    "reason": bad.column("reason"),
+                    "file": paths,
+                    "line": lines,
+                    "batch_id": np.full(n, batch_id, np.int64),
+                    "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+                }
             )
-            bad = bad.set_column(3, "line", pa.array(lines, pa.int64()))
-            bad = bad.append_column("batch_id", pa.array(np.full(n, batch_id), pa.int64()))
-            bad = bad.append_column("ingested_at_ms", pa.array(np.full(n, ingest_ms), pa.int64()))
         else:
             bad = QUARANTINE_SCHEMA.empty_table()
         self.sink.append("quarantine", bad, batch_id, schema=QUARANTINE_SCHEMA)
 
-    def _write_late(
-        self,
-        valid: Any,
-        late_expr: Any,
-        late_keys: Any,
-        narrow: pa.Table,
-        result: Any,
-        batch_id: int,
-        ingest_ms: int,
-    ) -> None:
-        if not result.n_late:
-            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
-            return
+    @staticmethod
+    def _collect_late(valid: Any, late_expr: Any, late_keys: Any) -> pa.Table:
         cols = ["event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value", "file", "line"]
         if late_expr is not None:
-            late = valid.filter(late_expr).select(*cols).toArrow()
-        else:
-            late = valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
-        missed = {
-            (f, int(n)): int(w)
-            for f, n, w in zip(
-                narrow.column("file").to_pylist(),
-                narrow.column("line").to_numpy().tolist(),
-                result.wm_missed.tolist(),
-                strict=True,
-            )
-        }
-        wm = np.array(
-            [
-                missed[(f, int(n))]
-                for f, n in zip(late.column("file").to_pylist(), late.column("line").to_pylist(), strict=True)
-            ],
-            np.int64,
-        )
+            return valid.filter(late_expr).select(*cols).toArrow()
+        return valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
+
+    def _write_late(
+        self, late: pa.Table, narrow: pa.Table, result: Any, batch_id: int, ingest_ms: int
+    ) -> None:
+        if not late.num_rows:
+            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
+            return
+        cols = late.schema.names
+        # The watermark each late row missed, by its record id (ids are unique within the batch).
+        ids = narrow.column("line").to_numpy()
+        by_id = np.argsort(ids, kind="stable")
+        pos = by_id[np.searchsorted(ids[by_id], late.column("line").to_numpy())]
+        wm = result.wm_missed[pos]
         te = late.column("event_time_ms").to_numpy()
         n = late.num_rows
+        paths, lines = self._record_keys(late)
         table = pa.table(
             {
                 **{c: late.column(c) for c in cols[:6]},
                 "watermark_ms": wm,
                 "late_by_ms": wm - te,
-                "file": late.column("file"),
-                "line": line_numbers(
-                    late.column("file").to_pylist(), late.column("line").to_numpy(), self._first_id
-                ),
+                "file": paths,
+                "line": lines,
                 "batch_id": np.full(n, batch_id, np.int64),
                 "reconciled": np.zeros(n, bool),
                 "ingested_at_ms": np.full(n, ingest_ms, np.int64),
@@ -620,13 +726,16 @@ class BatchHandler:
         config: PipelineConfig,
         ingest_ms: int,
     ) -> None:
-        part = np.asarray(narrow.column("partition").to_pylist(), dtype=object)
+        keys, part = np.unique(
+            np.asarray(narrow.column("partition").to_pylist(), dtype=object), return_inverse=True
+        )
+        index = {k: i for i, k in enumerate(keys.tolist())}
         te = narrow.column("event_time_ms").to_numpy()
         active = set(watermark.active_partitions())
         rows = []
         now = int(time.time() * 1000)
         for key, gen in watermark.generators.items():
-            mine = part == key
+            mine = part == index.get(key, -1)
             diag = gen.diagnostics()
             rows.append(
                 {
@@ -677,17 +786,31 @@ def _aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
 
 
 # -- running ---------------------------------------------------------------------------------------------
-def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
-    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
+def source_stream(spark: Any, options: JobOptions) -> Any:
+    """The landing directory as a stream of records: ``file`` plus every input field as text."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    Path(options.input).mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("text")
+    names = list(dict.fromkeys(vars(options.fields).values()))
+    schema = T.StructType([T.StructField(n, T.StringType()) for n in [*names, _CORRUPT]])
+    reader = (
+        spark.readStream.format("json")
+        .schema(schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", _CORRUPT)
+    )
     if options.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_trigger))
-    files = reader.load(options.input).select(
-        F.col("_metadata.file_path").alias("file"), F.col("value").alias("raw")
+    stream = reader.load(options.input)
+    return stream.select(
+        F.col("_metadata.file_path").alias("file"), *[F.col(f"`{n}`") for n in names], _CORRUPT
     )
+
+
+def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
+    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
+    Path(options.input).mkdir(parents=True, exist_ok=True)
+    files = source_stream(spark, options)
     handler = BatchHandler(spark, options)
     writer = files.writeStream.foreachBatch(handler).option(
         "checkpointLocation", str(Path(options.checkpoint) / "query")
@@ -773,6 +896,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
     )
+    p.add_argument(
+        "--max-field-bytes",
+        type=int,
+        default=65_536,
+        help="quarantine records with a longer field (record_too_long)",
+    )
     for name, default in vars(Fields()).items():
         p.add_argument(
             f"--{name.replace('_', '-')}-field", default=default, help=f"input field (default {default})"
@@ -813,6 +942,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         flush_at_end=args.flush_at_end,
         fields=fields,
         future_bound_ms=args.future_bound_ms,
+        max_field_bytes=args.max_field_bytes,
     )
 
 

@@ -91,7 +91,8 @@ def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_
         ),
         json.dumps({"event_id": "x7", "key": "k", "event_time_ms": base, "value": "many"}),
         json.dumps({"event_id": "x8", "key": "k", "event_time_ms": base}),  # no value
-        json.dumps({"event_id": "x9", "key": "k", "event_time_ms": base, "value": 1, "pad": "x" * 1_100_000}),
+        json.dumps({"event_id": "x9", "key": "k" * 1_100_000, "event_time_ms": base, "value": 1}),
+        "{" + "x" * 2_000_000,  # a huge malformed line
         json.dumps({"event_id": None, "key": "k", "event_time_ms": base, "value": 1}),  # null id
         json.dumps(
             {
@@ -114,7 +115,7 @@ def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_
     assert reasons == sorted(
         [
             "malformed_json",
-            "empty_record",
+            "malformed_json",
             "missing_event_id",
             "missing_key",
             "missing_event_time",
@@ -135,6 +136,9 @@ def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_
     late = sink.read("late_events")
     assert int(np.sum(agg.column("count").to_numpy())) + late.num_rows == 51
     assert sum(r.quarantined for r in reports) == 13
+    # The blank line is not a record (JSON Lines); records are numbered from 0 in their file.
+    where = {r["reason"]: (r["file"].rsplit("/", 1)[-1], r["line"]) for r in quarantine}
+    assert where["malformed_json"][0] == "b.json" and where["missing_key"] == ("b.json", 22)
 
 
 def test_job_matches_the_library_replay_on_a_real_stream(spark, tmp_path):
