@@ -64,8 +64,13 @@ def arrival_order(narrow: pa.Table) -> NDArray[np.intp]:
     return order
 
 
-def run_stage(watermark: PartitionedWatermark, narrow: pa.Table, straggler_ms: int) -> StageResult:
+def run_stage(
+    watermark: PartitionedWatermark, narrow: pa.Table, straggler_ms: int, floor_ms: int = NO_WATERMARK
+) -> StageResult:
     """Run the generators over one batch's valid rows; ``watermark`` advances (its state is the stage's).
+
+    ``floor_ms`` is a lower bound on the watermark in force: the end of the last window a
+    ``--flush-at-end`` closed, so that a later run on the same checkpoint treats those windows as closed.
 
     Examples
     --------
@@ -84,16 +89,18 @@ def run_stage(watermark: PartitionedWatermark, narrow: pa.Table, straggler_ms: i
     te = narrow.column("event_time_ms").to_numpy()[order]
     tp = narrow.column("arrival_time_ms").to_numpy()[order]
     trace = watermark.process_trace(part, te, tp)
-    sorted_classes = classify(te, trace.at_arrival, straggler_ms)
+    at_arrival = np.maximum(trace.at_arrival, floor_ms)
+    after_arrival = np.maximum(trace.after_arrival, floor_ms)
+    sorted_classes = classify(te, at_arrival, straggler_ms)
     classes = np.empty(order.size, np.int8)
     classes[order] = sorted_classes
     missed = np.empty(order.size, np.int64)
-    missed[order] = trace.at_arrival
+    missed[order] = at_arrival
     return StageResult(
         order=order,
         arrival_ms=tp,
-        wm_at_arrival=trace.at_arrival,
-        wm_after=trace.after_arrival,
+        wm_at_arrival=at_arrival,
+        wm_after=after_arrival,
         classes=classes,
         wm_missed=missed,
     )

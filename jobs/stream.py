@@ -1,11 +1,12 @@
 """``python -m jobs.stream``: windowed aggregates through the adaptive watermark stage, into Delta tables.
 
-A PySpark Structured Streaming job over a landing directory of JSON-lines files (the embedded default). Each
-micro-batch, in ``foreachBatch``:
+A PySpark Structured Streaming job over a landing directory of JSON-lines (the embedded default), CSV or
+Parquet files, or Spark's rate source for load tests. Each micro-batch, in ``foreachBatch``:
 
-1. **Validate.** Landing files are read by Spark's JSON reader with every field as text (every record keeps
-   its file and record number); each field is checked and typed with native Spark expressions. Bad records go to the ``quarantine`` table
-   with a reason from :data:`QUARANTINE_REASONS`; the job never crashes on them and never drops them.
+1. **Validate.** Landing files are read by Spark's reader with every field as text (every record keeps its
+   file and record number); each field is checked and typed with native Spark expressions. Bad records go
+   to the ``quarantine`` table with a reason from :data:`QUARANTINE_REASONS`; the job never crashes on
+   them and never drops them.
 2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
    line) are collected to the driver as Arrow, put in arrival order (arrival time, file, line) and run
    through the per-partition generators (:mod:`jobs.stage`). Rows are labelled in Spark with a short
@@ -53,6 +54,7 @@ log = logging.getLogger("jobs.stream")
 QUARANTINE_REASONS = (
     "record_too_long",
     "malformed_json",
+    "malformed_csv",
     "missing_event_id",
     "missing_key",
     "missing_event_time",
@@ -148,6 +150,21 @@ class Fields:
     value: str = "value"
 
 
+FORMATS = ("json", "csv", "parquet", "rate")
+RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
+
+
+@dataclass(frozen=True)
+class RateOptions:
+    """Spark's rate source for load tests (``--format rate``)."""
+
+    rows_per_second: int = 10_000
+    keys: int = 1_000
+    partitions: int = 8
+    max_delay_ms: int = 2_000  # event time = arrival time - a hashed delay in [0, max_delay_ms]
+    num_partitions: int = 2  # Spark partitions of the source
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """Everything a run of the job needs."""
@@ -157,6 +174,9 @@ class JobOptions:
     checkpoint: str
     config: PipelineConfig
     config_path: str | None = None
+    format: str = "json"
+    rate: RateOptions = field(default_factory=RateOptions)
+    max_batches: int | None = None  # stop after this many micro-batches (for the rate source)
     trigger: str = "available-now"
     max_files_per_trigger: int | None = None
     flush_at_end: bool = False
@@ -180,11 +200,12 @@ def number_records(batch: Any, files: list[str]) -> Any:
 
     pairs = [(spelling, i) for i, path in enumerate(files) for spelling in _uri_spellings(path)]
     index = F.create_map(*[F.lit(x) for pair in pairs for x in pair])
+    line = F.col("_seq") if "_seq" in batch.columns else F.monotonically_increasing_id()
     return (
         batch.select(
             "*",
             F.element_at(index, F.col("file")).alias("_file"),
-            F.monotonically_increasing_id().alias("line"),
+            line.alias("line"),
         )
         .drop("file")
         .withColumnRenamed("_file", "file")
@@ -252,14 +273,20 @@ class RecordNumbers:
 
 
 def validate(
-    records: Any, fields: Fields, *, ingest_ms: int, future_bound_ms: int, max_field_bytes: int
+    records: Any,
+    fields: Fields,
+    *,
+    ingest_ms: int,
+    future_bound_ms: int,
+    max_field_bytes: int,
+    malformed: str = "malformed_json",
 ) -> Any:
     """Typed columns and ``reason`` (null for a valid row) from records whose fields are all text.
 
     The source reads every field as text (numbers keep their digits), so types are checked here, with a
     reason. The work is split in three projections (trimmed text, typed values, reason), so that each
-    expression is evaluated once per row. ``raw`` is the line for malformed JSON and the record's fields
-    re-serialised as JSON otherwise (only the quarantine action computes it).
+    expression is evaluated once per row. ``raw`` is the line of a malformed record (reason ``malformed``)
+    and the record's fields re-serialised as JSON otherwise (only the quarantine action computes it).
     """
     from pyspark.sql import functions as F
 
@@ -305,7 +332,7 @@ def validate(
     finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
     reason = F.coalesce(
         F.when(F.col("_too_long"), F.lit("record_too_long")),
-        F.when(F.col("_corrupt"), F.lit("malformed_json")),
+        F.when(F.col("_corrupt"), F.lit(malformed)),
         F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
         F.when(F.col("_key").isNull(), F.lit("missing_key")),
         F.when(te_text.isNull(), F.lit("missing_event_time")),
@@ -394,6 +421,16 @@ def late_expression(
 
 
 # -- per-batch state under the checkpoint ----------------------------------------------------------------
+@dataclass
+class SavedStage:
+    """The stage's state after a batch."""
+
+    watermark: PartitionedWatermark
+    open_windows: pa.Table
+    config_version: int
+    closed_until_ms: int = NO_WATERMARK  # end of the last window --flush-at-end closed (a watermark floor)
+
+
 class StageStore:
     """Batch-versioned stage state under ``CHECKPOINT/stage``.
 
@@ -434,22 +471,28 @@ class StageStore:
         states = self._states()
         return states[-1][0] if states else None
 
-    def load_before(self, batch_id: int) -> tuple[PartitionedWatermark, pa.Table, int] | None:
-        """State of the newest batch before ``batch_id``: (watermark, open windows, config version)."""
+    def load_before(self, batch_id: int) -> SavedStage | None:
+        """State of the newest batch before ``batch_id``."""
         candidates = [(b, p) for b, p in self._states() if b < batch_id]
         if not candidates:
             return None
         _, path = candidates[-1]
         snap = json.loads((path / "wm.json").read_text())
         open_windows = pq.read_table(path / "open.parquet").cast(PARTIAL_SCHEMA)
-        return (
+        return SavedStage(
             PartitionedWatermark.from_snapshot(snap["watermark"]),
             open_windows,
             int(snap["config_version"]),
+            int(snap.get("closed_until_ms", NO_WATERMARK)),
         )
 
     def save(
-        self, batch_id: int, watermark: PartitionedWatermark, open_windows: pa.Table, version: int
+        self,
+        batch_id: int,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        version: int,
+        closed_until_ms: int = NO_WATERMARK,
     ) -> None:
         """Write batch ``batch_id``'s state atomically (a directory renamed into place); keep the last few."""
         final = self.root / f"state-{batch_id:012d}"
@@ -457,7 +500,13 @@ class StageStore:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         (tmp / "wm.json").write_text(
-            json.dumps({"watermark": watermark.snapshot(), "config_version": version})
+            json.dumps(
+                {
+                    "watermark": watermark.snapshot(),
+                    "config_version": version,
+                    "closed_until_ms": closed_until_ms,
+                }
+            )
         )
         pq.write_table(open_windows, tmp / "open.parquet")
         shutil.rmtree(final, ignore_errors=True)
@@ -501,6 +550,7 @@ class BatchHandler:
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self.reports: list[BatchReport] = []
         self._files: list[str] = []
+        self._closed_until = NO_WATERMARK
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._numbers: RecordNumbers | None = None
 
@@ -524,8 +574,10 @@ class BatchHandler:
                 config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
             )
             open_windows, version = empty_partials(), config.version
+            self._closed_until = NO_WATERMARK
         else:
-            watermark, open_windows, version = saved
+            watermark, open_windows, version = saved.watermark, saved.open_windows, saved.config_version
+            self._closed_until = saved.closed_until_ms
         if version != config.version:
             watermark = watermark.reconfigured(
                 config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
@@ -534,7 +586,7 @@ class BatchHandler:
                 "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
             )
         opts = self.options
-        files = logged_batch_files(opts.checkpoint, batch_id)
+        files = [RATE_FILE] if opts.format == "rate" else logged_batch_files(opts.checkpoint, batch_id)
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
             files = sorted(r[0] for r in batch.select("file").distinct().collect())
         records = number_records(batch, files)
@@ -544,6 +596,7 @@ class BatchHandler:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
+            malformed=f"malformed_{opts.format}",
         )
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
@@ -594,7 +647,7 @@ class BatchHandler:
 
         valid = parsed.filter(parsed.reason.isNull())
         if narrow.num_rows:
-            result = run_stage(watermark, narrow, config.straggler_ms)
+            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until)
             tick = report.mark("stage", tick)
             te = narrow.column("event_time_ms").to_numpy()
             late_expr = (
@@ -638,7 +691,7 @@ class BatchHandler:
         self.sink.append(
             "aggregates", _aggregate_rows(fired, batch_id, config.version), batch_id, schema=AGGREGATES_SCHEMA
         )
-        self.store.save(batch_id, watermark, open_windows, config.version)
+        self.store.save(batch_id, watermark, open_windows, config.version, self._closed_until)
         report.mark("write", tick)
         report.fired = fired.num_rows
         report.open_windows = open_windows.num_rows
@@ -786,30 +839,121 @@ def _aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
 
 
 # -- running ---------------------------------------------------------------------------------------------
+def _oldest_file(directory: str) -> Path | None:
+    files = [p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+    return min(files, key=lambda p: (p.stat().st_mtime_ns, p.name)) if files else None
+
+
+def csv_columns(directory: str, default: list[str]) -> list[str]:
+    """Column names of a CSV landing directory: the header of its oldest file, or ``default``."""
+    import csv
+
+    first = _oldest_file(directory)
+    if first is None:
+        return default
+    with first.open(newline="", encoding="utf-8", errors="replace") as handle:
+        header = next(csv.reader(handle), None)
+    if not header:
+        msg = f"{first}: a CSV landing file must start with a header line"
+        raise ValueError(msg)
+    return header
+
+
 def source_stream(spark: Any, options: JobOptions) -> Any:
-    """The landing directory as a stream of records: ``file`` plus every input field as text."""
+    """The input as a stream of records: ``file`` plus every input field as text (and the corrupt record).
+
+    JSON and CSV are read with every field as text, so that types are checked by :func:`validate` with a
+    reason; Parquet keeps its schema (taken from the oldest landing file) and its fields are cast to text.
+    The rate source generates records for load tests (see :class:`RateOptions`).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     names = list(dict.fromkeys(vars(options.fields).values()))
-    schema = T.StructType([T.StructField(n, T.StringType()) for n in [*names, _CORRUPT]])
-    reader = (
-        spark.readStream.format("json")
-        .schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", _CORRUPT)
-    )
+    if options.format == "rate":
+        return rate_stream(spark, options.rate, options.fields)
+    text = T.StringType()
+    if options.format == "json":
+        schema = T.StructType([T.StructField(n, text) for n in [*names, _CORRUPT]])
+        reader = spark.readStream.format("json").schema(schema)
+    elif options.format == "csv":
+        columns = csv_columns(options.input, names)
+        schema = T.StructType([T.StructField(n, text) for n in [*columns, _CORRUPT]])
+        # enforceSchema=false: Spark checks every file's header against the first one's (by position).
+        reader = (
+            spark.readStream.format("csv")
+            .schema(schema)
+            .option("header", "true")
+            .option("enforceSchema", "false")
+        )
+    elif options.format == "parquet":
+        first = _oldest_file(options.input)
+        if first is not None:
+            schema = spark.read.parquet(str(first)).schema
+        else:
+            schema = T.StructType([T.StructField(n, text) for n in names])
+        reader = spark.readStream.format("parquet").schema(schema)
+    else:
+        msg = f"--format must be one of {', '.join(FORMATS)}, got {options.format!r}"
+        raise ValueError(msg)
+    if options.format != "parquet":
+        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
     if options.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_trigger))
     stream = reader.load(options.input)
+    present = set(stream.columns)
+
+    def field(name: str) -> Any:
+        if name in present:
+            return F.col(f"`{name}`").cast("string").alias(name)
+        return F.lit(None).cast("string").alias(name)
+
+    corrupt = F.col(_CORRUPT) if _CORRUPT in present else F.lit(None).cast("string").alias(_CORRUPT)
+    return stream.select(F.col("_metadata.file_path").alias("file"), *[field(n) for n in names], corrupt)
+
+
+def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
+    """Spark's rate source as records, for load tests.
+
+    The sequence number is the event id and the record key; key and delay are hashed from it; arrival
+    time is the rate source's timestamp and event time the arrival minus the delay.
+    """
+    from pyspark.sql import functions as F
+
+    stream = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", str(rate.rows_per_second))
+        .option("numPartitions", str(rate.num_partitions))
+        .load()
+    )
+    seq = F.col("value")
+    tp = F.unix_millis("timestamp")
+    delay = F.pmod(F.xxhash64(seq, F.lit("delay")), F.lit(rate.max_delay_ms + 1))
+    values = {
+        "event_id": seq.cast("string"),
+        "key": F.concat(F.lit("k"), F.pmod(F.xxhash64(seq, F.lit("key")), F.lit(rate.keys)).cast("string")),
+        "partition": F.pmod(seq, F.lit(rate.partitions)).cast("string"),
+        "event_time_ms": (tp - delay).cast("string"),
+        "arrival_time_ms": tp.cast("string"),
+        "value": (F.pmod(seq, F.lit(1000)) / F.lit(10.0)).cast("string"),
+    }
+    slots = dict(zip(vars(Fields()).values(), vars(fields).values(), strict=True))  # default -> given name
+    named = {name: values[default] for default, name in slots.items()}
     return stream.select(
-        F.col("_metadata.file_path").alias("file"), *[F.col(f"`{n}`") for n in names], _CORRUPT
+        F.lit(RATE_FILE).alias("file"),
+        *[column.alias(name) for name, column in named.items()],
+        F.lit(None).cast("string").alias(_CORRUPT),
+        seq.alias("_seq"),
     )
 
 
 def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
     """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
-    Path(options.input).mkdir(parents=True, exist_ok=True)
+    if options.format == "rate" and options.trigger == "available-now":
+        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
+        raise ValueError(msg)
+    if options.format != "rate":
+        Path(options.input).mkdir(parents=True, exist_ok=True)
     files = source_stream(spark, options)
     handler = BatchHandler(spark, options)
     writer = files.writeStream.foreachBatch(handler).option(
@@ -823,24 +967,40 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
         msg = f"--trigger must be available-now or interval=<duration>, got {options.trigger!r}"
         raise ValueError(msg)
     query = writer.start()
-    query.awaitTermination()
+    if options.max_batches is None:
+        query.awaitTermination()
+    else:
+        while query.isActive and len(handler.reports) < options.max_batches:
+            query.awaitTermination(0.2)
+        query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
     if options.flush_at_end:
         flush_open_windows(options)
     return handler.reports
 
 
 def flush_open_windows(options: JobOptions) -> int:
-    """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch."""
+    """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch.
+
+    The last batch's state is then rewritten with no open window and a watermark floor at the end of the
+    last flushed window, so a later run on the same checkpoint treats rows of flushed windows as late
+    instead of reopening the windows.
+    """
     store = StageStore(options.checkpoint)
     last = store.latest_batch()
     if last is None:
         return 0
     saved = store.load_before(last + 1)
     assert saved is not None
-    watermark, open_windows, version = saved
-    flushed = flush(open_windows)
+    flushed = flush(saved.open_windows)
     sink = DeltaSink(options.output, options.app_id + ".flush")
-    sink.append("aggregates", _aggregate_rows(flushed, last, version), last, schema=AGGREGATES_SCHEMA)
+    rows = _aggregate_rows(flushed, last, saved.config_version)
+    sink.append("aggregates", rows, last, schema=AGGREGATES_SCHEMA)
+    if flushed.num_rows:
+        ends = flushed.column("window_end_ms").to_numpy()
+        closed_until = max(saved.closed_until_ms, int(ends.max()))
+        store.save(last, saved.watermark, empty_partials(), saved.config_version, closed_until)
     return flushed.num_rows
 
 
@@ -877,8 +1037,20 @@ def build_parser() -> argparse.ArgumentParser:
     from watermark.cli import OneLineParser
 
     p = OneLineParser(prog="python -m jobs.stream", description=__doc__.splitlines()[0])
-    p.add_argument("--input", required=True, help="landing directory of JSON-lines files")
-    p.add_argument("--format", default="json", choices=("json",), help="landing file format")
+    p.add_argument("--input", help="landing directory (not with --format rate)")
+    p.add_argument(
+        "--format",
+        default="json",
+        choices=FORMATS,
+        help="landing file format (JSON lines, CSV with a header, Parquet), or rate: Spark's rate source",
+    )
+    p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
+    p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
+    p.add_argument("--rate-partitions", type=int, default=RateOptions.partitions)
+    p.add_argument(
+        "--rate-max-delay-ms", type=int, default=RateOptions.max_delay_ms, help="event time = arrival - delay"
+    )
+    p.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
     p.add_argument("--output", required=True, help="directory of the Delta tables")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (query offsets and stage state)")
     p.add_argument(
@@ -931,8 +1103,34 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         else:
             write_config(args.config, flags)
     fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
+    if args.format != "rate" and not args.input:
+        msg = f"--input is required with --format {args.format}"
+        raise ValueError(msg)
+    if args.format == "rate" and args.input:
+        msg = "--format rate reads no --input"
+        raise ValueError(msg)
+    if args.format == "rate" and args.trigger == "available-now":
+        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
+        raise ValueError(msg)
+    for flag in ("rate_rows_per_second", "rate_keys", "rate_partitions", "max_batches"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            msg = f"--{flag.replace('_', '-')} must be at least 1, got {value}"
+            raise ValueError(msg)
+    if args.rate_max_delay_ms < 0:
+        msg = f"--rate-max-delay-ms must be >= 0, got {args.rate_max_delay_ms}"
+        raise ValueError(msg)
+    rate = RateOptions(
+        rows_per_second=args.rate_rows_per_second,
+        keys=args.rate_keys,
+        partitions=args.rate_partitions,
+        max_delay_ms=args.rate_max_delay_ms,
+    )
     return JobOptions(
-        input=args.input,
+        input=args.input or "",
+        format=args.format,
+        rate=rate,
+        max_batches=args.max_batches,
         output=args.output,
         checkpoint=args.checkpoint,
         config=config,

@@ -238,3 +238,82 @@ def test_a_new_configuration_version_applies_at_a_batch_boundary_without_restart
     versions = {row["batch_id"]: (row["config_version"], row["strategy"]) for row in log}
     assert versions[0] == (1, "periodic") and versions[1] == (1, "periodic")
     assert versions[3] == (2, "adaptive")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_csv_and_parquet_landing_files_give_the_same_tables_as_json(spark, tmp_path, fmt):
+    records = iot_records(1_500)
+    feed(records, tmp_path / "json", rows_per_file=500)
+    feed(records, tmp_path / fmt, rows_per_file=500, fmt=fmt)
+    cfg = config(params={"delay_ms": 200})
+    want, _ = run(spark, tmp_path / "a", tmp_path / "json", cfg, flush_at_end=True)
+    got, reports = run(spark, tmp_path / "b", tmp_path / fmt, cfg, flush_at_end=True, format=fmt)
+    assert sum(r.rows for r in reports) == 1_500
+    assert stable(got.read("aggregates"), ["window_start_ms", "key"]) == stable(
+        want.read("aggregates"), ["window_start_ms", "key"]
+    )
+    late = got.read("late_events")
+    assert late.num_rows > 0
+    assert stable(late, ["event_id"]) == stable(want.read("late_events"), ["event_id"])
+    assert all(path.endswith(f".{fmt}") for path in late.column("file").to_pylist())
+
+
+def test_a_malformed_csv_row_is_quarantined_and_the_others_counted(spark, tmp_path):
+    base = 1_600_000_000_000
+    header = "event_id,key,partition,event_time_ms,arrival_time_ms,value"
+    rows = [f"{i},k,p,{base + 10 * i},{base + 10 * i + 5},1.5" for i in range(20)]
+    rows.insert(7, "7x,k,p")  # too few columns
+    rows.insert(9, f"9x,k,p,{base},{base},lots")  # a value that is not a number
+    write_lines(tmp_path / "in" / "a.csv", [header, *rows])
+    sink, _ = run(
+        spark, tmp_path, tmp_path / "in", config(params={"delay_ms": 0}), flush_at_end=True, format="csv"
+    )
+    quarantine = {r["reason"]: r for r in sink.read("quarantine").to_pylist()}
+    assert set(quarantine) == {"malformed_csv", "bad_value"}
+    assert quarantine["malformed_csv"]["raw"] == "7x,k,p" and quarantine["malformed_csv"]["line"] == 7
+    agg, late = sink.read("aggregates"), sink.read("late_events")
+    assert int(np.sum(agg.column("count").to_numpy())) + late.num_rows == 20
+
+
+def test_the_rate_source_runs_a_bounded_load_test_and_accounts_for_every_row(spark, tmp_path):
+    from jobs.stream import RateOptions
+
+    sink, reports = run(
+        spark,
+        tmp_path,
+        "",
+        config(params={"delay_ms": 500, "period_ms": 100}),
+        format="rate",
+        rate=RateOptions(rows_per_second=2_000, keys=50, partitions=4, max_delay_ms=1_000),
+        trigger="interval=1 second",
+        max_batches=3,
+        flush_at_end=True,
+    )
+    assert len(reports) >= 3
+    rows = sum(r.rows for r in reports)
+    assert rows > 0 and sum(r.quarantined for r in reports) == 0
+    agg, late = sink.read("aggregates"), sink.read("late_events")
+    assert int(np.sum(agg.column("count").to_numpy())) + late.num_rows == rows
+    assert set(sink.read("watermark_log").column("partition").to_pylist()) == {"0", "1", "2", "3"}
+
+
+def test_after_a_flush_a_later_run_treats_the_flushed_windows_as_closed(spark, tmp_path):
+    base = 1_600_000_000_000
+    first = [good(i, base + 100 * i, base + 100 * i) for i in range(30)]  # windows up to base + 3 s
+    write_lines(tmp_path / "in" / "a.json", first)
+    cfg = config(params={"delay_ms": 10_000, "period_ms": 10})  # nothing closes by the watermark
+    sink, _ = run(spark, tmp_path, tmp_path / "in", cfg, flush_at_end=True)
+    flushed = sink.read("aggregates")
+    assert all(flushed.column("flushed").to_pylist()) and sum(flushed.column("count").to_pylist()) == 30
+    # More data, some of it for the flushed windows: late, not a second row for the same window.
+    more = [good(100 + i, base + 500 + i, base + 4_000 + i) for i in range(5)]
+    more += [good(200 + i, base + 5_000 + i, base + 5_000 + i) for i in range(5)]
+    write_lines(tmp_path / "in" / "b.json", more)
+    sink, _ = run(spark, tmp_path, tmp_path / "in", cfg, flush_at_end=True)
+    agg = sink.read("aggregates")
+    windows = [(r["key"], r["window_start_ms"]) for r in agg.to_pylist()]
+    assert len(windows) == len(set(windows))
+    late = sink.read("late_events")
+    assert sorted(late.column("event_id").to_pylist()) == [str(100 + i) for i in range(5)]
+    assert min(late.column("watermark_ms").to_pylist()) == base + 3_000
+    assert sum(agg.column("count").to_pylist()) + late.num_rows == 40
