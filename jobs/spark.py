@@ -9,17 +9,19 @@ from typing import Any
 def build_session(app_name: str, *, master: str | None = None, shuffle_partitions: int | None = None) -> Any:
     """A SparkSession for ``app_name``: local by default, shuffle partitions = cores, no UI, quiet logs.
 
-    ``spark.sql.shuffle.partitions`` defaults to the core count: Spark's default of 200 makes small
-    stateful or grouped batches several times slower on one machine. On a cluster, pass ``master=None``
-    and let ``spark-submit`` decide.
+    Locally, ``spark.sql.shuffle.partitions`` defaults to the core count: Spark's default of 200 makes small
+    stateful or grouped batches several times slower on one machine. Under ``spark-submit`` (``SPARK_HOME``
+    or ``SPARK_MASTER`` set) the master and the shuffle partitions are left to its ``--master`` and
+    ``--conf`` (set ``spark.sql.shuffle.partitions`` to the cluster's executor cores).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     cores = os.cpu_count() or 2
+    submitted = "SPARK_MASTER" in os.environ or bool(os.environ.get("SPARK_HOME"))
+    local = master.startswith("local") if master is not None else not submitted
     builder = (
         SparkSession.builder.appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or cores))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -28,9 +30,11 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         # uncompressed is cheaper than compressing it.
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
+    if shuffle_partitions is not None or local:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions or cores))
     if master is not None:
         builder = builder.master(master)
-    elif "SPARK_MASTER" not in os.environ and not os.environ.get("SPARK_HOME"):
+    elif local:
         builder = builder.master(f"local[{cores}]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
