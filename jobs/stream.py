@@ -947,6 +947,25 @@ def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
     )
 
 
+def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
+    """Remove the temporary files a killed query left in its offset and commit logs; returns them.
+
+    Spark writes a log entry to ``.N.<uuid>.tmp`` and renames it into place, so such a file is never
+    state. A SIGKILL between the two leaves it behind, and Spark 4.2 then refuses to start a query whose
+    offset log has a file but no batch 0 (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``).
+    """
+    removed = []
+    for log_dir in ("offsets", "commits"):
+        folder = query_checkpoint / log_dir
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.is_file() and path.name.startswith(".") and (path.name.endswith((".tmp", ".tmp.crc"))):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
     """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
     if options.format == "rate" and options.trigger == "available-now":
@@ -954,6 +973,8 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
         raise ValueError(msg)
     if options.format != "rate":
         Path(options.input).mkdir(parents=True, exist_ok=True)
+    for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
+        log.warning("removed %s, left by an interrupted run", path)
     files = source_stream(spark, options)
     handler = BatchHandler(spark, options)
     writer = files.writeStream.foreachBatch(handler).option(

@@ -317,3 +317,17 @@ def test_after_a_flush_a_later_run_treats_the_flushed_windows_as_closed(spark, t
     assert sorted(late.column("event_id").to_pylist()) == [str(100 + i) for i in range(5)]
     assert min(late.column("watermark_ms").to_pylist()) == base + 3_000
     assert sum(agg.column("count").to_pylist()) + late.num_rows == 40
+
+
+def test_a_run_killed_while_writing_its_first_offset_restarts(spark, tmp_path):
+    write_lines(
+        tmp_path / "in" / "a.json", [good(i, 1_600_000_000_000 + i, 1_600_000_000_000 + i) for i in range(5)]
+    )
+    offsets = tmp_path / "ck" / "query" / "offsets"
+    offsets.mkdir(parents=True)
+    # What a SIGKILL between Spark's temporary write and its rename leaves behind.
+    (offsets / ".0.ff0cd3d8-0c52-4998-916c-7d380c48d2c0.tmp").write_text("")
+    (offsets / "..0.ff0cd3d8-0c52-4998-916c-7d380c48d2c0.tmp.crc").write_text("")
+    sink, reports = run(spark, tmp_path, tmp_path / "in", config(), flush_at_end=True)
+    assert sum(r.rows for r in reports) == 5
+    assert sum(sink.read("aggregates").column("count").to_pylist()) + sink.read("late_events").num_rows == 5
