@@ -55,10 +55,18 @@ class StageResult:
 
 
 def arrival_order(narrow: pa.Table) -> NDArray[np.intp]:
-    """Rows in arrival order: arrival time, then file name, then line (all ascending, stable)."""
+    """Rows in arrival order: arrival time, then file name, then line (all ascending, stable).
+
+    ``file`` is either the path or, as the job collects it, an integer index into the batch's files sorted
+    by path (already the file's rank).
+    """
     tp = narrow.column("arrival_time_ms").to_numpy()
-    files = np.asarray(narrow.column("file").to_pylist(), dtype=object)
-    _, file_rank = np.unique(files.astype(str), return_inverse=True)
+    column = narrow.column("file")
+    if pa.types.is_integer(column.type):
+        file_rank = column.to_numpy()
+    else:
+        files = np.asarray(column.to_pylist(), dtype=object)
+        _, file_rank = np.unique(files.astype(str), return_inverse=True)
     line = narrow.column("line").to_numpy()
     order: NDArray[np.intp] = np.lexsort((line, file_rank, tp))
     return order

@@ -398,13 +398,13 @@ def late_expression(
     if th.starts.size > MAX_THRESHOLD_PIECES:
         return None
     tp = keys.column("arrival_time_ms").to_numpy()[order]
-    files = keys.column("file").to_pylist()
+    files = keys.column("file")
     lines = keys.column("line").to_numpy()[order]
     starts, values = th.starts.tolist(), th.values.tolist()
     arrival = "named_struct('t', CAST(arrival_time_ms AS BIGINT), 'f', file, 'l', CAST(line AS BIGINT))"
 
     def bound(k: int) -> str:
-        name = files[int(order[starts[k]])]
+        name = files[int(order[starts[k]])].as_py()
         if isinstance(name, str):
             name = "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
         return f"named_struct('t', {int(tp[starts[k]])}L, 'f', {name}, 'l', {int(lines[starts[k]])}L)"

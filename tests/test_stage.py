@@ -21,6 +21,12 @@ def test_arrival_order_is_time_then_file_then_line():
     assert arrival_order(t).tolist() == [2, 3, 1, 0]
 
 
+def test_arrival_order_takes_integer_file_indices_as_ranks():
+    # The job collects the index of each file in the batch's sorted paths: 10 comes after 2.
+    t = pa.table({"arrival_time_ms": [5, 5, 5], "file": pa.array([10, 2, 2], pa.int32()), "line": [0, 7, 3]})
+    assert arrival_order(t).tolist() == [2, 1, 0]
+
+
 def test_stage_labels_equal_the_replay_on_the_same_rows_in_any_row_order():
     rng = np.random.default_rng(2)
     n = 2_000
