@@ -272,6 +272,39 @@ class RecordNumbers:
         return self._numbers[pos]
 
 
+#: Slots whose values are epoch milliseconds, and the slot whose value is a double.
+_TIME_SLOTS = ("event_time", "arrival_time")
+_VALUE_SLOT = "value"
+
+
+def typed_json_schema(fields: Fields) -> Any:
+    """The schema JSON landing files are read with: times as LONG, the value as DOUBLE, the rest as text.
+
+    A field name shared by slots of different kinds (say key and partition both ``device``) stays text. A
+    record whose fields do not parse with these types lands whole in the corrupt-record column, and
+    :func:`validate` re-reads it as text (:func:`text_schema`) to accept ISO-8601 times and give reasons.
+    """
+    from pyspark.sql import types as T
+
+    kinds: dict[str, set[str]] = {}
+    for slot, name in vars(fields).items():
+        kinds.setdefault(name, set()).add(
+            "long" if slot in _TIME_SLOTS else "double" if slot == _VALUE_SLOT else "text"
+        )
+    types = {"long": T.LongType(), "double": T.DoubleType(), "text": T.StringType()}
+    return T.StructType(
+        [T.StructField(n, types[next(iter(k))] if len(k) == 1 else T.StringType()) for n, k in kinds.items()]
+        + [T.StructField(_CORRUPT, T.StringType())]
+    )
+
+
+def text_schema(names: list[str]) -> Any:
+    """Every field as text, plus the corrupt-record column."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(n, T.StringType()) for n in [*names, _CORRUPT]])
+
+
 def validate(
     records: Any,
     fields: Fields,
@@ -280,26 +313,60 @@ def validate(
     future_bound_ms: int,
     max_field_bytes: int,
     malformed: str = "malformed_json",
+    reread_corrupt: bool = False,
+    plans: dict[Any, list[list[Any]]] | None = None,
 ) -> Any:
-    """Typed columns and ``reason`` (null for a valid row) from records whose fields are all text.
+    """Typed columns and ``reason`` (null for a valid row) from records.
 
-    The source reads every field as text (numbers keep their digits), so types are checked here, with a
-    reason. The work is split in three projections (trimmed text, typed values, reason), so that each
-    expression is evaluated once per row. ``raw`` is the line of a malformed record (reason ``malformed``)
-    and the record's fields re-serialised as JSON otherwise (only the quarantine action computes it).
+    A field read as text is checked here (trimmed, then parsed, with a reason when it does not parse). A
+    time field read as an integer, or a value read as a number, is taken as it is. With
+    ``reread_corrupt`` (JSON read with :func:`typed_json_schema`), a record in the corrupt-record column is
+    parsed again with every field as text, and validated as text: only a record that is not JSON at all is
+    ``malformed``. The work is split in projections (re-read, text, typed values, reason) so that each
+    expression is evaluated once per row. ``raw`` is the line of a malformed or re-read record and the
+    record's fields re-serialised as JSON otherwise (only the quarantine action computes it).
+
+    Building the expressions takes a few thousand calls into the JVM; ``plans``, a dict the caller keeps
+    across batches, holds them for the next batch with the same input types and options.
+    """
+    from pyspark.sql import functions as F
+
+    types = tuple((f.name, f.dataType.simpleString()) for f in records.schema.fields)
+    key = (types, fields, future_bound_ms, max_field_bytes, malformed, reread_corrupt)
+    steps = plans.get(key) if plans is not None else None
+    if steps is None:
+        steps = validation_steps(
+            dict(types),
+            fields,
+            future_bound_ms=future_bound_ms,
+            max_field_bytes=max_field_bytes,
+            malformed=malformed,
+            reread_corrupt=reread_corrupt,
+        )
+        if plans is not None:
+            plans[key] = steps
+    frame = records.select("*", F.lit(ingest_ms).alias("_ingest_ms"))
+    for step in steps:
+        frame = frame.select(*step)
+    return frame
+
+
+def validation_steps(
+    types: dict[str, str],
+    fields: Fields,
+    *,
+    future_bound_ms: int,
+    max_field_bytes: int,
+    malformed: str,
+    reread_corrupt: bool,
+) -> list[list[Any]]:
+    """The projections :func:`validate` applies to records whose columns have these Spark types.
+
+    ``types`` maps each column to its type's simple string; the ingestion time is the column ``_ingest_ms``.
     """
     from pyspark.sql import functions as F
 
     names = list(dict.fromkeys(vars(fields).values()))
-
-    def text(name: str) -> Any:
-        value = F.trim(F.col(f"`{name}`"))
-        return F.when(value != "", value)
-
-    too_long = F.greatest(*[F.coalesce(F.octet_length(F.col(f"`{n}`")), F.lit(0)) for n in names])
-    too_long = too_long > max_field_bytes
-    corrupt = F.col(_CORRUPT).isNotNull()
-    raw = F.coalesce(F.col(_CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n in names])))
     slots = {
         "event_id": fields.event_id,
         "key": fields.key,
@@ -308,25 +375,91 @@ def validate(
         "tp": fields.arrival_time,
         "value": fields.value,
     }
-    texts = records.select(
-        "file",
-        "line",
+    integral = ("tinyint", "smallint", "int", "bigint")
+    typed_ok = {"te": integral, "tp": integral, "value": (*integral, "float", "double", "decimal")}
+
+    def is_text(name: str) -> bool:
+        return types.get(name) == "string"
+
+    def is_typed(slot: str) -> bool:
+        return types.get(slots[slot], "").split("(")[0] in typed_ok.get(slot, ())
+
+    def col(name: str) -> Any:
+        return F.col(f"`{name}`")
+
+    steps: list[list[Any]] = []
+    retyped = F.col(_CORRUPT).isNotNull()
+    if reread_corrupt:
+        options = {"columnNameOfCorruptRecord": _CORRUPT}
+        again = F.when(retyped, F.from_json(F.col(_CORRUPT), text_schema(names), options))
+        steps.append([*[col(n) for n in types], F.col("_ingest_ms"), again.alias("_again")])
+
+    def source_text(name: str) -> Any:
+        """The field as text, when there is a text form (None for a typed field of a plain read)."""
+        if not reread_corrupt:
+            return col(name) if is_text(name) else None
+        again = F.col("_again").getField(name)
+        return F.when(retyped, again).otherwise(col(name)) if is_text(name) else again
+
+    def text(value: Any) -> Any:
+        value = F.trim(value)
+        return F.when(value != "", value)
+
+    lengths = [F.coalesce(F.octet_length(c), F.lit(0)) for c in map(source_text, names) if c is not None]
+    too_long = (F.greatest(*lengths) if len(lengths) > 1 else lengths[0] if lengths else F.lit(0)) > F.lit(
+        max_field_bytes
+    )
+    corrupt = F.col("_again").getField(_CORRUPT).isNotNull() if reread_corrupt else retyped
+    raw = F.coalesce(F.col(_CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))
+    projected = [
+        F.col("file"),
+        F.col("line"),
+        F.col("_ingest_ms"),
         raw.alias("raw"),
         too_long.alias("_too_long"),
-        corrupt.alias("_corrupt"),
-        *[text(name).alias(f"_{slot}") for slot, name in slots.items()],
-    )
+        F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
+    ]
+    fast_slots = [slot for slot in typed_ok if is_typed(slot)]
+    for slot, name in slots.items():
+        source = source_text(name)
+        if slot in fast_slots:
+            projected.append(
+                (F.when(~retyped, col(name)) if reread_corrupt else col(name)).alias(f"_{slot}_v")
+            )
+        elif source is None:
+            source = col(name).cast("string")
+        text_value = text(source) if source is not None else F.lit(None).cast("string")
+        projected.append(text_value.alias(f"_{slot}"))
+    steps.append(projected)
 
     def epoch_ms(value: Any) -> Any:
         """Epoch milliseconds from integral text, else from an ISO-8601 timestamp."""
         return F.coalesce(value.try_cast("long"), F.unix_millis(value.try_cast("timestamp")))
 
-    te_text, tp_text, value_text = F.col("_te"), F.col("_tp"), F.col("_value")
-    typed = texts.select(
-        "*",
-        epoch_ms(te_text).alias("event_time_ms"),
-        F.coalesce(epoch_ms(tp_text), F.when(tp_text.isNull(), F.lit(ingest_ms))).alias("arrival_time_ms"),
-        value_text.try_cast("double").alias("value"),
+    def typed_value(slot: str, parse: Any) -> Any:
+        """The typed value of ``slot``: as read when typed, else parsed from its text."""
+        parsed = parse(F.col(f"_{slot}"))
+        if slot not in fast_slots:
+            return parsed
+        return F.coalesce(F.col(f"_{slot}_v").cast("double" if slot == "value" else "long"), parsed)
+
+    def given(slot: str) -> Any:
+        """The field is there (not absent, null or blank)."""
+        has_text = F.col(f"_{slot}").isNotNull()
+        return has_text | F.col(f"_{slot}_v").isNotNull() if slot in fast_slots else has_text
+
+    carried = ["file", "line", "_ingest_ms", "raw", "_too_long", "_corrupt", *[f"_{s}" for s in slots]]
+    steps.append(
+        [
+            *[F.col(c) for c in carried],
+            typed_value("te", epoch_ms).alias("event_time_ms"),
+            F.coalesce(typed_value("tp", epoch_ms), F.when(~given("tp"), F.col("_ingest_ms"))).alias(
+                "arrival_time_ms"
+            ),
+            typed_value("value", lambda v: v.try_cast("double")).alias("value"),
+            given("te").alias("_te_given"),
+            given("value").alias("_value_given"),
+        ]
     )
     te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
     finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
@@ -335,27 +468,30 @@ def validate(
         F.when(F.col("_corrupt"), F.lit(malformed)),
         F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
         F.when(F.col("_key").isNull(), F.lit("missing_key")),
-        F.when(te_text.isNull(), F.lit("missing_event_time")),
+        F.when(~F.col("_te_given"), F.lit("missing_event_time")),
         F.when(te.isNull(), F.lit("bad_event_time")),
         F.when(te < 0, F.lit("event_time_before_1970")),
-        F.when(te > F.lit(ingest_ms + future_bound_ms), F.lit("event_time_in_future")),
+        F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
         F.when(tp.isNull(), F.lit("bad_arrival_time")),
         F.when(tp < 0, F.lit("arrival_time_before_1970")),
-        F.when(value_text.isNull(), F.lit("missing_value")),
+        F.when(~F.col("_value_given"), F.lit("missing_value")),
         F.when(~finite, F.lit("bad_value")),
     )
-    return typed.select(
-        "file",
-        "line",
-        "raw",
-        F.col("_event_id").alias("event_id"),
-        F.col("_key").alias("key"),
-        F.coalesce(F.col("_partition"), F.lit("")).alias("partition"),
-        "event_time_ms",
-        "arrival_time_ms",
-        "value",
-        reason.alias("reason"),
+    steps.append(
+        [
+            F.col("file"),
+            F.col("line"),
+            F.col("raw"),
+            F.col("_event_id").alias("event_id"),
+            F.col("_key").alias("key"),
+            F.coalesce(F.col("_partition"), F.lit("")).alias("partition"),
+            te,
+            tp,
+            value,
+            reason.alias("reason"),
+        ]
     )
+    return steps
 
 
 def window_partials(rows: Any, window: WindowSpec) -> Any:
@@ -403,18 +539,26 @@ def late_expression(
     starts, values = th.starts.tolist(), th.values.tolist()
     arrival = "named_struct('t', CAST(arrival_time_ms AS BIGINT), 'f', file, 'l', CAST(line AS BIGINT))"
 
-    def bound(k: int) -> str:
-        name = files[int(order[starts[k]])].as_py()
+    def at_or_after(k: int) -> str:
+        """``arrival key >= key of piece k's first row``, on the arrival time alone when that decides it.
+
+        When piece ``k`` starts at the first arrival of its arrival time, no earlier row shares that time,
+        so comparing times is exact and much cheaper than comparing (time, file, line) structs.
+        """
+        first = starts[k]
+        if first == 0 or tp[first - 1] < tp[first]:
+            return f"arrival_time_ms >= {int(tp[first])}L"
+        name = files[int(order[first])].as_py()
         if isinstance(name, str):
             name = "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return f"named_struct('t', {int(tp[starts[k]])}L, 'f', {name}, 'l', {int(lines[starts[k]])}L)"
+        return f"{arrival} >= named_struct('t', {int(tp[first])}L, 'f', {name}, 'l', {int(lines[first])}L)"
 
     def tree(lo: int, hi: int) -> str:
         """Threshold of pieces lo..hi-1 as a balanced CASE: log2(pieces) comparisons per row."""
         if hi - lo == 1:
             return f"{values[lo]}L"
         mid = (lo + hi) // 2
-        return f"CASE WHEN {arrival} >= {bound(mid)} THEN {tree(mid, hi)} ELSE {tree(lo, mid)} END"
+        return f"CASE WHEN {at_or_after(mid)} THEN {tree(mid, hi)} ELSE {tree(lo, mid)} END"
 
     threshold = F.expr(tree(0, len(starts)))  # one expression, one call into the JVM
     return F.col("event_time_ms") < threshold
@@ -553,6 +697,7 @@ class BatchHandler:
         self._closed_until = NO_WATERMARK
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._numbers: RecordNumbers | None = None
+        self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -567,6 +712,7 @@ class BatchHandler:
     def __call__(self, batch: Any, batch_id: int) -> None:
         """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
         started = time.time()
+        tick = time.perf_counter()
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
         saved = self.store.load_before(batch_id)
         if saved is None:
@@ -597,12 +743,16 @@ class BatchHandler:
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
             malformed=f"malformed_{opts.format}",
+            reread_corrupt=opts.format == "json",
+            plans=self._plans,
         )
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
         try:
-            self._process(rows, parsed, files, batch_id, ingest_ms, config, watermark, open_windows, started)
+            self._process(
+                rows, parsed, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick
+            )
         finally:
             parsed.unpersist()
 
@@ -617,9 +767,11 @@ class BatchHandler:
         watermark: PartitionedWatermark,
         open_windows: pa.Table,
         started: float,
+        prepared: float,
     ) -> None:
         opts = self.options
         tick = time.perf_counter()
+        prepare = tick - prepared
         narrow_all = parsed.select(
             "file",
             "line",
@@ -640,6 +792,7 @@ class BatchHandler:
             narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy()
         )
         report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
+        report.phases["prepare"] = prepare
         tick = report.mark("collect", tick)
         report.quarantined = int((~valid_mask).sum())
         self._write_quarantine(rows, report.quarantined, batch_id, ingest_ms)
@@ -862,9 +1015,11 @@ def csv_columns(directory: str, default: list[str]) -> list[str]:
 def source_stream(spark: Any, options: JobOptions) -> Any:
     """The input as a stream of records: ``file`` plus every input field as text (and the corrupt record).
 
-    JSON and CSV are read with every field as text, so that types are checked by :func:`validate` with a
-    reason; Parquet keeps its schema (taken from the oldest landing file) and its fields are cast to text.
-    The rate source generates records for load tests (see :class:`RateOptions`).
+    JSON is read with times as integers and the value as a number (:func:`typed_json_schema`); a record
+    that does not fit lands in the corrupt-record column and :func:`validate` re-reads it as text. CSV is
+    read with every field as text; Parquet keeps its schema (taken from the oldest landing file). Either
+    way :func:`validate` checks the types, with a reason. The rate source generates records for load
+    tests (see :class:`RateOptions`).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -874,7 +1029,7 @@ def source_stream(spark: Any, options: JobOptions) -> Any:
         return rate_stream(spark, options.rate, options.fields)
     text = T.StringType()
     if options.format == "json":
-        schema = T.StructType([T.StructField(n, text) for n in [*names, _CORRUPT]])
+        schema = typed_json_schema(options.fields)
         reader = spark.readStream.format("json").schema(schema)
     elif options.format == "csv":
         columns = csv_columns(options.input, names)
@@ -904,8 +1059,8 @@ def source_stream(spark: Any, options: JobOptions) -> Any:
     present = set(stream.columns)
 
     def field(name: str) -> Any:
-        if name in present:
-            return F.col(f"`{name}`").cast("string").alias(name)
+        if name in present:  # as read: validate() checks text fields and takes typed ones as they are
+            return F.col(f"`{name}`")
         return F.lit(None).cast("string").alias(name)
 
     corrupt = F.col(_CORRUPT) if _CORRUPT in present else F.lit(None).cast("string").alias(_CORRUPT)
@@ -933,9 +1088,9 @@ def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
         "event_id": seq.cast("string"),
         "key": F.concat(F.lit("k"), F.pmod(F.xxhash64(seq, F.lit("key")), F.lit(rate.keys)).cast("string")),
         "partition": F.pmod(seq, F.lit(rate.partitions)).cast("string"),
-        "event_time_ms": (tp - delay).cast("string"),
-        "arrival_time_ms": tp.cast("string"),
-        "value": (F.pmod(seq, F.lit(1000)) / F.lit(10.0)).cast("string"),
+        "event_time_ms": tp - delay,
+        "arrival_time_ms": tp,
+        "value": F.pmod(seq, F.lit(1000)) / F.lit(10.0),
     }
     slots = dict(zip(vars(Fields()).values(), vars(fields).values(), strict=True))  # default -> given name
     named = {name: values[default] for default, name in slots.items()}

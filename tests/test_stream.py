@@ -331,3 +331,33 @@ def test_a_run_killed_while_writing_its_first_offset_restarts(spark, tmp_path):
     sink, reports = run(spark, tmp_path, tmp_path / "in", config(), flush_at_end=True)
     assert sum(r.rows for r in reports) == 5
     assert sum(sink.read("aggregates").column("count").to_pylist()) + sink.read("late_events").num_rows == 5
+
+
+@pytest.mark.parametrize("strategy", ["periodic", "ingestion"])
+def test_the_late_expression_selects_exactly_the_stage_late_rows_with_tied_arrival_times(spark, strategy):
+    from jobs.stage import run_stage
+    from jobs.stream import late_expression
+    from watermark.combine import PartitionedWatermark
+
+    rng = np.random.default_rng(5)
+    n = 3_000
+    tp = np.sort(rng.integers(0, 3_000, n)).astype(np.int64)  # about one tie per row: struct comparisons
+    te = tp - rng.integers(0, 400, n)
+    rows = pa.table(
+        {
+            "partition": rng.choice(["a", "b"], n).tolist(),
+            "event_time_ms": te,
+            "arrival_time_ms": tp,
+            "file": pa.array(rng.integers(0, 3, n), pa.int32()),
+            "line": rng.permutation(n).astype(np.int64),
+        }
+    )
+    # periodic moves the watermark at ticks (a new arrival time), ingestion at any row (often a tie).
+    params = {"delay_ms": 100, "period_ms": 50} if strategy == "periodic" else {"max_event_time_lag_ms": 100}
+    result = run_stage(PartitionedWatermark(strategy, params), rows, straggler_ms=0)
+    assert 0 < result.n_late < n
+    expr = late_expression(rows, result.order, result.late, te, result.wm_at_arrival)
+    assert expr is not None
+    picked = spark.createDataFrame(rows.to_pandas()).filter(expr).select("line").toArrow()
+    expected = rows.column("line").filter(result.late).to_pylist()
+    assert sorted(picked.column("line").to_pylist()) == sorted(expected)
