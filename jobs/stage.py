@@ -93,7 +93,7 @@ def run_stage(
 
     """
     order = arrival_order(narrow)
-    part = np.asarray(narrow.column("partition").to_pylist(), dtype=object)[order]
+    part = narrow.column("partition").to_numpy(zero_copy_only=False)[order]
     te = narrow.column("event_time_ms").to_numpy()[order]
     tp = narrow.column("arrival_time_ms").to_numpy()[order]
     trace = watermark.process_trace(part, te, tp)

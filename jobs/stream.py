@@ -932,10 +932,9 @@ class BatchHandler:
         config: PipelineConfig,
         ingest_ms: int,
     ) -> None:
-        keys, part = np.unique(
-            np.asarray(narrow.column("partition").to_pylist(), dtype=object), return_inverse=True
-        )
-        index = {k: i for i, k in enumerate(keys.tolist())}
+        encoded = narrow.column("partition").combine_chunks().dictionary_encode()
+        part = encoded.indices.to_numpy()
+        index = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
         te = narrow.column("event_time_ms").to_numpy()
         active = set(watermark.active_partitions())
         rows = []

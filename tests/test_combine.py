@@ -73,6 +73,16 @@ def test_partition_keys_may_be_integers_and_keep_first_appearance_order():
     assert keys == ["x", "b"]
     with pytest.raises(ValueError, match="partition keys must be strings or integers"):
         factorize(np.array([1.5, 2.5], dtype=object))
+    with pytest.raises(ValueError, match="partition keys must be strings or integers"):
+        factorize(np.array(["a", None], dtype=object))
+
+
+@given(st.lists(st.one_of(st.sampled_from(["a", "b", "ü", ""]), st.integers(-3, 3)), max_size=30))
+def test_factorize_numbers_keys_in_first_appearance_order_for_mixed_and_string_keys(values):
+    keys, codes = factorize(np.array(values, dtype=object))
+    expected = list(dict.fromkeys(values))
+    assert keys == expected
+    assert [keys[c] for c in codes.tolist()] == values
 
 
 def test_lengths_must_match():

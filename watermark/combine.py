@@ -60,9 +60,28 @@ def factorize(values: ArrayLike) -> tuple[list[Hashable], NDArray[np.intp]]:
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
         return [_plain(uniq[i]) for i in order], rank[inverse].astype(np.intp)
+    if arr.dtype == object and arr.size:
+        fast = _factorize_strings(arr)
+        if fast is not None:
+            return fast
     index: dict[Hashable, int] = {}
     codes = np.fromiter((index.setdefault(_plain(v), len(index)) for v in arr.tolist()), np.intp, arr.size)
     return list(index), codes
+
+
+def _factorize_strings(arr: NDArray[Any]) -> tuple[list[Hashable], NDArray[np.intp]] | None:
+    """:func:`factorize` of an object array of strings, in Arrow's C++ (None if not all are strings)."""
+    import pyarrow as pa
+
+    try:
+        encoded = pa.array(arr, type=pa.string()).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if encoded.indices.null_count:
+        return None
+    # Arrow numbers the dictionary in order of first appearance, as factorize does.
+    codes: NDArray[np.intp] = encoded.indices.to_numpy().astype(np.intp)
+    return encoded.dictionary.to_pylist(), codes
 
 
 class PartitionedWatermark(WatermarkReadout):
