@@ -131,6 +131,9 @@ def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_
     )
     assert set(reasons) <= set(QUARANTINE_REASONS)
     assert all(r["raw"] is not None and r["file"].endswith(".json") for r in quarantine)
+    # A JSON record with a field of the wrong type keeps its line as it was.
+    by_reason = {r["reason"]: r for r in quarantine}
+    assert json.loads(by_reason["bad_event_time"]["raw"])["event_time_ms"] == "yesterday"
     # Conservation: 51 valid rows are each in exactly one aggregate count or in late_events.
     agg = sink.read("aggregates")
     late = sink.read("late_events")
