@@ -179,19 +179,21 @@ def main() -> None:
             f"input: {args.events:,} events in {args.files} files; shuffle partitions {cores}",
             file=sys.stderr,
         )
-        # Warm the JVM and Python workers on a small copy so that no run pays the first-query cost.
+        # Warm the JVM and the Python workers (one per core: files big enough for a split per core) on a
+        # copy of the first events, so that no run pays the first-query cost.
         warm = work / "warm"
-        feed(records.slice(0, 20_000), warm / "landing", rows_per_file=10_000)
+        n_warm = min(args.events, 100_000)
+        feed(records.slice(0, n_warm), warm / "landing", rows_per_file=-(-n_warm // 2))
         run_ours(
             spark,
             warm / "landing",
             warm / "ours",
             "periodic",
             {"delay_ms": 500},
-            20_000,
+            n_warm,
             batch_clock(warm / "landing"),
         )
-        run_native(spark, warm / "landing", warm / "native", 500, 20_000, batch_clock(warm / "landing"))
+        run_native(spark, warm / "landing", warm / "native", 500, n_warm, batch_clock(warm / "landing"))
 
         results = {}
         results["job_periodic"] = run_ours(

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
 from typing import Any
+
+#: The project's root: ``jobs/`` and ``watermark/`` run in Spark's Python workers too (the Arrow path).
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("jobs", "watermark")
 
 
 def build_session(app_name: str, *, master: str | None = None, shuffle_partitions: int | None = None) -> Any:
@@ -20,6 +28,12 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     cores = os.cpu_count() or 2
     submitted = "SPARK_MASTER" in os.environ or bool(os.environ.get("SPARK_HOME"))
     local = master.startswith("local") if master is not None else not submitted
+    if local:
+        # Local Python workers run this interpreter (with pyarrow) and import the project from its root.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if str(ROOT) not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -39,3 +53,27 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+_shipped: set[str] = set()
+
+
+def ship_code(spark: Any) -> None:
+    """Send ``jobs/`` and ``watermark/`` to the executors' Python workers (once per application).
+
+    Local sessions built by :func:`build_session` find them on ``PYTHONPATH``; on a cluster the executors
+    get a zip of both packages (``SparkContext.addPyFile``). numpy, pyarrow and river must be installed on
+    the executors (README: deploying on a cluster).
+    """
+    sc = spark.sparkContext
+    app = sc.applicationId
+    if app in _shipped or sc.master.startswith("local"):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="wm-code-"))
+    archive = folder / "watermark_pipeline.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in PACKAGES:
+            for path in sorted((ROOT / package).rglob("*.py")):
+                zf.write(path, path.relative_to(ROOT).as_posix())
+    sc.addPyFile(str(archive))
+    _shipped.add(app)

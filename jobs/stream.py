@@ -40,7 +40,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.arrow_path import (
+    LateThresholds,
+    RecordChecks,
+    local_path,
+    plan_splits,
+    run_aggregate,
+    run_collect,
+    splits_frame,
+)
 from jobs.delta_sink import DeltaSink
+from jobs.spark import ship_code
 from jobs.stage import label_thresholds, run_stage
 from jobs.windows import FIRED_SCHEMA, PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
 from watermark.combine import PartitionedWatermark
@@ -183,6 +193,9 @@ class JobOptions:
     fields: Fields = field(default_factory=Fields)
     future_bound_ms: int = 86_400_000
     max_field_bytes: int = 65_536
+    reader: str = (
+        "arrow"  # JSON: "arrow" (pyarrow in executors; Spark's reader for unclean batches) or "spark"
+    )
     app_id: str = "jobs.stream"
     progress: bool = True
 
@@ -660,6 +673,122 @@ class StageStore:
             shutil.rmtree(old, ignore_errors=True)
 
 
+# -- where a batch's rows come from -----------------------------------------------------------------------
+class SparkRows:
+    """A batch read by Spark's reader: validated in Spark, typed columns cached for the batch's actions."""
+
+    path = "spark"
+    collect_seconds = 0.0  # the collect happens in narrow()
+
+    def __init__(self, spark: Any, rows: Any, parsed: Any, pool: ThreadPoolExecutor) -> None:
+        self.spark, self.rows, self.parsed, self.pool = spark, rows, parsed, pool
+
+    def narrow(self) -> pa.Table:
+        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record."""
+        parsed = self.parsed
+        return parsed.select(
+            "file",
+            "line",
+            parsed.reason.isNull().alias("valid"),
+            "partition",
+            "event_time_ms",
+            "arrival_time_ms",
+        ).toArrow()
+
+    def quarantined(self) -> pa.Table:
+        """``raw, reason, file, line`` of the invalid records."""
+        rows = self.rows
+        return rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
+
+    def aggregate(
+        self, narrow: pa.Table, result: Any, window: WindowSpec, report: BatchReport, tick: float
+    ) -> tuple[list[pa.Table], pa.Table, float]:
+        """Partials of the on-time rows and the late rows in full (Spark labels them by thresholds)."""
+        parsed = self.parsed
+        valid = parsed.filter(parsed.reason.isNull())
+        te = narrow.column("event_time_ms").to_numpy()
+        late_expr = (
+            late_expression(narrow, result.order, result.late, te, result.wm_at_arrival)
+            if result.n_late
+            else None
+        )
+        late_keys = None
+        if result.n_late and late_expr is None:
+            keys = narrow.select(["file", "line"]).filter(pa.array(result.late))
+            late_keys = self.spark.createDataFrame(keys)
+        on_time = valid
+        if late_expr is not None:
+            on_time = valid.filter(~late_expr)
+        elif late_keys is not None:
+            from pyspark.sql import functions as F
+
+            on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
+        tick = report.mark("label", tick)
+        # The late rows are collected while Spark aggregates the on-time ones: two jobs at once keep the
+        # cores busy through each other's scheduling gaps.
+        late_rows = self.pool.submit(_collect_late, valid, late_expr, late_keys) if result.n_late else None
+        partials = window_partials(on_time, window).toArrow()
+        tick = report.mark("partials", tick)
+        late = late_rows.result() if late_rows is not None else LATE_SCHEMA.empty_table()
+        tick = report.mark("late", tick)
+        return [partials], late, tick
+
+
+def _collect_late(valid: Any, late_expr: Any, late_keys: Any) -> pa.Table:
+    cols = ["event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value", "file", "line"]
+    if late_expr is not None:
+        return valid.filter(late_expr).select(*cols).toArrow()
+    return valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
+
+
+class ArrowRows:
+    """A clean JSON batch on the Arrow path (:mod:`jobs.arrow_path`), after its first pass."""
+
+    path = "arrow"
+
+    def __init__(
+        self, frame: Any, checks: RecordChecks, job: str, batch_id: int, narrow: pa.Table | None
+    ) -> None:
+        self.frame, self.checks, self.job, self.batch_id = frame, checks, job, batch_id
+        self._narrow = narrow
+        self.collect_seconds = 0.0  # the first pass, before the handler's phases start
+
+    def narrow(self) -> pa.Table:
+        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record (all valid)."""
+        narrow = self._narrow
+        if narrow is None:
+            return pa.table(
+                {
+                    "file": pa.array([], pa.int32()),
+                    "line": pa.array([], pa.int64()),
+                    "valid": pa.array([], pa.bool_()),
+                    "partition": pa.array([], pa.string()),
+                    "event_time_ms": pa.array([], pa.int64()),
+                    "arrival_time_ms": pa.array([], pa.int64()),
+                }
+            )
+        return narrow.add_column(2, "valid", pa.array(np.ones(narrow.num_rows, bool)))
+
+    def quarantined(self) -> pa.Table:
+        """Never called: a batch on the Arrow path has no invalid record."""
+        msg = "a batch on the Arrow path has no invalid record"
+        raise AssertionError(msg)
+
+    def aggregate(
+        self, narrow: pa.Table, result: Any, window: WindowSpec, report: BatchReport, tick: float
+    ) -> tuple[list[pa.Table], pa.Table, float]:
+        """Second pass: executors label rows by the stage's thresholds and aggregate the on-time ones."""
+        te = narrow.column("event_time_ms").to_numpy()
+        th = label_thresholds(te[result.order], result.late[result.order], result.wm_at_arrival)
+        thresholds = LateThresholds.from_stage(narrow, result.order, th.starts, th.values)
+        tick = report.mark("label", tick)
+        partials, late, report.reparsed = run_aggregate(
+            self.frame, self.checks, self.job, self.batch_id, thresholds, window.window_ms, window.step_ms
+        )
+        tick = report.mark("partials", tick)
+        return partials, late, tick
+
+
 # -- the foreachBatch handler ----------------------------------------------------------------------------
 @dataclass
 class BatchReport:
@@ -675,6 +804,8 @@ class BatchReport:
     config_version: int = 0
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
+    reparsed: int = 0  # Arrow path: splits the second pass had to parse again
+    path: str = ""  # "arrow" (JSON parsed by pyarrow in the executors) or "spark" (Spark's reader)
 
     def mark(self, phase: str, since: float) -> float:
         """Add the time since ``since`` to ``phase``; returns now."""
@@ -698,6 +829,7 @@ class BatchHandler:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
+        self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -733,6 +865,10 @@ class BatchHandler:
             )
         opts = self.options
         files = [RATE_FILE] if opts.format == "rate" else logged_batch_files(opts.checkpoint, batch_id)
+        arrow = self._arrow_rows(files, batch_id, ingest_ms)
+        if arrow is not None:
+            self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
+            return
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
             files = sorted(r[0] for r in batch.select("file").distinct().collect())
         records = number_records(batch, files)
@@ -750,16 +886,62 @@ class BatchHandler:
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
         try:
-            self._process(
-                rows, parsed, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick
-            )
+            source = SparkRows(self.spark, rows, parsed, self._pool)
+            self._process(source, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
         finally:
             parsed.unpersist()
 
+    def _arrow_rows(self, files: list[str] | None, batch_id: int, ingest_ms: int) -> ArrowRows | None:
+        """The batch on the Arrow path after its first pass, or None when Spark's reader must read it."""
+        opts = self.options
+        if opts.reader != "arrow" or opts.format != "json" or not files or self._arrow_off:
+            return None
+        names = list(vars(opts.fields).values())
+        if len(set(names)) != len(names):
+            return None  # a field name shared by two slots: the Spark path's typing rules apply
+        paths = [local_path(f) for f in files]
+        if any(p is None for p in paths):
+            return None
+        try:
+            sizes = [os.path.getsize(p) for p in paths if p is not None]
+        except OSError:
+            return None
+        f = opts.fields
+        checks = RecordChecks(
+            f.event_id,
+            f.key,
+            f.partition,
+            f.event_time,
+            f.arrival_time,
+            f.value,
+            ingest_ms=ingest_ms,
+            future_bound_ms=opts.future_bound_ms,
+            max_field_bytes=opts.max_field_bytes,
+        )
+        splits = plan_splits(
+            [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
+        )
+        frame = splits_frame(self.spark, splits)
+        tick = time.perf_counter()
+        try:
+            collected = run_collect(frame, checks, opts.checkpoint, batch_id)
+        except Exception as exc:  # the executors cannot run the Arrow path (say, no pyarrow there)
+            self._arrow_off = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+            log.warning(
+                "the Arrow path failed (%s); this run reads JSON with Spark's reader from now on",
+                self._arrow_off,
+            )
+            return None
+        if not collected.clean:
+            log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
+            return None
+        rows = ArrowRows(frame, checks, opts.checkpoint, batch_id, collected.narrow)
+        rows.collect_seconds = time.perf_counter() - tick
+        return rows
+
     def _process(
         self,
-        rows: Any,
-        parsed: Any,
+        source: SparkRows | ArrowRows,
         files: list[str],
         batch_id: int,
         ingest_ms: int,
@@ -772,14 +954,7 @@ class BatchHandler:
         opts = self.options
         tick = time.perf_counter()
         prepare = tick - prepared
-        narrow_all = parsed.select(
-            "file",
-            "line",
-            parsed.reason.isNull().alias("valid"),
-            "partition",
-            "event_time_ms",
-            "arrival_time_ms",
-        ).toArrow()
+        narrow_all = source.narrow()
         if narrow_all.column("file").null_count:
             msg = (
                 f"batch {batch_id}: records whose landing file is not among the batch's files {files[:3]}..."
@@ -792,47 +967,24 @@ class BatchHandler:
             narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy()
         )
         report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
-        report.phases["prepare"] = prepare
+        report.phases["prepare"] = prepare - source.collect_seconds
+        report.phases["collect"] = source.collect_seconds
         tick = report.mark("collect", tick)
         report.quarantined = int((~valid_mask).sum())
-        self._write_quarantine(rows, report.quarantined, batch_id, ingest_ms)
+        self._write_quarantine(source, report.quarantined, batch_id, ingest_ms)
         tick = report.mark("quarantine", tick)
 
-        valid = parsed.filter(parsed.reason.isNull())
         if narrow.num_rows:
             result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until)
             tick = report.mark("stage", tick)
-            te = narrow.column("event_time_ms").to_numpy()
-            late_expr = (
-                late_expression(narrow, result.order, result.late, te, result.wm_at_arrival)
-                if result.n_late
-                else None
-            )
-            late_keys = None
-            if result.n_late and late_expr is None:
-                keys = narrow.select(["file", "line"]).filter(pa.array(result.late))
-                late_keys = self.spark.createDataFrame(keys)
-            on_time = valid
-            if late_expr is not None:
-                on_time = valid.filter(~late_expr)
-            elif late_keys is not None:
-                from pyspark.sql import functions as F
-
-                on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
-            tick = report.mark("label", tick)
-            # The late rows are collected while Spark aggregates the on-time ones: two jobs at once keep
-            # the cores busy through each other's scheduling gaps.
-            late_rows = (
-                self._pool.submit(self._collect_late, valid, late_expr, late_keys) if result.n_late else None
-            )
-            partials = window_partials(on_time, config.window).toArrow()
-            tick = report.mark("partials", tick)
-            open_windows = merge_partials(open_windows, partials)
+            partials, late, tick = source.aggregate(narrow, result, config.window, report, tick)
+            if late.num_rows != result.n_late:
+                msg = f"batch {batch_id}: {late.num_rows} late rows labelled, the stage found {result.n_late}"
+                raise RuntimeError(msg)
+            open_windows = merge_partials(open_windows, *partials)
             fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
             tick = report.mark("windows", tick)
             report.late = result.n_late
-            late = late_rows.result() if late_rows is not None else LATE_SCHEMA.empty_table()
-            tick = report.mark("late", tick)
             self._write_late(late, narrow, result, batch_id, ingest_ms)
             self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
         else:
@@ -846,6 +998,7 @@ class BatchHandler:
         )
         self.store.save(batch_id, watermark, open_windows, config.version, self._closed_until)
         report.mark("write", tick)
+        report.path = source.path
         report.fired = fired.num_rows
         report.open_windows = open_windows.num_rows
         report.watermark_ms = watermark.watermark_ms
@@ -868,9 +1021,11 @@ class BatchHandler:
         paths = pa.array(self._files, pa.string()).take(table.column("file").combine_chunks())
         return paths, pa.array(self._numbers.lookup(table.column("line").to_numpy()), pa.int64())
 
-    def _write_quarantine(self, rows: Any, count: int, batch_id: int, ingest_ms: int) -> None:
+    def _write_quarantine(
+        self, source: SparkRows | ArrowRows, count: int, batch_id: int, ingest_ms: int
+    ) -> None:
         if count:
-            bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
+            bad = source.quarantined()
             n = bad.num_rows
             paths, lines = self._record_keys(bad)
             bad = pa.table(
@@ -886,13 +1041,6 @@ class BatchHandler:
         else:
             bad = QUARANTINE_SCHEMA.empty_table()
         self.sink.append("quarantine", bad, batch_id, schema=QUARANTINE_SCHEMA)
-
-    @staticmethod
-    def _collect_late(valid: Any, late_expr: Any, late_keys: Any) -> pa.Table:
-        cols = ["event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value", "file", "line"]
-        if late_expr is not None:
-            return valid.filter(late_expr).select(*cols).toArrow()
-        return valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
 
     def _write_late(
         self, late: pa.Table, narrow: pa.Table, result: Any, batch_id: int, ingest_ms: int
@@ -1130,6 +1278,8 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
     for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
         log.warning("removed %s, left by an interrupted run", path)
     files = source_stream(spark, options)
+    if options.format == "json" and options.reader == "arrow":
+        ship_code(spark)
     handler = BatchHandler(spark, options)
     writer = files.writeStream.foreachBatch(handler).option(
         "checkpointLocation", str(Path(options.checkpoint) / "query")
@@ -1249,6 +1399,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=65_536,
         help="quarantine records with a longer field (record_too_long)",
     )
+    p.add_argument(
+        "--reader",
+        choices=("arrow", "spark"),
+        default="arrow",
+        help="JSON files: arrow = parsed by pyarrow in the executors (batches with an invalid record fall "
+        "back to Spark's reader), spark = always Spark's reader (default arrow)",
+    )
     for name, default in vars(Fields()).items():
         p.add_argument(
             f"--{name.replace('_', '-')}-field", default=default, help=f"input field (default {default})"
@@ -1316,6 +1473,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         fields=fields,
         future_bound_ms=args.future_bound_ms,
         max_field_bytes=args.max_field_bytes,
+        reader=args.reader,
     )
 
 

@@ -1,0 +1,585 @@
+"""The Arrow path: a micro-batch of JSON-lines landing files parsed with pyarrow in Spark's executors.
+
+Spark's JSON reader parses a record about three times slower than pyarrow's, and the job reads a batch twice
+(once for the narrow columns the watermark stage needs, once to aggregate the labelled rows). On this path
+the batch's files are cut into byte-range *splits* and two Spark jobs run Python over them in the executors
+(``mapInArrow`` over a small DataFrame of splits, so the work scales out with the cluster):
+
+1. :func:`collect_pass` parses each split, checks that every record is valid exactly as the Spark path would
+   judge it (:func:`parse_clean`), and returns the narrow columns (file, record id, partition, event time,
+   arrival time) as one Arrow IPC blob per split. The parsed split stays in the worker's memory.
+2. The driver runs the watermark stage on the narrow columns, as on the Spark path, and compresses its
+   labels into lateness thresholds over the arrival key (:class:`LateThresholds`).
+3. :func:`aggregate_pass` labels each split's rows with the thresholds (vectorised, no row-id join), and
+   returns the partial aggregates of its on-time rows per (key, window) and its late rows in full. The
+   driver merges the partials into the open windows, as it merges Spark's.
+
+A batch whose records are not all plainly valid (a quarantine reason, a blank line, a string where a number
+belongs, ISO-8601 times, anything pyarrow will not parse with the typed schema) is reported unclean by the
+first pass, and the job reads that batch with Spark's reader instead: quarantine reasons, tolerant typing
+and every other rule live in one place, the Spark path, and the Arrow path only ever takes batches whose
+result it reproduces exactly (``tests/test_arrow_path.py`` holds it to that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from jobs.windows import PARTIAL_SCHEMA
+
+#: Schema of the DataFrame of splits the two passes run over.
+SPLIT_SCHEMA = "sid long, file int, path string, start long, end long, size long"
+COLLECT_SCHEMA = "sid long, clean boolean, why string, rows long, narrow binary"
+AGGREGATE_SCHEMA = "sid long, reparsed boolean, partials binary, late binary"
+
+#: Columns of a clean split (the Spark path's names for a valid row).
+RECORD_COLUMNS = ("event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value")
+LATE_COLUMNS = (*RECORD_COLUMNS, "file", "line")
+
+MIN_SPLIT_BYTES = 4 << 20
+MAX_SPLIT_BYTES = 128 << 20
+#: Parsed splits a worker keeps between the two passes, in rows (beyond it the second pass parses again).
+CACHE_MAX_ROWS = 20_000_000
+
+
+@dataclass(frozen=True)
+class Split:
+    """Records of one landing file whose line starts at a byte in ``[start, end)``."""
+
+    sid: int  # unique in the batch; record ids are ``sid << 32 | record number in the split``
+    file: int  # index of the file in the batch's sorted files
+    path: str  # local path
+    start: int
+    end: int
+    size: int  # the file's size when the batch was planned
+
+
+@dataclass(frozen=True)
+class RecordChecks:
+    """Field names and the Spark path's validity bounds a clean record must meet."""
+
+    event_id: str
+    key: str
+    partition: str
+    event_time: str
+    arrival_time: str
+    value: str
+    ingest_ms: int
+    future_bound_ms: int
+    max_field_bytes: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The six field names, in slot order."""
+        return (self.event_id, self.key, self.partition, self.event_time, self.arrival_time, self.value)
+
+
+def local_path(uri: str) -> str | None:
+    """The local path of a landing file as Spark's source log spells it, or None for a remote URI.
+
+    >>> local_path("file:///data/in/a.json"), local_path("file:/data/in/a.json"), local_path("s3a://b/a.json")
+    ('/data/in/a.json', '/data/in/a.json', None)
+    """
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    if uri.startswith("file:/"):
+        return uri[len("file:") :]
+    if "://" in uri or uri.startswith(("s3a:", "s3:", "hdfs:", "gs:", "abfs:")):
+        return None
+    return uri
+
+
+def plan_splits(
+    paths: list[str],
+    sizes: list[int],
+    parallelism: int,
+    *,
+    min_bytes: int = MIN_SPLIT_BYTES,
+    max_bytes: int = MAX_SPLIT_BYTES,
+) -> list[Split]:
+    """Cut files into byte ranges of about ``total / parallelism`` bytes (within the bounds).
+
+    >>> [(s.file, s.start, s.end) for s in plan_splits(["a", "b"], [10, 25], 2, min_bytes=8, max_bytes=20)]
+    [(0, 0, 10), (1, 0, 18), (1, 18, 25)]
+    """
+    total = sum(sizes)
+    size = max(min_bytes, min(max_bytes, -(-total // max(parallelism, 1))))
+    splits: list[Split] = []
+    for index, (path, length) in enumerate(zip(paths, sizes, strict=True)):
+        start = 0
+        while start < length:
+            end = min(length, start + size)
+            splits.append(Split(len(splits), index, path, start, end, length))
+            start = end
+    return splits
+
+
+def read_split(split: Split) -> bytes:
+    """The bytes of the lines that start in ``[start, end)``, each with its newline."""
+    with open(split.path, "rb") as handle:
+        begin = max(split.start - 1, 0)
+        handle.seek(begin)
+        data = handle.read(split.end - begin)
+        if split.start > 0:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return b""  # no line starts in the range
+            data = data[cut + 1 :]
+        if data and not data.endswith(b"\n"):
+            tail = []
+            while True:
+                chunk = handle.read(1 << 16)
+                if not chunk:
+                    break
+                newline = chunk.find(b"\n")
+                if newline >= 0:
+                    tail.append(chunk[: newline + 1])
+                    break
+                tail.append(chunk)
+            data += b"".join(tail)
+    return data
+
+
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _empty_records() -> pa.Table:
+    return pa.table(
+        {
+            "event_id": pa.array([], pa.string()),
+            "key": pa.array([], pa.string()),
+            "partition": pa.array([], pa.string()),
+            "event_time_ms": pa.array([], pa.int64()),
+            "arrival_time_ms": pa.array([], pa.int64()),
+            "value": pa.array([], pa.float64()),
+        }
+    )
+
+
+def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str]:
+    """The records of ``data`` as the Spark path's valid rows, or ``(None, why)`` if any is not plainly valid.
+
+    Plainly valid: one JSON object per non-blank line, ids and keys non-empty text without surrounding
+    whitespace (the Spark path trims), the partition absent, null or such text, integer times within the
+    bounds, a finite number for the value, and no text field longer than ``max_field_bytes``. The arrival
+    time, when absent or null, is the ingestion time.
+    """
+    import pyarrow.json as pj
+
+    if not data.strip():
+        return (_empty_records(), "") if not data else (None, "blank lines")
+    c = checks
+    schema = pa.schema(
+        [
+            (c.event_id, pa.string()),
+            (c.key, pa.string()),
+            (c.partition, pa.string()),
+            (c.event_time, pa.int64()),
+            (c.arrival_time, pa.int64()),
+            (c.value, pa.float64()),
+        ]
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        return None, f"not plain typed JSON: {str(exc).splitlines()[0][:200]}"
+    if table.num_rows != _lines(data):
+        return None, "blank lines or several records on a line"
+    table = table.combine_chunks()
+    event_id, key, part = (table.column(n).chunk(0) if table.num_rows else None for n in schema.names[:3])
+    if table.num_rows == 0 or event_id is None or key is None or part is None:
+        return _empty_records(), ""
+    try:
+        for text in (event_id, key, part):
+            text.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        return None, "text that is not UTF-8"
+    for name, text in ((c.event_id, event_id), (c.key, key)):
+        if text.null_count or not _all(pc.greater(pc.binary_length(text), 0)):
+            return None, f"a missing {name}"
+    for name, text in ((c.event_id, event_id), (c.key, key), (c.partition, part)):
+        if not _all(pc.equal(pc.utf8_trim_whitespace(text), text)):
+            return None, f"{name} with surrounding whitespace"
+        longest = pc.max(pc.binary_length(text)).as_py()
+        if longest is not None and longest > c.max_field_bytes:
+            return None, f"{name} longer than {c.max_field_bytes} bytes"
+    te = table.column(c.event_time).chunk(0)
+    if te.null_count:
+        return None, f"a missing {c.event_time}"
+    low, high = pc.min_max(te).values()
+    if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.future_bound_ms:
+        return None, f"{c.event_time} before 1970 or beyond the future bound"
+    tp = pc.fill_null(table.column(c.arrival_time).chunk(0), pa.scalar(c.ingest_ms, pa.int64()))
+    if pc.min(tp).as_py() < 0:
+        return None, f"{c.arrival_time} before 1970"
+    value = table.column(c.value).chunk(0)
+    if value.null_count or not _all(pc.is_finite(value)):
+        return None, f"a missing or non-finite {c.value}"
+    records = pa.table(
+        {
+            "event_id": event_id,
+            "key": key,
+            "partition": pc.fill_null(part, ""),
+            "event_time_ms": te,
+            "arrival_time_ms": tp,
+            "value": value,
+        }
+    )
+    return records, ""
+
+
+def _all(flags: pa.Array) -> bool:
+    return bool(pc.all(flags).as_py())
+
+
+def record_ids(split: Split, rows: int) -> NDArray[np.int64]:
+    """Ids of a split's records: unique in the batch and increasing along each file."""
+    ids: NDArray[np.int64] = (np.int64(split.sid) << np.int64(32)) + np.arange(rows, dtype=np.int64)
+    return ids
+
+
+def to_blob(table: pa.Table) -> bytes:
+    """``table`` as Arrow IPC stream bytes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
+
+
+def from_blobs(blobs: Iterable[bytes | None]) -> list[pa.Table]:
+    """Tables back from :func:`to_blob` bytes (None skipped)."""
+    return [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs if b is not None]
+
+
+# -- lateness thresholds over the arrival key --------------------------------------------------------------
+@dataclass(frozen=True)
+class LateThresholds:
+    """The stage's labels as pieces over the arrival key ``(arrival time, file, record id)``.
+
+    Piece ``k`` starts at key ``(tp[k], file[k], line[k])``; a row at or after it (and before piece ``k+1``)
+    is late iff its event time is below ``values[k]``. ``tie[k]``: the piece starts after an earlier row
+    with the same arrival time, so the file and record id decide.
+    """
+
+    tp: NDArray[np.int64]
+    file: NDArray[np.int64]
+    line: NDArray[np.int64]
+    values: NDArray[np.int64]
+    tie: NDArray[np.bool_]
+
+    @classmethod
+    def from_stage(
+        cls, narrow: pa.Table, order: NDArray[np.intp], starts: NDArray[np.intp], values: NDArray[np.int64]
+    ) -> LateThresholds:
+        """From :func:`jobs.stage.label_thresholds` pieces over the narrow rows in arrival order."""
+        tp = narrow.column("arrival_time_ms").to_numpy()[order]
+        file = narrow.column("file").to_numpy().astype(np.int64)[order]
+        line = narrow.column("line").to_numpy()[order]
+        tie = np.zeros(starts.size, bool)
+        inner = starts > 0
+        tie[inner] = tp[starts[inner] - 1] == tp[starts[inner]]
+        return cls(tp[starts], file[starts], line[starts], values.astype(np.int64), tie)
+
+    def late(
+        self, te: NDArray[np.int64], tp: NDArray[np.int64], file: NDArray[np.int64], line: NDArray[np.int64]
+    ) -> NDArray[np.bool_]:
+        """Per row: late (event time below the threshold of the piece its arrival key falls in).
+
+        >>> th = LateThresholds(np.array([10, 20, 20]), np.array([0, 0, 1]), np.array([0, 5, 0]),
+        ...                     np.array([100, 200, 300]), np.array([False, False, True]))
+        >>> th.late(np.array([150, 150, 250, 250]), np.array([15, 20, 20, 20]),
+        ...         np.array([0, 0, 0, 1]), np.array([0, 5, 9, 3])).tolist()
+        [False, True, False, True]
+        """
+        if self.tp.size == 0:
+            return np.zeros(te.size, bool)
+        piece = np.searchsorted(self.tp, tp, side="right") - 1
+        for k in np.flatnonzero(self.tie):
+            same = np.flatnonzero(tp == self.tp[k])
+            if same.size == 0:
+                continue
+            before = (file[same] < self.file[k]) | (
+                (file[same] == self.file[k]) & (line[same] < self.line[k])
+            )
+            rows = same[before]
+            piece[rows] = np.minimum(piece[rows], k - 1)
+        threshold = np.where(piece >= 0, self.values[np.maximum(piece, 0)], np.iinfo(np.int64).min)
+        flags: NDArray[np.bool_] = te < threshold
+        return flags
+
+
+def window_partials(records: pa.Table, window_ms: int, step_ms: int) -> pa.Table:
+    """Partial aggregates (count, sum, min, max) per key and window, as the Spark path computes them.
+
+    >>> t = pa.table({"key": ["a", "a", "b"], "event_time_ms": [5, 1_500, 900], "value": [1.0, 2.0, 4.0]})
+    >>> rows = window_partials(t, 1_000, 1_000).to_pylist()
+    >>> sorted((r["key"], r["window_start_ms"], r["count"]) for r in rows)
+    [('a', 0, 1), ('a', 1000, 1), ('b', 0, 1)]
+    """
+    te = records.column("event_time_ms").to_numpy()
+    last_start = te - np.mod(te, step_ms)
+    if step_ms == window_ms:
+        keys, starts, values = records.column("key"), last_start, records.column("value")
+    else:
+        back = -(-window_ms // step_ms) - 1
+        offsets = np.arange(back, -1, -1, dtype=np.int64) * step_ms  # earliest window first, like sequence()
+        candidates = last_start[:, None] - offsets[None, :]
+        keep = candidates > (te - window_ms)[:, None]
+        rows = np.repeat(np.arange(te.size), offsets.size)[keep.ravel()]
+        keys = records.column("key").take(pa.array(rows))
+        starts = candidates.ravel()[keep.ravel()]
+        values = records.column("value").take(pa.array(rows))
+    framed = pa.table({"key": keys, "window_start_ms": pa.array(starts, pa.int64()), "value": values})
+    grouped = framed.group_by(["key", "window_start_ms"], use_threads=False).aggregate(
+        [("value", "count"), ("value", "sum"), ("value", "min"), ("value", "max")]
+    )
+    start = grouped.column("window_start_ms")
+    return pa.table(
+        {
+            "key": grouped.column("key"),
+            "window_start_ms": start,
+            "window_end_ms": pc.add(start, pa.scalar(window_ms, pa.int64())),
+            "count": grouped.column("value_count"),
+            "sum": grouped.column("value_sum"),
+            "min": grouped.column("value_min"),
+            "max": grouped.column("value_max"),
+        }
+    ).cast(PARTIAL_SCHEMA)
+
+
+# -- executor side -----------------------------------------------------------------------------------------
+#: Parsed clean splits a Python worker keeps from the first pass to the second: (job, batch, sid) -> records.
+_CACHE: dict[tuple[str, int, int], pa.Table] = {}
+
+
+def _split_of(batch: pa.RecordBatch, i: int) -> Split:
+    col = batch.column
+    return Split(
+        sid=col("sid")[i].as_py(),
+        file=col("file")[i].as_py(),
+        path=col("path")[i].as_py(),
+        start=col("start")[i].as_py(),
+        end=col("end")[i].as_py(),
+        size=col("size")[i].as_py(),
+    )
+
+
+def spill_dir(job: str) -> Path:
+    """Node-local folder where the first pass leaves a job's parsed splits for any worker of the second."""
+    digest = hashlib.sha1(job.encode(), usedforsecurity=False).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "wm-arrow-splits" / digest
+
+
+def _spill_path(job: str, batch_id: int, sid: int) -> Path:
+    return spill_dir(job) / f"b{batch_id}-s{sid}.arrow"
+
+
+def _keep(job: str, batch_id: int, sid: int, records: pa.Table) -> None:
+    """Keep a parsed split for the second pass: in this worker's memory and as a node-local Arrow file.
+
+    The second pass of a split may run in another Python worker (Spark hands tasks to idle workers), which
+    then reads the file instead of parsing again. Splits of the job's earlier batches are dropped.
+    """
+    for key in [k for k in _CACHE if k[0] == job and k[1] != batch_id]:
+        del _CACHE[key]
+    if sum(t.num_rows for t in _CACHE.values()) + records.num_rows <= CACHE_MAX_ROWS:
+        _CACHE[(job, batch_id, sid)] = records
+    folder = spill_dir(job)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("b*-s*.arrow"):
+            if not old.name.startswith(f"b{batch_id}-"):
+                old.unlink(missing_ok=True)
+        target = _spill_path(job, batch_id, sid)
+        temporary = target.with_suffix(f".{os.getpid()}.tmp")
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, records.schema) as writer:
+            writer.write_table(records)
+        os.replace(temporary, target)
+    except OSError:
+        pass  # no room: the second pass parses the split again
+
+
+def _take(job: str, batch_id: int, sid: int) -> pa.Table | None:
+    """A split kept by :func:`_keep` (memory first, then the file), or None; the file is removed."""
+    records = _CACHE.pop((job, batch_id, sid), None)
+    path = _spill_path(job, batch_id, sid)
+    try:
+        if records is None and path.exists():
+            with pa.OSFile(str(path), "rb") as source:
+                records = pa.ipc.open_file(source).read_all()
+        path.unlink(missing_ok=True)
+    except (OSError, pa.ArrowInvalid):
+        records = None
+    return records
+
+
+def _file_changed(split: Split) -> bool:
+    try:
+        return os.path.getsize(split.path) != split.size
+    except OSError:
+        return True
+
+
+def collect_pass(
+    batches: Iterator[pa.RecordBatch], checks: RecordChecks, job: str, batch_id: int
+) -> Iterator[pa.RecordBatch]:
+    """First pass (executors): per split, ``(sid, clean, why, rows, narrow columns as an IPC blob)``."""
+    for batch in batches:
+        for i in range(batch.num_rows):
+            split = _split_of(batch, i)
+            if _file_changed(split):
+                records, why = None, f"{split.path} changed size since the batch was planned"
+            else:
+                records, why = parse_clean(read_split(split), checks)
+            blob = None
+            if records is not None:
+                _keep(job, batch_id, split.sid, records)
+                n = records.num_rows
+                narrow = pa.table(
+                    {
+                        "file": pa.array(np.full(n, split.file, np.int32)),
+                        "line": pa.array(record_ids(split, n)),
+                        "partition": records.column("partition"),
+                        "event_time_ms": records.column("event_time_ms"),
+                        "arrival_time_ms": records.column("arrival_time_ms"),
+                    }
+                )
+                blob = to_blob(narrow)
+            yield pa.record_batch(
+                {
+                    "sid": pa.array([split.sid], pa.int64()),
+                    "clean": pa.array([records is not None]),
+                    "why": pa.array([why or None], pa.string()),
+                    "rows": pa.array([records.num_rows if records is not None else 0], pa.int64()),
+                    "narrow": pa.array([blob], pa.binary()),
+                }
+            )
+
+
+def aggregate_pass(
+    batches: Iterator[pa.RecordBatch],
+    checks: RecordChecks,
+    job: str,
+    batch_id: int,
+    thresholds: LateThresholds,
+    window_ms: int,
+    step_ms: int,
+) -> Iterator[pa.RecordBatch]:
+    """Second pass (executors): per split, the partials of its on-time rows and its late rows (IPC blobs)."""
+    for batch in batches:
+        for i in range(batch.num_rows):
+            split = _split_of(batch, i)
+            records = _take(job, batch_id, split.sid)
+            reparsed = records is None
+            if records is None:
+                records, why = parse_clean(read_split(split), checks)
+                if records is None:
+                    msg = f"split {split.path} [{split.start}, {split.end}) no longer parses cleanly: {why}"
+                    raise RuntimeError(msg)
+            n = records.num_rows
+            ids = record_ids(split, n)
+            te = records.column("event_time_ms").to_numpy()
+            tp = records.column("arrival_time_ms").to_numpy()
+            late = thresholds.late(te, tp, np.full(n, split.file, np.int64), ids)
+            on_time = records.filter(pa.array(~late))
+            partials = window_partials(on_time, window_ms, step_ms)
+            late_rows = records.filter(pa.array(late))
+            late_rows = late_rows.append_column(
+                "file", pa.array(np.full(late_rows.num_rows, split.file, np.int32))
+            ).append_column("line", pa.array(ids[late]))
+            yield pa.record_batch(
+                {
+                    "sid": pa.array([split.sid], pa.int64()),
+                    "reparsed": pa.array([reparsed]),
+                    "partials": pa.array([to_blob(partials)], pa.binary()),
+                    "late": pa.array([to_blob(late_rows)], pa.binary()),
+                }
+            )
+
+
+# -- driver side -------------------------------------------------------------------------------------------
+@dataclass
+class Collected:
+    """What the first pass returned for a batch."""
+
+    clean: bool
+    why: str
+    narrow: pa.Table | None  # file, line, partition, event_time_ms, arrival_time_ms (all rows; all valid)
+
+
+def splits_frame(spark: Any, splits: list[Split]) -> Any:
+    """A DataFrame with one split per Spark partition."""
+    rows = [(s.sid, s.file, s.path, s.start, s.end, s.size) for s in splits]
+    return spark.sparkContext.parallelize(rows, max(len(rows), 1)).toDF(SPLIT_SCHEMA)
+
+
+def run_collect(frame: Any, checks: RecordChecks, job: str, batch_id: int) -> Collected:
+    """First pass over the splits' frame."""
+    from functools import partial
+
+    out = frame.mapInArrow(partial(collect_pass, checks=checks, job=job, batch_id=batch_id), COLLECT_SCHEMA)
+    result = out.toArrow()
+    flags, whys = result.column("clean").to_pylist(), result.column("why").to_pylist()
+    unclean = [w for c, w in zip(flags, whys, strict=True) if not c]
+    if unclean:
+        return Collected(False, unclean[0] or "unclean records", None)
+    ordered = result.sort_by("sid")
+    tables = from_blobs(ordered.column("narrow").to_pylist())
+    narrow = pa.concat_tables(tables) if tables else None
+    return Collected(True, "", narrow)
+
+
+def run_aggregate(
+    frame: Any,
+    checks: RecordChecks,
+    job: str,
+    batch_id: int,
+    thresholds: LateThresholds,
+    window_ms: int,
+    step_ms: int,
+) -> tuple[list[pa.Table], pa.Table, int]:
+    """Second pass: the splits' partials (to merge), the batch's late rows, and the splits parsed again.
+
+    A split is parsed again when the worker that runs it in this pass is not the one that kept it.
+    """
+    from functools import partial
+
+    fn = partial(
+        aggregate_pass,
+        checks=checks,
+        job=job,
+        batch_id=batch_id,
+        thresholds=thresholds,
+        window_ms=window_ms,
+        step_ms=step_ms,
+    )
+    result = frame.mapInArrow(fn, AGGREGATE_SCHEMA).toArrow().sort_by("sid")
+    partials = from_blobs(result.column("partials").to_pylist())
+    late = from_blobs(result.column("late").to_pylist())
+    late_rows = pa.concat_tables(late) if late else None
+    if late_rows is None:
+        late_rows = pa.table(
+            {
+                **{c: _empty_records().column(c) for c in RECORD_COLUMNS},
+                "file": pa.array([], pa.int32()),
+                "line": pa.array([], pa.int64()),
+            }
+        )
+    return partials, late_rows, sum(result.column("reparsed").to_pylist())
