@@ -179,10 +179,10 @@ def main() -> None:
             f"input: {args.events:,} events in {args.files} files; shuffle partitions {cores}",
             file=sys.stderr,
         )
-        # Warm the JVM and the Python workers (one per core: files big enough for a split per core) on a
+        # Warm the JVM and the Python workers (a split per core, batches as big as the measured ones) on a
         # copy of the first events, so that no run pays the first-query cost.
         warm = work / "warm"
-        n_warm = min(args.events, 100_000)
+        n_warm = min(args.events, 2 * -(-args.events // args.files))
         feed(records.slice(0, n_warm), warm / "landing", rows_per_file=-(-n_warm // 2))
         run_ours(
             spark,

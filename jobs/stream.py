@@ -47,6 +47,7 @@ from jobs.arrow_path import (
     plan_splits,
     run_aggregate,
     run_collect,
+    spill_dir,
     splits_frame,
 )
 from jobs.delta_sink import DeltaSink
@@ -934,6 +935,7 @@ class BatchHandler:
             return None
         if not collected.clean:
             log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
+            shutil.rmtree(spill_dir(opts.checkpoint), ignore_errors=True)  # this machine's kept splits
             return None
         rows = ArrowRows(frame, checks, opts.checkpoint, batch_id, collected.narrow)
         rows.collect_seconds = time.perf_counter() - tick
@@ -1300,6 +1302,7 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
         query.stop()
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
+    shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
     if options.flush_at_end:
         flush_open_windows(options)
     return handler.reports
