@@ -1009,7 +1009,8 @@ class BatchHandler:
         if opts.progress:
             wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
             print(
-                f"batch {batch_id}: {report.rows:,} rows, {report.quarantined:,} quarantined, "
+                f"batch {batch_id}: {report.rows:,} rows ({report.path} reader), "
+                f"{report.quarantined:,} quarantined, "
                 f"{report.late:,} late, "
                 f"{report.fired:,} windows fired, {report.open_windows:,} open, watermark {wm}, "
                 f"config v{report.config_version}, {report.seconds:.2f} s",
