@@ -43,9 +43,30 @@ SPLIT_SCHEMA = "sid long, file int, path string, start long, end long, size long
 COLLECT_SCHEMA = "sid long, clean boolean, why string, rows long, narrow binary"
 AGGREGATE_SCHEMA = "sid long, reparsed boolean, partials binary, late binary"
 
-#: Columns of a clean split (the Spark path's names for a valid row).
-RECORD_COLUMNS = ("event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value")
-LATE_COLUMNS = (*RECORD_COLUMNS, "file", "line")
+#: A clean split's records (the Spark path's names and types for a valid row).
+RECORD_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("key", pa.string()),
+        ("partition", pa.string()),
+        ("event_time_ms", pa.int64()),
+        ("arrival_time_ms", pa.int64()),
+        ("value", pa.float64()),
+    ]
+)
+#: Late rows as the second pass returns them: the record plus its file index and record id.
+LATE_ROWS_SCHEMA = pa.schema([*RECORD_SCHEMA, ("file", pa.int32()), ("line", pa.int64())])
+#: The narrow columns the first pass returns (plus ``valid``, all true, as the handler reads them).
+NARROW_SCHEMA = pa.schema(
+    [
+        ("file", pa.int32()),
+        ("line", pa.int64()),
+        ("valid", pa.bool_()),
+        ("partition", pa.string()),
+        ("event_time_ms", pa.int64()),
+        ("arrival_time_ms", pa.int64()),
+    ]
+)
 
 MIN_SPLIT_BYTES = 4 << 20
 MAX_SPLIT_BYTES = 128 << 20
@@ -78,11 +99,6 @@ class RecordChecks:
     ingest_ms: int
     future_bound_ms: int
     max_field_bytes: int
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The six field names, in slot order."""
-        return (self.event_id, self.key, self.partition, self.event_time, self.arrival_time, self.value)
 
 
 def local_path(uri: str) -> str | None:
@@ -155,19 +171,6 @@ def _lines(data: bytes) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def _empty_records() -> pa.Table:
-    return pa.table(
-        {
-            "event_id": pa.array([], pa.string()),
-            "key": pa.array([], pa.string()),
-            "partition": pa.array([], pa.string()),
-            "event_time_ms": pa.array([], pa.int64()),
-            "arrival_time_ms": pa.array([], pa.int64()),
-            "value": pa.array([], pa.float64()),
-        }
-    )
-
-
 def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str]:
     """The records of ``data`` as the Spark path's valid rows, or ``(None, why)`` if any is not plainly valid.
 
@@ -179,7 +182,7 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
     import pyarrow.json as pj
 
     if not data.strip():
-        return (_empty_records(), "") if not data else (None, "blank lines")
+        return (RECORD_SCHEMA.empty_table(), "") if not data else (None, "blank lines")
     c = checks
     schema = pa.schema(
         [
@@ -201,10 +204,8 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
         return None, f"not plain typed JSON: {str(exc).splitlines()[0][:200]}"
     if table.num_rows != _lines(data):
         return None, "blank lines or several records on a line"
-    table = table.combine_chunks()
-    event_id, key, part = (table.column(n).chunk(0) if table.num_rows else None for n in schema.names[:3])
-    if table.num_rows == 0 or event_id is None or key is None or part is None:
-        return _empty_records(), ""
+    table = table.combine_chunks()  # one chunk per column (the data holds at least one record)
+    event_id, key, part = (table.column(n).chunk(0) for n in schema.names[:3])
     try:
         for text in (event_id, key, part):
             text.validate(full=True)  # UTF-8
@@ -573,13 +574,5 @@ def run_aggregate(
     result = frame.mapInArrow(fn, AGGREGATE_SCHEMA).toArrow().sort_by("sid")
     partials = from_blobs(result.column("partials").to_pylist())
     late = from_blobs(result.column("late").to_pylist())
-    late_rows = pa.concat_tables(late) if late else None
-    if late_rows is None:
-        late_rows = pa.table(
-            {
-                **{c: _empty_records().column(c) for c in RECORD_COLUMNS},
-                "file": pa.array([], pa.int32()),
-                "line": pa.array([], pa.int64()),
-            }
-        )
+    late_rows = pa.concat_tables(late) if late else LATE_ROWS_SCHEMA.empty_table()
     return partials, late_rows, sum(result.column("reparsed").to_pylist())

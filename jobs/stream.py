@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.arrow_path import (
+    NARROW_SCHEMA,
     LateThresholds,
     RecordChecks,
     local_path,
@@ -758,16 +759,7 @@ class ArrowRows:
         """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record (all valid)."""
         narrow = self._narrow
         if narrow is None:
-            return pa.table(
-                {
-                    "file": pa.array([], pa.int32()),
-                    "line": pa.array([], pa.int64()),
-                    "valid": pa.array([], pa.bool_()),
-                    "partition": pa.array([], pa.string()),
-                    "event_time_ms": pa.array([], pa.int64()),
-                    "arrival_time_ms": pa.array([], pa.int64()),
-                }
-            )
+            return NARROW_SCHEMA.empty_table()
         return narrow.add_column(2, "valid", pa.array(np.ones(narrow.num_rows, bool)))
 
     def quarantined(self) -> pa.Table:
