@@ -49,7 +49,7 @@ from jobs.arrow_path import (
     run_aggregate,
     run_collect,
     spill_dir,
-    splits_frame,
+    splits_rdd,
 )
 from jobs.delta_sink import DeltaSink
 from jobs.spark import ship_code
@@ -749,9 +749,9 @@ class ArrowRows:
     path = "arrow"
 
     def __init__(
-        self, frame: Any, checks: RecordChecks, job: str, batch_id: int, narrow: pa.Table | None
+        self, rdd: Any, checks: RecordChecks, job: str, batch_id: int, narrow: pa.Table | None
     ) -> None:
-        self.frame, self.checks, self.job, self.batch_id = frame, checks, job, batch_id
+        self.rdd, self.checks, self.job, self.batch_id = rdd, checks, job, batch_id
         self._narrow = narrow
         self.collect_seconds = 0.0  # the first pass, before the handler's phases start
 
@@ -776,7 +776,7 @@ class ArrowRows:
         thresholds = LateThresholds.from_stage(narrow, result.order, th.starts, th.values)
         tick = report.mark("label", tick)
         partials, late, report.reparsed = run_aggregate(
-            self.frame, self.checks, self.job, self.batch_id, thresholds, window.window_ms, window.step_ms
+            self.rdd, self.checks, self.job, self.batch_id, thresholds, window.window_ms, window.step_ms
         )
         tick = report.mark("partials", tick)
         return partials, late, tick
@@ -914,10 +914,10 @@ class BatchHandler:
         splits = plan_splits(
             [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
         )
-        frame = splits_frame(self.spark, splits)
+        rdd = splits_rdd(self.spark, splits)
         tick = time.perf_counter()
         try:
-            collected = run_collect(frame, checks, opts.checkpoint, batch_id)
+            collected = run_collect(rdd, splits, checks, opts.checkpoint, batch_id)
         except Exception as exc:  # the executors cannot run the Arrow path (say, no pyarrow there)
             self._arrow_off = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
             log.warning(
@@ -929,7 +929,7 @@ class BatchHandler:
             log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
             shutil.rmtree(spill_dir(opts.checkpoint), ignore_errors=True)  # this machine's kept splits
             return None
-        rows = ArrowRows(frame, checks, opts.checkpoint, batch_id, collected.narrow)
+        rows = ArrowRows(rdd, checks, opts.checkpoint, batch_id, collected.narrow)
         rows.collect_seconds = time.perf_counter() - tick
         return rows
 

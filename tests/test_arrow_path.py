@@ -16,6 +16,7 @@ from jobs.arrow_path import (
     aggregate_pass,
     collect_pass,
     from_blobs,
+    narrow_of,
     parse_clean,
     plan_splits,
     read_split,
@@ -207,20 +208,10 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     path.write_text("\n".join(lines) + "\n")
     size = path.stat().st_size
     splits = [Split(0, 0, str(path), 0, size // 2, size), Split(1, 0, str(path), size // 2, size, size)]
-    frame = pa.record_batch(
-        {
-            "sid": [s.sid for s in splits],
-            "file": pa.array([s.file for s in splits], pa.int32()),
-            "path": [s.path for s in splits],
-            "start": [s.start for s in splits],
-            "end": [s.end for s in splits],
-            "size": [s.size for s in splits],
-        }
-    )
     job = str(tmp_path / "ck")
-    collected = list(collect_pass(iter([frame]), CHECKS, job, 7))
-    assert [b.column("clean")[0].as_py() for b in collected] == [True, True]
-    narrow = pa.concat_tables(from_blobs(b.column("narrow")[0].as_py() for b in collected))
+    collected = list(collect_pass(iter(splits), CHECKS, job, 7))
+    assert [c.clean for c in collected] == [True, True]
+    narrow = narrow_of(splits, collected)
     assert narrow.num_rows == 50 and len(set(narrow.column("line").to_pylist())) == 50
     assert sorted(p.name for p in spill_dir(job).iterdir()) == ["b7-s0.arrow", "b7-s1.arrow"]
     te = narrow.column("event_time_ms").to_numpy()
@@ -232,10 +223,10 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     )
 
     def second_pass():
-        out = list(aggregate_pass(iter([frame]), CHECKS, job, 7, thresholds, 1_000, 1_000))
-        partials = pa.concat_tables(from_blobs(b.column("partials")[0].as_py() for b in out))
-        late = pa.concat_tables(from_blobs(b.column("late")[0].as_py() for b in out))
-        return [b.column("reparsed")[0].as_py() for b in out], partials, late
+        out = list(aggregate_pass(iter(splits), CHECKS, job, 7, thresholds, 1_000, 1_000))
+        partials = pa.concat_tables(from_blobs(a.partials for a in out))
+        late = pa.concat_tables(from_blobs(a.late for a in out))
+        return [a.reparsed for a in out], partials, late
 
     kept, partials, late = second_pass()
     assert kept == [False, False] and list(spill_dir(job).iterdir()) == []
