@@ -55,6 +55,7 @@ from jobs.delta_sink import DeltaSink
 from jobs.spark import ship_code
 from jobs.stage import label_thresholds, run_stage
 from jobs.windows import FIRED_SCHEMA, PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
+from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
 from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
 from watermark.evaluate import WindowSpec
@@ -164,6 +165,7 @@ class Fields:
 
 FORMATS = ("json", "csv", "parquet", "rate")
 RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
+DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,8 @@ class JobOptions:
     )
     app_id: str = "jobs.stream"
     progress: bool = True
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
+    metrics_host: str = "127.0.0.1"
 
 
 # -- pure DataFrame transformations ----------------------------------------------------------------------
@@ -810,9 +814,10 @@ class BatchReport:
 class BatchHandler:
     """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch."""
 
-    def __init__(self, spark: Any, options: JobOptions) -> None:
+    def __init__(self, spark: Any, options: JobOptions, metrics: JobMetrics | None = None) -> None:
         self.spark = spark
         self.options = options
+        self.metrics = metrics
         self.sink = DeltaSink(options.output, options.app_id)
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
@@ -830,6 +835,8 @@ class BatchHandler:
         change = self.watcher.poll()
         if change is not None and change.refused_reason:
             log.warning("configuration refused: %s", change.refused_reason)
+            if self.metrics is not None:
+                self.metrics.config_refused.inc()
         elif change is not None and change.applied is not None:
             log.warning("configuration version %d applies from the next batch", change.applied.version)
         return self.watcher.current
@@ -858,6 +865,8 @@ class BatchHandler:
             )
         opts = self.options
         files = [RATE_FILE] if opts.format == "rate" else logged_batch_files(opts.checkpoint, batch_id)
+        if self.metrics is not None:
+            self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         arrow = self._arrow_rows(files, batch_id, ingest_ms)
         if arrow is not None:
             self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
@@ -980,8 +989,9 @@ class BatchHandler:
             tick = report.mark("windows", tick)
             report.late = result.n_late
             self._write_late(late, narrow, result, batch_id, ingest_ms)
-            self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
+            log_rows = self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
         else:
+            result, log_rows = None, []
             fired = flush(empty_partials())
             self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
             self.sink.append(
@@ -998,6 +1008,8 @@ class BatchHandler:
         report.watermark_ms = watermark.watermark_ms
         report.seconds = time.time() - started
         self.reports.append(report)
+        if self.metrics is not None:
+            self.metrics.batch_done(observation(report, result, narrow, fired, log_rows, config))
         if opts.progress:
             wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
             print(
@@ -1074,7 +1086,7 @@ class BatchHandler:
         batch_id: int,
         config: PipelineConfig,
         ingest_ms: int,
-    ) -> None:
+    ) -> list[dict[str, Any]]:
         encoded = narrow.column("partition").combine_chunks().dictionary_encode()
         part = encoded.indices.to_numpy()
         index = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
@@ -1112,6 +1124,74 @@ class BatchHandler:
             batch_id,
             schema=WATERMARK_LOG_SCHEMA,
         )
+        return rows
+
+
+def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
+    """When the batch's oldest input entered the system: its oldest local landing file's modification time.
+
+    Input that is not a local file (the rate source, object stores) counts from the batch's start.
+    """
+    oldest = started_s
+    for uri in files or []:
+        path = local_path(uri)
+        if path is not None:
+            try:
+                oldest = min(oldest, os.path.getmtime(path))
+            except OSError:
+                pass
+    return int(oldest * 1000)
+
+
+def observation(
+    report: BatchReport,
+    result: Any,
+    narrow: pa.Table,
+    fired: pa.Table,
+    log_rows: list[dict[str, Any]],
+    config: PipelineConfig,
+) -> BatchObservation:
+    """What the metrics need from a finished batch (every row in exactly one outcome)."""
+    on_time = straggler = 0
+    ingestion_clock = NO_WATERMARK
+    if result is not None:
+        straggler = result.n_stragglers
+        on_time = narrow.num_rows - result.n_late - straggler
+        if result.arrival_ms.size:
+            ingestion_clock = int(result.arrival_ms[-1])
+    by_watermark = ~np.asarray(fired.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
+    partitions = [
+        PartitionState(
+            partition=row["partition"],
+            watermark_ms=row["partition_watermark_ms"],
+            max_event_time_ms=row["max_event_time_ms"],
+            learned_delay_ms=row["learned_delay_ms"],
+            sensitivity=row["sensitivity"],
+            drifts=row["drifts"],
+            holds_back=row["holds_back"],
+            active=row["active"],
+        )
+        for row in log_rows
+    ]
+    return BatchObservation(
+        batch_id=report.batch_id,
+        on_time=on_time,
+        straggler=straggler,
+        late=report.late,
+        quarantined=report.quarantined,
+        watermark_ms=report.watermark_ms,
+        ingestion_clock_ms=ingestion_clock,
+        partitions=partitions,
+        emit_latency_ms=fired.column("emit_latency_ms").to_numpy(zero_copy_only=False)[by_watermark].tolist(),
+        trigger_delay_ms=fired.column("trigger_delay_ms")
+        .to_numpy(zero_copy_only=False)[by_watermark]
+        .tolist(),
+        flushed_windows=int((~by_watermark).sum()),
+        open_windows=report.open_windows,
+        config_version=config.version,
+        strategy=config.strategy,
+        late_slo_pct=config.late_slo_pct,
+    )
 
 
 def _aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
@@ -1263,11 +1343,32 @@ def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
     return removed
 
 
-def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
-    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``)."""
+def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) -> list[BatchReport]:
+    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``).
+
+    With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
+    ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
+    """
     if options.format == "rate" and options.trigger == "available-now":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
+    server = None
+    if metrics is None and options.metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from monitoring.server import serve
+
+        metrics = JobMetrics(CollectorRegistry())
+        server = serve(metrics.registry, options.metrics_port, options.metrics_host)
+        print(f"metrics at {server.url}", file=sys.stderr, flush=True)
+    try:
+        return _run_query(spark, options, metrics)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
     if options.format != "rate":
         Path(options.input).mkdir(parents=True, exist_ok=True)
     for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
@@ -1275,7 +1376,15 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
     files = source_stream(spark, options)
     if options.format == "json" and options.reader == "arrow":
         ship_code(spark)
-    handler = BatchHandler(spark, options)
+    handler = BatchHandler(spark, options, metrics)
+    listener = None
+    if metrics is not None:
+        from monitoring.listener import MetricsListener
+
+        config = handler.watcher.current if handler.watcher is not None else options.config
+        metrics.config_applied(config.version, config.strategy, config.late_slo_pct)
+        listener = MetricsListener(metrics)
+        spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(
         "checkpointLocation", str(Path(options.checkpoint) / "query")
     )
@@ -1287,17 +1396,25 @@ def run_job(spark: Any, options: JobOptions) -> list[BatchReport]:
         msg = f"--trigger must be available-now or interval=<duration>, got {options.trigger!r}"
         raise ValueError(msg)
     query = writer.start()
-    if options.max_batches is None:
-        query.awaitTermination()
-    else:
-        while query.isActive and len(handler.reports) < options.max_batches:
-            query.awaitTermination(0.2)
-        query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
+    if listener is not None:
+        listener.follow(query.id)
+    try:
+        if options.max_batches is None:
+            query.awaitTermination()
+        else:
+            while query.isActive and len(handler.reports) < options.max_batches:
+                query.awaitTermination(0.2)
+            query.stop()
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+    finally:
+        if listener is not None:
+            spark.streams.removeListener(listener)
     shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
     if options.flush_at_end:
-        flush_open_windows(options)
+        flushed = flush_open_windows(options)
+        if metrics is not None:
+            metrics.windows.labels("flush").inc(flushed)
     return handler.reports
 
 
@@ -1396,6 +1513,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="quarantine records with a longer field (record_too_long)",
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics while running "
+        f"(default {DEFAULT_METRICS_PORT}; 0 serves none)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics server binds (default 127.0.0.1)"
+    )
+    p.add_argument(
         "--reader",
         choices=("arrow", "spark"),
         default="arrow",
@@ -1440,6 +1567,9 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     if args.format == "rate" and args.trigger == "available-now":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
+    if not 0 <= args.metrics_port <= 65_535:
+        msg = f"--metrics-port must be a port number (0 serves none), got {args.metrics_port}"
+        raise ValueError(msg)
     for flag in ("rate_rows_per_second", "rate_keys", "rate_partitions", "max_batches"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -1470,6 +1600,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         future_bound_ms=args.future_bound_ms,
         max_field_bytes=args.max_field_bytes,
         reader=args.reader,
+        metrics_port=args.metrics_port or None,
+        metrics_host=args.metrics_host,
     )
 
 
@@ -1482,13 +1614,27 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from jobs.spark import build_session
+    from prometheus_client import CollectorRegistry
 
+    from jobs.spark import build_session
+    from monitoring.server import MetricsPortBusy, serve
+
+    metrics, server = None, None
+    if options.metrics_port is not None:  # bound before Spark starts, so a busy port fails at once
+        metrics = JobMetrics(CollectorRegistry())
+        try:
+            server = serve(metrics.registry, options.metrics_port, options.metrics_host)
+        except MetricsPortBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"metrics at {server.url}", file=sys.stderr, flush=True)
     spark = build_session("jobs.stream")
     try:
-        run_job(spark, options)
+        run_job(spark, options, metrics)
     finally:
         spark.stop()
+        if server is not None:
+            server.stop()
     print(json.dumps(summarize(options.output)))
     return 0
 

@@ -1,5 +1,6 @@
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -10,3 +11,13 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test of the run."""
+    from jobs.spark import build_session
+
+    session = build_session("tests", master="local[2]", shuffle_partitions=2)
+    yield session
+    session.stop()

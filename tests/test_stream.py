@@ -21,15 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 
 
-@pytest.fixture(scope="session")
-def spark():
-    from jobs.spark import build_session
-
-    session = build_session("tests", master="local[2]", shuffle_partitions=2)
-    yield session
-    session.stop()
-
-
 def config(strategy="periodic", params=None, window_ms=1_000, version=1):
     return PipelineConfig.from_dict(
         {"version": version, "strategy": strategy, "params": params or {}, "window_ms": window_ms}

@@ -41,6 +41,8 @@ def job_command(tmp: Path, inp: Path) -> list[str]:
         "--max-files-per-trigger",
         "1",
         "--flush-at-end",
+        "--metrics-port",
+        "0",
     ]
 
 

@@ -1,0 +1,194 @@
+"""The job's Prometheus metrics: a fresh registry per test, values checked against the job's own tables."""
+
+import socket
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from jobs.delta_sink import DeltaSink
+from jobs.feed import feed
+from jobs.stream import JobOptions, main, run_job
+from monitoring.metrics import MAX_PARTITION_SERIES, BatchObservation, JobMetrics, PartitionState
+from monitoring.push import outcome_registry
+from monitoring.server import MetricsPortBusy, serve
+from tests.test_stream import config, good, iot_records, write_lines
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fresh(now: float = 1_000.0) -> tuple[CollectorRegistry, JobMetrics, Clock]:
+    clock = Clock(now)
+    registry = CollectorRegistry()
+    return registry, JobMetrics(registry, clock=clock), clock
+
+
+def test_processing_time_lag_grows_while_a_batch_runs_and_is_zero_when_caught_up():
+    registry, metrics, clock = fresh(1_000.0)
+    lag = "awm_processing_time_watermark_lag_seconds"
+    assert registry.get_sample_value(lag) == 0.0
+    metrics.batch_started(3, oldest_input_ms=995_000)
+    assert registry.get_sample_value(lag) == 5.0
+    clock.now = 1_060.0  # stuck for a minute
+    assert registry.get_sample_value(lag) == 65.0
+    metrics.batch_done(BatchObservation(batch_id=3))
+    clock.now = 5_000.0  # idle input afterwards pages no one
+    assert registry.get_sample_value(lag) == 0.0
+
+
+def test_event_time_lag_against_the_ingestion_clock_stays_put_on_idle_input_while_wall_lag_grows():
+    registry, metrics, clock = fresh(2_000.0)
+    metrics.batch_done(
+        BatchObservation(batch_id=0, on_time=5, watermark_ms=1_000_000, ingestion_clock_ms=1_004_000)
+    )
+    name = "awm_event_time_watermark_lag_seconds"
+    assert registry.get_sample_value(name, {"clock": "ingestion"}) == 4.0
+    assert registry.get_sample_value(name, {"clock": "wall"}) == 1_000.0
+    clock.now = 2_600.0
+    assert registry.get_sample_value(name, {"clock": "ingestion"}) == 4.0
+    assert registry.get_sample_value(name, {"clock": "wall"}) == 1_600.0
+
+
+def test_no_watermark_yet_exports_no_watermark_series():
+    registry, metrics, _ = fresh()
+    metrics.batch_done(BatchObservation(batch_id=0, on_time=3))
+    assert registry.get_sample_value("awm_event_time_watermark_seconds") is None
+    assert registry.get_sample_value("awm_event_time_watermark_lag_seconds", {"clock": "wall"}) is None
+    assert registry.get_sample_value("awm_events_total", {"outcome": "on_time"}) == 3.0
+
+
+def test_outcome_counters_and_window_histograms_add_up_over_batches():
+    registry, metrics, _ = fresh()
+    metrics.batch_done(
+        BatchObservation(
+            batch_id=0, on_time=7, straggler=1, late=2, quarantined=1, emit_latency_ms=[500, 2_000]
+        )
+    )
+    metrics.batch_done(
+        BatchObservation(batch_id=1, on_time=3, late=1, trigger_delay_ms=[100], flushed_windows=4)
+    )
+    got = {
+        o: registry.get_sample_value("awm_events_total", {"outcome": o})
+        for o in ("on_time", "straggler", "late", "quarantined")
+    }
+    assert got == {"on_time": 10.0, "straggler": 1.0, "late": 3.0, "quarantined": 1.0}
+    assert registry.get_sample_value("awm_window_emit_latency_seconds_sum") == 2.5
+    assert registry.get_sample_value("awm_window_emit_latency_seconds_bucket", {"le": "1.0"}) == 1.0
+    assert registry.get_sample_value("awm_window_trigger_delay_seconds_count") == 1.0
+    assert registry.get_sample_value("awm_windows_emitted_total", {"trigger": "flush"}) == 4.0
+    assert registry.get_sample_value("awm_batches_total") == 2.0
+
+
+def test_partition_series_show_who_holds_the_watermark_back_and_stay_bounded():
+    registry, metrics, _ = fresh()
+    parts = [
+        PartitionState(f"p{i:04d}", 2_000_000 + i, holds_back=False) for i in range(MAX_PARTITION_SERIES + 50)
+    ]
+    parts.append(
+        PartitionState(
+            "zz-slow", 1_000_000, learned_delay_ms=1_500, sensitivity=0.25, drifts=3, holds_back=True
+        )
+    )
+    metrics.batch_done(BatchObservation(batch_id=0, watermark_ms=1_000_000, partitions=parts))
+    assert registry.get_sample_value("awm_partition_holds_back", {"partition": "zz-slow"}) == 1.0
+    assert registry.get_sample_value("awm_learned_delay_seconds", {"partition": "zz-slow"}) == 1.5
+    assert registry.get_sample_value("awm_adaptive_drifts_total", {"partition": "zz-slow"}) == 3.0
+    shown = [s for m in registry.collect() if m.name == "awm_partition_holds_back" for s in m.samples]
+    assert len(shown) == MAX_PARTITION_SERIES
+    assert registry.get_sample_value("awm_partitions") == MAX_PARTITION_SERIES + 51
+    # The fastest active partition is 1,000 s (plus 149 ms) ahead of the global watermark.
+    assert registry.get_sample_value("awm_watermark_holdback_seconds") == pytest.approx(1_000.149)
+
+
+def test_the_server_serves_the_registry_on_localhost_and_a_busy_port_is_a_clear_error():
+    registry, metrics, _ = fresh()
+    metrics.batch_done(BatchObservation(batch_id=0, late=2))
+    server = serve(registry, 0)
+    try:
+        assert server.host == "127.0.0.1"
+        body = urllib.request.urlopen(server.url, timeout=5).read().decode()
+        assert 'awm_events_total{outcome="late"} 2.0' in body
+        with pytest.raises(MetricsPortBusy, match="in use"):
+            serve(CollectorRegistry(), server.port)
+    finally:
+        server.stop()
+
+
+def test_the_job_refuses_a_busy_metrics_port_before_starting_spark(tmp_path, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
+        code = main([*args, "--checkpoint", str(tmp_path / "ck"), "--metrics-port", str(port)])
+    assert code == 2
+    assert f"metrics port 127.0.0.1:{port} is in use" in capsys.readouterr().err
+
+
+def test_batch_task_outcomes_keep_the_last_success_after_a_failure():
+    ok = outcome_registry("tuning", ok=True, values={"published": 1, "config_version": 4}, now_s=10.0)
+    failed = outcome_registry("tuning", ok=False, now_s=20.0)
+    assert ok.get_sample_value("awm_tuning_last_success_timestamp_seconds") == 10.0
+    assert failed.get_sample_value("awm_tuning_last_success_timestamp_seconds") is None  # pushadd keeps it
+    assert failed.get_sample_value("awm_tuning_last_failure_timestamp_seconds") == 20.0
+    assert failed.get_sample_value("awm_tuning_last_run_ok") == 0.0
+    with pytest.raises(ValueError, match="unknown task"):
+        outcome_registry("compaction", ok=True)
+
+
+@pytest.mark.spark
+def test_a_job_run_counts_every_row_once_as_its_tables_do(spark, tmp_path):
+    inp = tmp_path / "in"
+    feed(iot_records(1_500), inp, rows_per_file=500)
+    write_lines(inp / "zz-bad.json", [good(1, 5, 6), "{not json", good(2, -5, 6)])
+    registry = CollectorRegistry()
+    metrics = JobMetrics(registry)
+    opts = JobOptions(
+        input=str(inp),
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        config=config("periodic", {"delay_ms": 2_000}),
+        max_files_per_trigger=1,
+        progress=False,
+    )
+    reports = run_job(spark, opts, metrics)
+    assert reports[-1].watermark_ms > 0
+    sink = DeltaSink(opts.output, "r")
+
+    def value(name, **labels):
+        return registry.get_sample_value(name, labels) or 0.0
+
+    outcomes = {
+        o: value("awm_events_total", outcome=o) for o in ("on_time", "straggler", "late", "quarantined")
+    }
+    assert sum(outcomes.values()) == 1_503
+    assert outcomes["late"] == sink.read("late_events").num_rows
+    assert outcomes["quarantined"] == sink.read("quarantine").num_rows == 2
+    assert outcomes["straggler"] == sum(r["stragglers"] for r in sink.read("watermark_log").to_pylist())
+    aggregates = sink.read("aggregates")
+    assert value("awm_windows_emitted_total", trigger="watermark") == aggregates.num_rows
+    assert value("awm_window_emit_latency_seconds_count") == aggregates.num_rows
+    assert value("awm_batches_total") == len(reports) == 4
+    assert value("awm_event_time_watermark_seconds") * 1000 == reports[-1].watermark_ms
+    assert value("awm_config_version") == 1 and value("awm_config_info", strategy="periodic") == 1
+    log = sink.read("watermark_log").to_pylist()
+    last = [r for r in log if r["batch_id"] == reports[-1].batch_id]
+    for row in last:
+        assert value(
+            "awm_partition_event_time_watermark_seconds", partition=row["partition"]
+        ) * 1000 == pytest.approx(row["partition_watermark_ms"])
+        assert value("awm_partition_holds_back", partition=row["partition"]) == float(row["holds_back"])
+    assert value("awm_processing_time_watermark_lag_seconds") == 0.0  # caught up
+    # Spark's listener events arrive asynchronously: wait for the four batches' progress.
+    deadline = time.monotonic() + 30
+    while value("awm_batch_duration_seconds_count") < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert value("awm_batch_duration_seconds_count") == 4
+    assert value("awm_input_rows_total") == 1_503
