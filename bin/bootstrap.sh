@@ -29,6 +29,11 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
     apt_install openjdk-17-jre-headless
 fi
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+# Monitoring: promtool checks the alert rules, and the tests run a real Prometheus and Pushgateway.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1; then
+    say "Prometheus not found (monitoring tests need prometheus, promtool and the Pushgateway): installing"
+    apt_install prometheus prometheus-pushgateway
+fi
 
 STAMP_FILE=.venv/.installed
 STAMP="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"
