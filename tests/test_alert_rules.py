@@ -1,0 +1,93 @@
+"""Prometheus configuration, recording and alert rules: promtool checks and unit tests, runbooks."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monitoring import rules
+
+ROOT = Path(__file__).resolve().parents[1]
+PROM = ROOT / "infra" / "prometheus"
+TESTS = sorted((PROM / "tests").glob("*_test.yml"))
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool not found: apt-get install -y prometheus (bin/test installs it)")
+    return subprocess.run([path, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_prometheus_config_and_its_rule_files_pass_promtool_check():
+    result = promtool("check", "config", str(PROM / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 12 rules found" in result.stdout + result.stderr
+
+
+def test_the_rule_files_pass_promtool_check_rules():
+    files = [
+        PROM / "alert_rules.yml",
+        PROM / "recording_rules.yml",
+        PROM / "tests" / "alert_rules_without_annotations.yml",
+    ]
+    result = promtool("check", "rules", *map(str, files))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("test_file", TESTS, ids=lambda p: p.name)
+def test_every_promtool_unit_test_passes(test_file):
+    result = promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_committed_rule_files_are_what_the_generator_writes():
+    for name, render in rules.FILES.items():
+        assert (PROM / name).read_text() == render(), f"run python -m monitoring.rules --write ({name})"
+    assert rules.main(["--check"]) == 0
+
+
+def test_every_alert_has_severity_summary_description_and_an_existing_runbook():
+    doc = yaml.safe_load((PROM / "alert_rules.yml").read_text())
+    alerts = [r for g in doc["groups"] for r in g["rules"]]
+    assert len(alerts) == len(rules.ALERTS) >= 10
+    for alert in alerts:
+        assert alert["labels"]["severity"] in {"page", "ticket"}, alert["alert"]
+        notes = alert["annotations"]
+        assert notes["summary"] and notes["description"], alert["alert"]
+        assert notes["runbook_url"].endswith(f"docs/runbooks/{alert['alert']}.md")
+        runbook = ROOT / "docs" / "runbooks" / f"{alert['alert']}.md"
+        assert runbook.exists(), f"missing runbook {runbook}"
+        text = runbook.read_text()
+        assert text.startswith(f"# {alert['alert']}") and "**What it means.**" in text and "**Do.**" in text
+
+
+def test_every_alert_is_unit_tested_both_firing_and_silent():
+    fired, silent = set(), set()
+    for path in TESTS:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                (fired if check.get("exp_alerts") else silent).add(check["alertname"])
+    names = {a.name for a in rules.ALERTS}
+    assert names - fired == set(), "alerts never shown firing"
+    assert names - silent == set(), "alerts never shown silent"
+
+
+def test_idle_input_is_checked_against_every_alert():
+    cases = [
+        c for p in TESTS for c in yaml.safe_load(p.read_text())["tests"] if c["name"].startswith("idle input")
+    ]
+    assert len(cases) == 1
+    checked = {c["alertname"] for c in cases[0]["alert_rule_test"] if not c["exp_alerts"]}
+    assert checked == {a.name for a in rules.ALERTS}
+
+
+def test_test_scale_rendering_changes_durations_and_thresholds_only():
+    production = yaml.safe_load(rules.render_alert_rules())["groups"][0]["rules"]
+    scaled = yaml.safe_load(rules.render_alert_rules("2s", rules.TEST_THRESHOLDS))["groups"][0]["rules"]
+    assert [r["alert"] for r in scaled] == [r["alert"] for r in production]
+    assert {r["for"] for r in scaled} == {"2s"}
+    assert "> 5" in next(r["expr"] for r in scaled if r["alert"] == "AwmPartitionHoldingBackWatermark")
+    assert [r["labels"] for r in scaled] == [r["labels"] for r in production]
