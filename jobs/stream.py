@@ -1631,6 +1631,14 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("jobs.stream")
     try:
         run_job(spark, options, metrics)
+    except KeyboardInterrupt:
+        for query in spark.streams.active:
+            query.stop()
+        print(
+            "interrupted: restart with the same --checkpoint to continue exactly where it stopped",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         spark.stop()
         if server is not None:

@@ -1,0 +1,228 @@
+"""A real Prometheus (and Pushgateway) on 127.0.0.1 scraping a real run of the job.
+
+One run, two phases. Healthy: four partitions send live data; every dashboard panel query, every recording
+rule and every alert expression parses in Prometheus and every metric each reads has data, and no alert
+fires. Then one partition falls silent while the others keep sending: its watermark stops, holds the global
+one back, and the holding-back and stalled-watermark alerts fire (rules rendered with short ``for``
+durations and thresholds scaled to a test's seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from jobs.stream import JobOptions, run_job
+from monitoring import dashboards, rules
+from monitoring.local import prometheus_config, start_prometheus, start_pushgateway
+from monitoring.metrics import JobMetrics
+from monitoring.push import push_outcome
+from monitoring.server import serve
+from tests.test_dashboards import metric_names as dashboard_metric_names
+from tests.test_stream import config
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PARTITIONS = ("p0", "p1", "p2", "p3")
+SILENT = "p3"
+#: Test-scale thresholds: seconds of a test, not minutes of production.
+TEST_FOR = "2s"
+TEST_THRESHOLDS = rules.TEST_THRESHOLDS
+
+
+class LiveSource:
+    """Writes a landing file of fresh events (arrival = now, event time up to 300 ms earlier) every 0.5 s."""
+
+    def __init__(self, landing: Path, partitions: tuple[str, ...]) -> None:
+        self.landing = landing
+        self.partitions = set(partitions)
+        self.stopped = threading.Event()
+        self.files = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        landing.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def silence(self, partition: str) -> None:
+        self.partitions = self.partitions - {partition}
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        seq = 0
+        while not self.stopped.is_set():
+            now = int(time.time() * 1000)
+            lines = []
+            for i in range(200):
+                part = sorted(self.partitions)[i % len(self.partitions)]
+                tp = now - 200 + i
+                record = {
+                    "event_id": f"e{seq}",
+                    "key": f"k{seq % 20}",
+                    "partition": part,
+                    "event_time_ms": tp - rng.randint(0, 300),
+                    "arrival_time_ms": tp,
+                    "value": float(seq % 7),
+                }
+                lines.append(json.dumps(record))
+                seq += 1
+            tmp = self.landing / f".live-{self.files:06d}.tmp"
+            tmp.write_text("\n".join(lines) + "\n")
+            tmp.rename(self.landing / f"live-{self.files:06d}.json")
+            self.files += 1
+            self.stopped.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self._thread.join(timeout=10)
+
+
+def wait_until(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    msg = f"timed out after {seconds} s waiting for {what}"
+    raise AssertionError(msg)
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names an expression reads (``awm_*`` and ``up``)."""
+    names = dashboard_metric_names(expr)
+    if re.search(r"\bup\s*\{", expr):
+        names.add("up")
+    return names
+
+
+def query(prom, expr: str) -> dict:
+    return prom.get_json("/api/v1/query", query=expr)
+
+
+def firing(prom) -> set[str]:
+    alerts = prom.get_json("/api/v1/alerts")["data"]["alerts"]
+    return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+
+def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_a_silent_partition(
+    spark, tmp_path
+):
+    gateway = start_pushgateway(tmp_path / "pushgateway")
+    servers = [gateway]
+    source = LiveSource(tmp_path / "landing", PARTITIONS)
+    registry = CollectorRegistry()
+    metrics = JobMetrics(registry)
+    endpoint = serve(registry, 0)
+    worker = None
+    try:
+        push_outcome(
+            gateway.url,
+            "backfill",
+            ok=True,
+            values={"corrected_windows": 3, "reconciled_events": 12, "late_events_read": 12},
+            duration_s=4.2,
+        )
+        push_outcome(
+            gateway.url,
+            "tuning",
+            ok=True,
+            values={
+                "published": 1,
+                "config_version": 2,
+                "dropped_ratio": 0.004,
+                "emit_latency_seconds": 1.1,
+                "running_emit_latency_seconds": 1.6,
+            },
+            duration_s=30.0,
+        )
+        rule_dir = tmp_path / "rules"
+        rule_dir.mkdir()
+        alert_file = rule_dir / "alerts.yml"
+        alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=TEST_THRESHOLDS))
+        recording_file = rule_dir / "recording.yml"
+        recording_file.write_text(rules.render_recording_rules())
+        cfg = prometheus_config(
+            tmp_path / "prometheus.json",
+            {"awm_job": f"127.0.0.1:{endpoint.port}", "pushgateway": f"127.0.0.1:{gateway.port}"},
+            rule_files=[recording_file, alert_file],
+            interval="1s",
+        )
+        prom = start_prometheus(cfg, tmp_path / "prometheus")
+        servers.append(prom)
+
+        source.start()
+        opts = JobOptions(
+            input=str(source.landing),
+            output=str(tmp_path / "out"),
+            checkpoint=str(tmp_path / "ck"),
+            config=config("adaptive", {"warmup": 50, "heartbeat_ms": 200}).with_version(1, late_slo_pct=5.0),
+            trigger="interval=1 second",
+            progress=False,
+        )
+        worker = threading.Thread(target=run_job, args=(spark, opts, metrics), daemon=True)
+        worker.start()
+
+        # Healthy: wait for windows to fire and for the rate windows to fill.
+        wait_until(
+            lambda: query(prom, "awm_window_emit_latency_seconds_count > 0")["data"]["result"],
+            120,
+            "windows to fire",
+        )
+        time.sleep(12)
+        expressions = {
+            f"dashboard {uid} / {title}": expr for uid, title, expr in dashboards.prometheus_queries()
+        }
+        expressions |= {
+            f"alert {name}": expr for name, expr in rules.all_alert_expressions(TEST_THRESHOLDS).items()
+        }
+        expressions |= {f"record {name}": expr for name, expr in rules.all_recording_rules().items()}
+        problems = []
+        for label, expr in expressions.items():
+            answer = query(prom, expr)
+            if answer.get("status") != "success":
+                problems.append(f"{label}: {answer.get('error')} in {expr}")
+                continue
+            for name in metric_names(expr):
+                if not query(prom, f'count({{__name__="{name}"}})')["data"]["result"]:
+                    problems.append(f"{label}: no data for {name}")
+        for name in rules.all_recording_rules():
+            if not query(prom, name)["data"]["result"]:
+                problems.append(f"record {name}: no data")
+        assert not problems, "\n".join(problems)
+        dashboard_data = [
+            (label, expr) for label, expr in expressions.items() if label.startswith("dashboard")
+        ]
+        empty = [label for label, expr in dashboard_data if not query(prom, expr)["data"]["result"]]
+        assert not empty, f"dashboard panels with no data: {empty}"
+        assert firing(prom) == set(), "a healthy run fires no alert"
+
+        # A silent partition: its watermark stops and holds the global one back.
+        source.silence(SILENT)
+        fired = wait_until(
+            lambda: (
+                firing(prom) & set(rules.SILENT_PARTITION_ALERTS) == set(rules.SILENT_PARTITION_ALERTS)
+                and firing(prom)
+            ),
+            120,
+            f"{rules.SILENT_PARTITION_ALERTS} to fire",
+        )
+        assert set(rules.SILENT_PARTITION_ALERTS) <= fired
+        holding = query(prom, "awm_partition_holds_back == 1")["data"]["result"]
+        assert [r["metric"]["partition"] for r in holding] == [SILENT]
+    finally:
+        source.stop()
+        for query_ in spark.streams.active:
+            query_.stop()
+        if worker is not None:
+            worker.join(timeout=60)
+        endpoint.stop()
+        for server in servers:
+            server.stop()
