@@ -29,6 +29,7 @@ def _port_free(port: int) -> bool:
     import socket
 
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind (TIME_WAIT is fine)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -114,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        for child in children:
+        for child in children:  # the feeder just ends; the job stops its query cleanly on SIGINT
             if child.poll() is None:
-                child.send_signal(signal.SIGINT)
+                child.send_signal(signal.SIGINT if child is not children[0] else signal.SIGTERM)
         for child in children:
             try:
                 child.wait(timeout=30)
