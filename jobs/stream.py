@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from jobs.arrow_path import (
     NARROW_SCHEMA,
+    RECORD_SCHEMA,
     LateThresholds,
     RecordChecks,
     local_path,
@@ -97,12 +98,7 @@ AGGREGATES_SCHEMA = pa.schema(
 )
 LATE_SCHEMA = pa.schema(
     [
-        ("event_id", pa.string()),
-        ("key", pa.string()),
-        ("partition", pa.string()),
-        ("event_time_ms", pa.int64()),
-        ("arrival_time_ms", pa.int64()),
-        ("value", pa.float64()),
+        *RECORD_SCHEMA,  # the valid record's fields
         ("watermark_ms", pa.int64()),  # the watermark in force when it arrived
         ("late_by_ms", pa.int64()),  # watermark - event time
         ("file", pa.string()),
