@@ -86,6 +86,25 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--grid", help='JSON file {"strategy": [{param: value}, ...]} (default: built-in grid)')
     cp.add_argument("--json", action="store_true", help="print the runs as a JSON list")
 
+    tn = sub.add_parser(
+        "tune", help="choose the strategy and parameters with the lowest emit latency at a late target"
+    )
+    _add_input_flags(tn)
+    tn.add_argument(
+        "--target-late-pct", type=float, required=True, help="highest late (dropped) share, in %%"
+    )
+    tn.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
+    tn.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
+    tn.add_argument("--strategies", help="comma-separated subset of the search space (default: all)")
+    tn.add_argument(
+        "--recent-fraction",
+        type=float,
+        default=0.5,
+        help="tune on the latest part of the history, by arrival (default 0.5; 1 = all of it)",
+    )
+    tn.add_argument("--json", action="store_true", help="print one JSON object")
+    tn.add_argument("--plot", metavar="FILE.png", help="write the trade-off curve with the choice marked")
+
     sp = sub.add_parser("synth", help="write a synthetic out-of-order stream (CSV or Parquet)")
     sp.add_argument("--events", type=int, default=100_000)
     sp.add_argument("--seed", type=int, default=0)
@@ -194,6 +213,44 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from watermark.evaluate import WindowSpec
+    from watermark.tune import TuneError, plot, tune
+
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    stream = _read(args)
+    try:
+        result = tune(
+            stream.te_ms,
+            stream.tp_ms,
+            target_late_pct=args.target_late_pct,
+            window=WindowSpec(args.window_ms, args.slide_ms),
+            strategies=strategies,
+            **_options(args, stream),
+            recent_fraction=args.recent_fraction,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except TuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.plot:
+        plot(result, args.plot)
+    out = result.as_dict()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        c = result.choice
+        settings = " ".join(f"--set {k}={v}" for k, v in c.params.items())
+        print(
+            f"choice      {c.strategy} {settings}\n"
+            f"late        {c.dropped_pct:.3f} % (target {args.target_late_pct} %)\n"
+            f"emit latency mean {c.emit_latency_ms['mean']:,.1f} ms, p99 {c.emit_latency_ms['p99']:,.1f} ms\n"
+            f"frontier    {len(out['frontier'])} of {out['candidates']} settings"
+            + (f"\nplot        {args.plot}" if args.plot else "")
+        )
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from watermark.synthetic import describe, generate
 
@@ -234,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {
         "replay": _cmd_replay,
         "compare": _cmd_compare,
+        "tune": _cmd_tune,
         "synth": _cmd_synth,
         "strategies": _cmd_strategies,
     }

@@ -1,0 +1,240 @@
+"""The tuner: the strategy and parameters with the lowest mean emit latency at a late-rate target.
+
+It replays a recorded history through a search space of strategies and parameters (:data:`SEARCH_SPACE`),
+keeps the runs whose late share (``dropped_pct``) is at most the target, and chooses the one with the lowest
+mean emit latency (ties: fewer late tuples, then the earlier candidate). The trade-off frontier (late %
+against mean emit latency, Pareto-optimal runs) comes with the choice, so a report can show what a tighter or
+looser target would cost. The chosen ``params`` work as ``--set name=value`` for ``replay`` and the job.
+
+Only the most recent part of the history counts (``recent_fraction``, by arrival; default the latest half):
+disorder drifts, and the recent past predicts the next period better than the distant one. On the bundled
+IoT streams, tuned on a first half and replayed on the second, choosing on the latest half of the history cut
+the mean emit latency from 1.15 to 0.87 (d1) and from 0.84 to 0.73 (d2) of the best fixed periodic setting
+chosen with hindsight, within the late target plus 0.1 (``benchmarks/tuner_quality.py``).
+
+Examples
+--------
+>>> import numpy as np
+>>> from watermark.evaluate import WindowSpec
+>>> rng = np.random.default_rng(0)
+>>> tp = np.arange(0, 200_000, 20, dtype=np.int64)
+>>> te = tp - rng.integers(0, 300, tp.size)
+>>> space = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in (0, 100, 200, 300, 400)]}
+>>> result = tune(te, tp, target_late_pct=0.5, window=WindowSpec(1_000), space=space)
+>>> result.choice.params["delay_ms"], result.choice.dropped_pct <= 0.5
+(300, True)
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.registry import STRATEGIES
+
+#: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
+SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
+    "periodic": [{"delay_ms": d, "period_ms": p} for p in (10, 200) for d in range(0, 5_001, 50)],
+    "ingestion": [{"max_event_time_lag_ms": lag} for lag in range(0, 5_001, 50)],
+    "band": [
+        {"band_ms": b} for b in (10, 20, 50, 100, 150, 200, 300, 400, 500, 700, 1_000, 1_500, 2_000, 5_000)
+    ],
+    "percentile": [
+        {"percentile": q, "horizon_ms": h, "period_ms": 10}
+        for q in (0.0, 0.5, 1.0, 2.0, 5.0)
+        for h in (200, 500, 1_000, 2_000, 5_000)
+    ],
+    "sliding": [{"initial_delay_ms": d, "change_rate": c} for d in (100, 250, 350, 500) for c in (0.01, 0.1)],
+    "adaptive": [
+        {"late_threshold": lt, "heartbeat_ms": hb} for lt in (1.0, 0.1, 0.01) for hb in (100, 200, 1_000)
+    ],
+}
+
+
+class TuneError(ValueError):
+    """No candidate meets the target, or the input cannot be tuned."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One replayed setting."""
+
+    strategy: str
+    params: dict[str, Any]
+    dropped_pct: float
+    emit_latency_ms: dict[str, float | None]  # mean, p50, p95, p99 of windows fired before the end of input
+    windows_fired: int
+
+    @property
+    def mean_latency_ms(self) -> float:
+        """Mean emit latency (infinite when no window fired before the end of input)."""
+        mean = self.emit_latency_ms.get("mean")
+        return float("inf") if mean is None else float(mean)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "strategy": self.strategy,
+            "params": self.params,
+            "dropped_pct": self.dropped_pct,
+            "emit_latency_ms": self.emit_latency_ms,
+            "windows_fired": self.windows_fired,
+        }
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The choice, every candidate, and the frontier."""
+
+    target_late_pct: float
+    window: WindowSpec
+    choice: Candidate
+    candidates: list[Candidate]
+    history_events: int  # events the candidates were replayed on
+
+    @property
+    def frontier(self) -> list[Candidate]:
+        """Pareto-optimal candidates: no other has both fewer late tuples and a lower mean latency."""
+        ranked = sorted(
+            (c for c in self.candidates if c.windows_fired), key=lambda c: (c.dropped_pct, c.mean_latency_ms)
+        )
+        out: list[Candidate] = []
+        best = float("inf")
+        for c in ranked:
+            if c.mean_latency_ms < best:
+                out.append(c)
+                best = c.mean_latency_ms
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``python -m watermark tune --json`` prints."""
+        return {
+            "strategy": self.choice.strategy,
+            "params": self.choice.params,
+            "dropped_pct": self.choice.dropped_pct,
+            "emit_latency_ms": self.choice.emit_latency_ms,
+            "target_late_pct": self.target_late_pct,
+            "window_ms": self.window.window_ms,
+            "slide_ms": self.window.slide_ms,
+            "candidates": len(self.candidates),
+            "history_events": self.history_events,
+            "frontier": [c.as_dict() for c in self.frontier],
+        }
+
+
+def _public(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as ``--set`` takes them (unset optional parameters left out)."""
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def tune(
+    te: ArrayLike,
+    tp: ArrayLike,
+    *,
+    target_late_pct: float,
+    window: WindowSpec,
+    strategies: Sequence[str] | None = None,
+    space: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    partition: ArrayLike | None = None,
+    key: ArrayLike | None = None,
+    straggler_ms: int = DEFAULT_STRAGGLER_MS,
+    idle_timeout_ms: int | None = None,
+    recent_fraction: float = 0.5,
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Replay every candidate of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says."""
+    if not 0.0 <= target_late_pct <= 100.0:
+        msg = f"target_late_pct must be within [0, 100], got {target_late_pct}"
+        raise TuneError(msg)
+    if not 0.0 < recent_fraction <= 1.0:
+        msg = f"recent_fraction must be within (0, 1], got {recent_fraction}"
+        raise TuneError(msg)
+    space = SEARCH_SPACE if space is None else space
+    names = list(space) if strategies is None else list(strategies)
+    for name in names:
+        if name not in STRATEGIES:
+            msg = f"unknown strategy {name!r}; choose among: {', '.join(STRATEGIES)}"
+            raise TuneError(msg)
+        if name not in space:
+            msg = f"the search space has no settings for {name!r}"
+            raise TuneError(msg)
+    te_a, tp_a = np.asarray(te), np.asarray(tp)
+    if te_a.size == 0 or te_a.size != tp_a.size:
+        msg = f"the history is empty or its columns differ in length ({te_a.size} and {tp_a.size})"
+        raise TuneError(msg)
+    if recent_fraction < 1.0:  # the latest rows by arrival (ties keep file order)
+        keep = np.argsort(tp_a, kind="stable")[
+            te_a.size - max(1, int(np.ceil(te_a.size * recent_fraction))) :
+        ]
+        keep.sort()
+        te_a, tp_a = te_a[keep], tp_a[keep]
+        partition = None if partition is None else np.asarray(partition)[keep]
+        key = None if key is None else np.asarray(key)[keep]
+    runs = [(name, dict(params)) for name in names for params in space[name]]
+    candidates = []
+    for i, (name, params) in enumerate(runs, 1):
+        if progress is not None and (i == 1 or i % 50 == 0 or i == len(runs)):
+            progress(f"[{i}/{len(runs)}] {name} {params}")
+        s = replay(
+            te_a,
+            tp_a,
+            strategy=name,
+            params=params,
+            window=window,
+            partition=partition,
+            key=key,
+            straggler_ms=straggler_ms,
+            idle_timeout_ms=idle_timeout_ms,
+        ).summary()
+        candidates.append(
+            Candidate(name, _public(params), s["dropped_pct"], s["emit_latency_ms"], s["windows_fired"])
+        )
+    meeting = [c for c in candidates if c.dropped_pct <= target_late_pct and c.windows_fired]
+    if not meeting:
+        lowest = min(candidates, key=lambda c: c.dropped_pct)
+        msg = (
+            f"no setting keeps late tuples at or below {target_late_pct} % with windows firing; the lowest "
+            f"is {lowest.dropped_pct} % ({lowest.strategy} {lowest.params})"
+        )
+        raise TuneError(msg)
+    order = {id(c): i for i, c in enumerate(candidates)}
+    choice = min(meeting, key=lambda c: (c.mean_latency_ms, c.dropped_pct, order[id(c)]))
+    return TuneResult(target_late_pct, window, choice, candidates, int(te_a.size))
+
+
+def plot(result: TuneResult, path: str) -> None:
+    """The trade-off curve (late % against mean emit latency) with the choice marked, as an image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    fired = [c for c in result.candidates if c.windows_fired]
+    for name in sorted({c.strategy for c in fired}):
+        mine = [c for c in fired if c.strategy == name]
+        ax.scatter(
+            [c.dropped_pct for c in mine], [c.mean_latency_ms for c in mine], s=12, alpha=0.5, label=name
+        )
+    front = result.frontier
+    ax.plot([c.dropped_pct for c in front], [c.mean_latency_ms for c in front], "k-", lw=1, label="frontier")
+    ax.axvline(result.target_late_pct, color="red", ls="--", lw=1, label=f"target {result.target_late_pct} %")
+    c = result.choice
+    ax.scatter([c.dropped_pct], [c.mean_latency_ms], s=160, marker="*", color="red", zorder=5, label="choice")
+    ax.annotate(f"{c.strategy} {c.params}", (c.dropped_pct, c.mean_latency_ms), fontsize=8,
+                xytext=(8, 8), textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("late (dropped) %")
+    ax.set_ylabel("mean emit latency (ms)")
+    ax.set_yscale("log")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_title(f"Tuning: {len(result.candidates)} settings, {result.window.window_ms} ms windows")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
