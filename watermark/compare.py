@@ -56,6 +56,21 @@ def load_grid(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     return grid
 
 
+def chosen_strategies(
+    grid: Mapping[str, Any], strategies: Sequence[str] | None, what: str = "grid"
+) -> list[str]:
+    """``strategies`` (default: all of ``grid``), each a known strategy with settings in ``grid``."""
+    names = list(grid) if strategies is None else list(strategies)
+    for name in names:
+        if name not in STRATEGIES:
+            msg = f"unknown strategy {name!r}; choose among: {', '.join(STRATEGIES)}"
+            raise ValueError(msg)
+        if name not in grid:
+            msg = f"the {what} has no settings for {name!r}"
+            raise ValueError(msg)
+    return names
+
+
 def run_grid(
     te: ArrayLike,
     tp: ArrayLike,
@@ -71,14 +86,7 @@ def run_grid(
 ) -> list[dict[str, Any]]:
     """Replay every (strategy, parameters, window) of the grid; one summary dict per run."""
     grid = DEFAULT_GRID if grid is None else grid
-    names = list(grid) if strategies is None else list(strategies)
-    for name in names:
-        if name not in STRATEGIES:
-            msg = f"unknown strategy {name!r}; choose among: {', '.join(STRATEGIES)}"
-            raise ValueError(msg)
-        if name not in grid:
-            msg = f"the grid has no settings for {name!r}"
-            raise ValueError(msg)
+    names = chosen_strategies(grid, strategies, "grid")
     te_a, tp_a = np.asarray(te), np.asarray(tp)
     runs = [(n, dict(p), w) for n in names for p in grid[n] for w in windows]
     rows = []

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from watermark.compare import chosen_strategies
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
-from watermark.registry import STRATEGIES
 
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
 SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
@@ -156,14 +156,10 @@ def tune(
         msg = f"recent_fraction must be within (0, 1], got {recent_fraction}"
         raise TuneError(msg)
     space = SEARCH_SPACE if space is None else space
-    names = list(space) if strategies is None else list(strategies)
-    for name in names:
-        if name not in STRATEGIES:
-            msg = f"unknown strategy {name!r}; choose among: {', '.join(STRATEGIES)}"
-            raise TuneError(msg)
-        if name not in space:
-            msg = f"the search space has no settings for {name!r}"
-            raise TuneError(msg)
+    try:
+        names = chosen_strategies(space, strategies, "search space")
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
     te_a, tp_a = np.asarray(te), np.asarray(tp)
     if te_a.size == 0 or te_a.size != tp_a.size:
         msg = f"the history is empty or its columns differ in length ({te_a.size} and {tp_a.size})"
