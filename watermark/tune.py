@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from watermark.compare import chosen_strategies
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.compare import chosen_strategies, run_grid
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec
 
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
 SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
@@ -172,25 +172,28 @@ def tune(
         te_a, tp_a = te_a[keep], tp_a[keep]
         partition = None if partition is None else np.asarray(partition)[keep]
         key = None if key is None else np.asarray(key)[keep]
-    runs = [(name, dict(params)) for name in names for params in space[name]]
-    candidates = []
-    for i, (name, params) in enumerate(runs, 1):
-        if progress is not None and (i == 1 or i % 50 == 0 or i == len(runs)):
-            progress(f"[{i}/{len(runs)}] {name} {params}")
-        s = replay(
-            te_a,
-            tp_a,
-            strategy=name,
-            params=params,
-            window=window,
-            partition=partition,
-            key=key,
-            straggler_ms=straggler_ms,
-            idle_timeout_ms=idle_timeout_ms,
-        ).summary()
-        candidates.append(
-            Candidate(name, _public(params), s["dropped_pct"], s["emit_latency_ms"], s["windows_fired"])
+    rows = run_grid(
+        te_a,
+        tp_a,
+        windows=[window],
+        grid=space,
+        strategies=names,
+        partition=partition,
+        key=key,
+        straggler_ms=straggler_ms,
+        idle_timeout_ms=idle_timeout_ms,
+        progress=progress,
+    )
+    candidates = [
+        Candidate(
+            r["strategy"],
+            _public(r["grid_params"]),
+            r["dropped_pct"],
+            r["emit_latency_ms"],
+            r["windows_fired"],
         )
+        for r in rows
+    ]
     meeting = [c for c in candidates if c.dropped_pct <= target_late_pct and c.windows_fired]
     if not meeting:
         lowest = min(candidates, key=lambda c: c.dropped_pct)
