@@ -1160,7 +1160,6 @@ def observation(
         PartitionState(
             partition=row["partition"],
             watermark_ms=row["partition_watermark_ms"],
-            max_event_time_ms=row["max_event_time_ms"],
             learned_delay_ms=row["learned_delay_ms"],
             sensitivity=row["sensitivity"],
             drifts=row["drifts"],
@@ -1350,18 +1349,28 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
         raise ValueError(msg)
     server = None
     if metrics is None and options.metrics_port is not None:
-        from prometheus_client import CollectorRegistry
-
-        from monitoring.server import serve
-
-        metrics = JobMetrics(CollectorRegistry())
-        server = serve(metrics.registry, options.metrics_port, options.metrics_host)
-        print(f"metrics at {server.url}", file=sys.stderr, flush=True)
+        metrics, server = serve_metrics(options)
     try:
         return _run_query(spark, options, metrics)
     finally:
         if server is not None:
             server.stop()
+
+
+def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
+    """A fresh registry of the job's metrics, served on ``options.metrics_host:metrics_port``.
+
+    Raises :class:`monitoring.server.MetricsPortBusy` when the port is taken.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from monitoring.server import serve
+
+    assert options.metrics_port is not None
+    metrics = JobMetrics(CollectorRegistry())
+    server = serve(metrics.registry, options.metrics_port, options.metrics_host)
+    print(f"metrics at {server.url}", file=sys.stderr, flush=True)
+    return metrics, server
 
 
 def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
@@ -1610,20 +1619,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from prometheus_client import CollectorRegistry
-
     from jobs.spark import build_session
-    from monitoring.server import MetricsPortBusy, serve
+    from monitoring.server import MetricsPortBusy
 
     metrics, server = None, None
     if options.metrics_port is not None:  # bound before Spark starts, so a busy port fails at once
-        metrics = JobMetrics(CollectorRegistry())
         try:
-            server = serve(metrics.registry, options.metrics_port, options.metrics_host)
+            metrics, server = serve_metrics(options)
         except MetricsPortBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"metrics at {server.url}", file=sys.stderr, flush=True)
     spark = build_session("jobs.stream")
     try:
         run_job(spark, options, metrics)

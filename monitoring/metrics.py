@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -60,7 +60,6 @@ class PartitionState:
 
     partition: str
     watermark_ms: int
-    max_event_time_ms: int | None = None
     learned_delay_ms: int | None = None
     sensitivity: float | None = None
     drifts: int | None = None
@@ -222,25 +221,16 @@ class JobMetrics:
         self.batch_duration.observe(duration_s)
 
     # -- read by the collector ----------------------------------------------------------------------
-    def _snapshot(self) -> tuple[_State, int, dict[str, PartitionState]]:
+    def _snapshot(self) -> tuple[_State, int]:
+        """A copy of the state and the processing-time lag, taken together."""
         with self._lock:
             now_ms = int(self.clock() * 1000)
             # Not the monotonic watermark's lag: input found by a batch may have entered before the last
             # caught-up scrape (the file source discovers files when it plans a batch), and that wait counts.
             pending = self._ptw.in_flight.values()
             lag = max(0, now_ms - min(pending)) if pending else 0
-            s = self._state
-            state = _State(
-                s.watermark_ms,
-                s.ingestion_clock_ms,
-                {},
-                s.open_windows,
-                s.config_version,
-                s.strategy,
-                s.late_slo_pct,
-                s.last_batch_s,
-            )
-            return state, lag, dict(s.partitions)
+            state = replace(self._state, partitions=dict(self._state.partitions))
+            return state, lag
 
 
 def _shown(partitions: dict[str, PartitionState]) -> list[PartitionState]:
@@ -257,7 +247,8 @@ class _ScrapeTimeCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         p = PREFIX
-        state, pt_lag_ms, partitions = self.metrics._snapshot()
+        state, pt_lag_ms = self.metrics._snapshot()
+        partitions = state.partitions
         now_s = self.metrics.clock()
         wm = GaugeMetricFamily(
             f"{p}_event_time_watermark_seconds", "Global event-time watermark (epoch seconds)."

@@ -21,7 +21,7 @@ def exported_names() -> set[str]:
     metrics = JobMetrics(registry, clock=lambda: 1_000.0)
     metrics.batch_started(0, 990_000)
     metrics.query_progress(0.5)
-    part = PartitionState("p0", 995_000, 996_000, 800, 0.5, 1, True, True)
+    part = PartitionState("p0", 995_000, learned_delay_ms=800, sensitivity=0.5, drifts=1, holds_back=True)
     metrics.batch_done(
         BatchObservation(
             batch_id=0, on_time=3, watermark_ms=995_000, ingestion_clock_ms=999_000, partitions=[part],

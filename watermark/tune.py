@@ -202,8 +202,7 @@ def tune(
             f"is {lowest.dropped_pct} % ({lowest.strategy} {lowest.params})"
         )
         raise TuneError(msg)
-    order = {id(c): i for i, c in enumerate(candidates)}
-    choice = min(meeting, key=lambda c: (c.mean_latency_ms, c.dropped_pct, order[id(c)]))
+    choice = min(meeting, key=lambda c: (c.mean_latency_ms, c.dropped_pct))  # min keeps the first of ties
     return TuneResult(target_late_pct, window, choice, candidates, int(te_a.size))
 
 
