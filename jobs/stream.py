@@ -90,7 +90,8 @@ AGGREGATES_SCHEMA = pa.schema(
     [
         *FIRED_SCHEMA,  # key, window, count, sum, min, max, trigger watermark, fire arrival, delay, latency
         ("revision", pa.int64()),
-        ("late_count", pa.int64()),
+        ("late_count", pa.int64()),  # late rows the backfill folded in
+        ("reconciled_batch_id", pa.int64()),  # newest late_events batch folded in (null: none)
         ("batch_id", pa.int64()),
         ("config_version", pa.int64()),
         ("emitted_at_ms", pa.int64()),  # processing time (wall clock)
@@ -509,25 +510,37 @@ def validation_steps(
     return steps
 
 
-def window_partials(rows: Any, window: WindowSpec) -> Any:
-    """Partial aggregates (count, sum, min, max) of ``rows`` per key and window, aligned to epoch 0."""
+def assign_windows(rows: Any, window: WindowSpec) -> Any:
+    """``rows`` with a ``window_start_ms`` column: one row per window holding the row's event time.
+
+    Windows are aligned to epoch 0; with a slide, a row is repeated for every window that holds it.
+    """
     from pyspark.sql import functions as F
 
     te = F.col("event_time_ms")
     step = window.step_ms
     last_start = te - F.pmod(te, F.lit(step))
     if window.slide_ms is None or window.slide_ms == window.window_ms:
-        framed = rows.withColumn("window_start_ms", last_start)
-    else:
-        back = (-(-window.window_ms // step) - 1) * step
-        framed = rows.withColumn(
-            "window_start_ms", F.explode(F.sequence(last_start - F.lit(back), last_start, F.lit(step)))
-        ).filter(F.col("window_start_ms") > te - F.lit(window.window_ms))
-    grouped = framed.groupBy("key", "window_start_ms").agg(
-        F.count(F.lit(1)).alias("count"),
-        F.sum("value").alias("sum"),
-        F.min("value").alias("min"),
-        F.max("value").alias("max"),
+        return rows.withColumn("window_start_ms", last_start)
+    back = (-(-window.window_ms // step) - 1) * step
+    return rows.withColumn(
+        "window_start_ms", F.explode(F.sequence(last_start - F.lit(back), last_start, F.lit(step)))
+    ).filter(F.col("window_start_ms") > te - F.lit(window.window_ms))
+
+
+def window_partials(rows: Any, window: WindowSpec) -> Any:
+    """Partial aggregates (count, sum, min, max) of ``rows`` per key and window, aligned to epoch 0."""
+    from pyspark.sql import functions as F
+
+    grouped = (
+        assign_windows(rows, window)
+        .groupBy("key", "window_start_ms")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+        )
     )
     return grouped.withColumn("window_end_ms", F.col("window_start_ms") + F.lit(window.window_ms)).select(
         *PARTIAL_SCHEMA.names
@@ -1198,6 +1211,7 @@ def _aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
                 **{name: fired.column(name) for name in fired.schema.names},
                 "revision": np.zeros(n, np.int64),
                 "late_count": np.zeros(n, np.int64),
+                "reconciled_batch_id": pa.nulls(n, pa.int64()),
                 "batch_id": np.full(n, batch_id, np.int64),
                 "config_version": np.full(n, version, np.int64),
                 "emitted_at_ms": np.full(n, now, np.int64),

@@ -1,0 +1,262 @@
+"""The late-data backfill: exact reconciliation, idempotency, concurrent writers."""
+
+import threading
+import time
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from jobs.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
+from jobs.delta_sink import DeltaSink
+from jobs.feed import feed
+from jobs.stream import AGGREGATES_SCHEMA, JobOptions, run_job
+from tests.test_stream import config, iot_records, write_lines
+from watermark.evaluate import WindowSpec
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01
+AGGRESSIVE = {"delay_ms": 0, "period_ms": 10}  # a watermark at max(te): many late rows
+
+
+def one_partition(records: pa.Table) -> pa.Table:
+    """The IoT stream as one source partition: the watermark then follows the newest event of all devices."""
+    i = records.schema.get_field_index("partition")
+    return records.set_column(i, "partition", pa.array(["all"] * records.num_rows))
+
+
+def job(tmp, **kw):
+    opts = JobOptions(
+        input=str(tmp / "in"),
+        output=str(tmp / "out"),
+        checkpoint=str(tmp / "ck"),
+        config=config(params=AGGRESSIVE),
+        progress=False,
+        max_files_per_trigger=2,
+        **kw,
+    )
+    return opts
+
+
+def batch_aggregation(spark, records: pa.Table) -> dict:
+    """Count, sum, min and max per (key, 1 s window) of every valid record: a plain Spark batch job."""
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(records.select(["key", "event_time_ms", "value"]))
+    start = F.floor(F.col("event_time_ms") / 1000).cast("long") * 1000
+    rows = (
+        df.groupBy("key", start.alias("start"))
+        .agg(
+            F.count("*").alias("n"),
+            F.sum("value").alias("s"),
+            F.min("value").alias("lo"),
+            F.max("value").alias("hi"),
+        )
+        .collect()
+    )
+    return {(r["key"], r["start"]): (r["n"], round(r["s"], 6), r["lo"], r["hi"]) for r in rows}
+
+
+def table_aggregates(tables) -> dict:
+    rows = DeltaSink(str(tables), "test-reader").read("aggregates").to_pylist()
+    out = {}
+    for r in rows:
+        window = (r["key"], r["window_start_ms"])
+        assert window not in out, f"window {window} appears twice in the aggregates"
+        out[window] = (r["count"], round(r["sum"], 6), r["min"], r["max"])
+    return out
+
+
+def versions(tables):
+    return {name: DeltaTable(str(tables / name)).version() for name in ("aggregates", "late_events")}
+
+
+def backfill(spark, tables, start_ms, end_ms, **kw):
+    return run_backfill(
+        spark, BackfillOptions(str(tables), start_ms, end_ms, WindowSpec(1_000), backoff_s=0.05), **kw
+    )
+
+
+def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_changes_nothing(spark, tmp_path):
+    records = one_partition(iot_records(6_000))
+    feed(records, tmp_path / "in", rows_per_file=1_000)
+    write_lines(tmp_path / "in" / "zz-bad.jsonl", ['{"event_id": "x", "key": "k"', "not json"])
+    opts = job(tmp_path, flush_at_end=True)
+    run_job(spark, opts)
+    out = tmp_path / "out"
+    late = DeltaSink(str(out), "r").read("late_events")
+    assert late.num_rows > 300, "the aggressive watermark should make many rows late"
+    assert table_aggregates(out) != batch_aggregation(spark, records)
+
+    # Two hourly-like intervals, cut at the ingestion time of a middle batch.
+    ingested = sorted(set(late.column("ingested_at_ms").to_pylist()))
+    cut = ingested[len(ingested) // 2]
+    first = backfill(spark, out, 0, cut)
+    assert 0 < first.late_events_read < late.num_rows
+    second = backfill(spark, out, cut, FAR_FUTURE_MS)
+    assert first.folded_events + second.folded_events == late.num_rows
+    assert second.deferred_events == 0
+
+    assert table_aggregates(out) == batch_aggregation(spark, records)
+    after = DeltaSink(str(out), "r").read("late_events")
+    assert pc.all(after.column("reconciled")).as_py()
+    agg = DeltaSink(str(out), "r").read("aggregates")
+    assert pc.sum(agg.column("late_count")).as_py() == late.num_rows
+    revised = agg.filter(pc.field("late_count") > 0)
+    assert pc.min(revised.column("revision")).as_py() >= 1
+    assert agg.filter(pc.field("late_count") == 0).column("revision").unique().to_pylist() == [0]
+
+    before = versions(out)
+    again = backfill(spark, out, cut, FAR_FUTURE_MS)
+    assert (again.folded_events, again.reconciled_events, again.late_events_read) == (0, 0, 0)
+    assert versions(out) == before
+    assert backfill(spark, out, 0, cut).folded_events == 0
+    assert versions(out) == before
+
+
+def test_a_late_row_of_a_window_still_open_waits_for_a_later_run(spark, tmp_path):
+    from tests.test_stream import good
+
+    # te 500 arrives after te 1_900 has pushed the watermark to 1_900: late, but its window [0, 1000) is
+    # closed only when the watermark passes 1000 -- which it has. The row at te 1_950 arriving after
+    # te 2_600 is late for window [1000, 2000), closed too; the row at te 2_500 after te 2_600 is late
+    # while its window [2000, 3000) is still open: deferred.
+    rows = [(0, 100, 10), (1, 1_900, 20), (2, 500, 30), (3, 2_600, 40), (4, 1_950, 50), (5, 2_500, 60)]
+    write_lines(tmp_path / "in" / "a.jsonl", [good(i, te, tp) for i, te, tp in rows])
+    run_job(spark, job(tmp_path))
+    out = tmp_path / "out"
+    report = backfill(spark, out, 0, FAR_FUTURE_MS)
+    assert (report.late_events_read, report.folded_events, report.deferred_events) == (3, 2, 1)
+    late = DeltaSink(str(out), "r").read("late_events").sort_by("event_time_ms").to_pylist()
+    assert [(r["event_time_ms"], r["reconciled"]) for r in late] == [
+        (500, True),
+        (1_950, True),
+        (2_500, False),
+    ]
+    windows = table_aggregates(out)
+    assert windows[("k", 0)][0] == 2 and windows[("k", 1_000)][0] == 2
+    assert ("k", 2_000) not in windows  # still open in the stream: the backfill did not insert it
+
+    # The stream goes on: its watermark closes [2000, 3000), and the next run folds the deferred row.
+    write_lines(tmp_path / "in" / "b.jsonl", [good(6, 3_500, 70), good(7, 3_600, 90), good(8, 3_700, 110)])
+    run_job(spark, job(tmp_path))
+    report = backfill(spark, out, 0, FAR_FUTURE_MS)
+    assert (report.folded_events, report.deferred_events) == (1, 0)
+    assert table_aggregates(out)[("k", 2_000)][0] == 2  # the on-time 2_600 and the late 2_500
+
+
+def test_corrected_rows_add_late_partials_and_insert_windows_with_late_rows_only():
+    current = pa.Table.from_pylist(
+        [
+            {
+                "key": "a",
+                "window_start_ms": 0,
+                "window_end_ms": 10,
+                "count": 2,
+                "sum": 4.0,
+                "min": 1.0,
+                "max": 3.0,
+                "revision": 1,
+                "late_count": 1,
+                "reconciled_batch_id": 3,
+                "trigger_watermark_ms": 10,
+                "batch_id": 2,
+                "flushed": False,
+                "config_version": 1,
+                "emitted_at_ms": 5,
+            }
+        ],
+        schema=AGGREGATES_SCHEMA,
+    )
+    partials = pa.Table.from_pylist(
+        [
+            {
+                "key": "a",
+                "window_start_ms": 0,
+                "window_end_ms": 10,
+                "count": 2,
+                "sum": 1.0,
+                "min": 0.0,
+                "max": 1.0,
+                "reconciled_batch_id": 7,
+            },
+            {
+                "key": "b",
+                "window_start_ms": 10,
+                "window_end_ms": 20,
+                "count": 1,
+                "sum": -2.0,
+                "min": -2.0,
+                "max": -2.0,
+                "reconciled_batch_id": 6,
+            },
+        ]
+    )
+    rows = {r["key"]: r for r in corrected_rows(partials, current, now_ms=1_000).to_pylist()}
+    a, b = rows["a"], rows["b"]
+    assert (a["count"], a["sum"], a["min"], a["max"]) == (4, 5.0, 0.0, 3.0)
+    assert (a["revision"], a["late_count"], a["reconciled_batch_id"], a["batch_id"]) == (2, 3, 7, 2)
+    assert (a["trigger_watermark_ms"], a["emitted_at_ms"], a["config_version"]) == (10, 5, 1)
+    assert (b["count"], b["sum"], b["min"], b["max"], b["revision"], b["late_count"]) == (
+        1,
+        -2.0,
+        -2.0,
+        -2.0,
+        1,
+        1,
+    )
+    assert (b["trigger_watermark_ms"], b["flushed"], b["batch_id"], b["emitted_at_ms"]) == (
+        None,
+        False,
+        6,
+        1_000,
+    )
+
+
+def test_a_backfill_before_the_stream_ran_says_what_to_do(spark, tmp_path):
+    with pytest.raises(BackfillError, match="run the streaming job"):
+        backfill(spark, tmp_path / "none", 0, 1)
+
+
+def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_commit(spark, tmp_path):
+    records = one_partition(iot_records(6_000))
+    inp = tmp_path / "in"
+    feed(records.slice(0, 3_000), inp, rows_per_file=500)
+    run_job(spark, job(tmp_path))
+    out = tmp_path / "out"
+    assert DeltaSink(str(out), "r").read("late_events").num_rows > 0
+
+    # The stream goes on with the rest of the input, one file per batch, while backfills run.
+    feed(records.slice(3_000, 3_000), inp, rows_per_file=500)
+    stream_opts = replace(job(tmp_path, flush_at_end=True), max_files_per_trigger=1)
+    start_version = DeltaTable(str(out / "aggregates")).version()
+    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
+
+    nested = []
+
+    def race(attempt):
+        # Between the backfill's reads and its MERGE: the stream appends a batch (new windows, which
+        # delta-rs rebases the MERGE over), and a second backfill commits corrections of the same windows,
+        # which must make this MERGE conflict and be recomputed.
+        if attempt == 1:
+            worker.start()
+            deadline = time.monotonic() + 180
+            while DeltaTable(str(out / "aggregates")).version() <= start_version:
+                assert time.monotonic() < deadline, "the streaming job did not commit"
+                time.sleep(0.05)
+            nested.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+
+    report = backfill(spark, out, 0, FAR_FUTURE_MS, before_commit=race)
+    assert nested[0].folded_events > 0
+    assert report.attempts >= 2 and "concurrent" in report.conflicts[0], report
+    worker.join(timeout=300)
+    assert not worker.is_alive()
+
+    # Every batch of the stream is in the tables, and a final backfill makes them exact.
+    stream_batches = len(list((tmp_path / "ck" / "stage").glob("batch-*.json")))
+    assert DeltaSink(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
+    backfill(spark, out, 0, FAR_FUTURE_MS)
+    assert table_aggregates(out) == batch_aggregation(spark, records)
