@@ -140,11 +140,22 @@ WATERMARK_LOG_SCHEMA = pa.schema(
         ("processed_at_ms", pa.int64()),  # processing time (wall clock)
     ]
 )
+#: The arrival history the re-tuning DAG replays: every valid record's partition and times, in arrival order.
+ARRIVALS_SCHEMA = pa.schema(
+    [
+        ("partition", pa.string()),
+        ("event_time_ms", pa.int64()),
+        ("arrival_time_ms", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
 TABLES = {
     "aggregates": AGGREGATES_SCHEMA,
     "late_events": LATE_SCHEMA,
     "quarantine": QUARANTINE_SCHEMA,
     "watermark_log": WATERMARK_LOG_SCHEMA,
+    "arrivals": ARRIVALS_SCHEMA,
 }
 
 
@@ -201,6 +212,7 @@ class JobOptions:
     progress: bool = True
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"
+    arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)
 
 
 # -- pure DataFrame transformations ----------------------------------------------------------------------
@@ -999,6 +1011,7 @@ class BatchHandler:
             report.late = result.n_late
             self._write_late(late, narrow, result, batch_id, ingest_ms)
             log_rows = self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
+            self._write_arrivals(narrow.take(pa.array(result.order)), batch_id, ingest_ms)
         else:
             result, log_rows = None, []
             fired = flush(empty_partials())
@@ -1006,6 +1019,7 @@ class BatchHandler:
             self.sink.append(
                 "watermark_log", WATERMARK_LOG_SCHEMA.empty_table(), batch_id, schema=WATERMARK_LOG_SCHEMA
             )
+            self._write_arrivals(narrow, batch_id, ingest_ms)
         self.sink.append(
             "aggregates", _aggregate_rows(fired, batch_id, config.version), batch_id, schema=AGGREGATES_SCHEMA
         )
@@ -1086,6 +1100,21 @@ class BatchHandler:
             }
         )
         self.sink.append("late_events", table, batch_id, schema=LATE_SCHEMA)
+
+    def _write_arrivals(self, ordered: pa.Table, batch_id: int, ingest_ms: int) -> None:
+        if not self.options.arrival_history:
+            return
+        n = ordered.num_rows
+        table = pa.table(
+            {
+                "partition": ordered.column("partition"),
+                "event_time_ms": ordered.column("event_time_ms"),
+                "arrival_time_ms": ordered.column("arrival_time_ms"),
+                "batch_id": np.full(n, batch_id, np.int64),
+                "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+            }
+        )
+        self.sink.append("arrivals", table, batch_id, schema=ARRIVALS_SCHEMA)
 
     def _write_log(
         self,
@@ -1542,6 +1571,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-host", default="127.0.0.1", help="address the metrics server binds (default 127.0.0.1)"
     )
     p.add_argument(
+        "--no-arrival-history",
+        action="store_true",
+        help="do not write the arrivals table (every record's partition and times: the re-tuning input)",
+    )
+    p.add_argument(
         "--reader",
         choices=("arrow", "spark"),
         default="arrow",
@@ -1621,6 +1655,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         reader=args.reader,
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,
+        arrival_history=not args.no_arrival_history,
     )
 
 
