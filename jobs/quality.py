@@ -146,11 +146,24 @@ def conservation_totals(tables: dict[str, pa.Table]) -> pa.Table:
     )
 
 
-def read_tables(tables: str) -> dict[str, pa.Table]:
-    """The checked tables (and the watermark log), empty with their schema where a table is missing."""
-    sink = DeltaSink(tables, "jobs.quality")
+def read_tables(tables: str, app_id: str = "jobs.stream") -> dict[str, pa.Table]:
+    """The checked tables and the watermark log, as of one stream batch (missing tables: empty).
+
+    The streaming job may be appending while the tables are read one after the other, so the late events
+    and the watermark log are cut at the newest batch both hold (the stream's ``txn`` version of each,
+    read before the rows), and their totals compare the same batches.
+    """
+    sink = DeltaSink(tables, app_id)  # reads only: the app id names whose batch versions to look up
+    versions = [
+        sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
+    ]
+    cutoff = min((v for v in versions if v is not None), default=None)
     names = (*CHECKED, "watermark_log")
-    return {n: sink.read(n) if sink.exists(n) else TABLES[n].empty_table() for n in names}
+    out = {n: sink.read(n) if sink.exists(n) else TABLES[n].empty_table() for n in names}
+    if cutoff is not None:
+        for name in ("late_events", "watermark_log"):
+            out[name] = out[name].filter(pc.less_equal(out[name].column("batch_id"), cutoff))
+    return out
 
 
 def check_tables(tables: str, *, sliding: bool = False) -> QualityReport:

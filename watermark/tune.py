@@ -133,6 +133,19 @@ def _public(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+def recent_rows(tp: ArrayLike, fraction: float) -> np.ndarray:
+    """Indices of the latest ``fraction`` of rows by arrival, in input order (ties keep input order).
+
+    >>> recent_rows([5, 1, 4, 2], 0.5).tolist()
+    [0, 2]
+
+    """
+    tp_a = np.asarray(tp)
+    keep = np.argsort(tp_a, kind="stable")[tp_a.size - max(1, int(np.ceil(tp_a.size * fraction))) :]
+    keep.sort()
+    return keep
+
+
 def tune(
     te: ArrayLike,
     tp: ArrayLike,
@@ -164,11 +177,8 @@ def tune(
     if te_a.size == 0 or te_a.size != tp_a.size:
         msg = f"the history is empty or its columns differ in length ({te_a.size} and {tp_a.size})"
         raise TuneError(msg)
-    if recent_fraction < 1.0:  # the latest rows by arrival (ties keep file order)
-        keep = np.argsort(tp_a, kind="stable")[
-            te_a.size - max(1, int(np.ceil(te_a.size * recent_fraction))) :
-        ]
-        keep.sort()
+    if recent_fraction < 1.0:
+        keep = recent_rows(tp_a, recent_fraction)
         te_a, tp_a = te_a[keep], tp_a[keep]
         partition = None if partition is None else np.asarray(partition)[keep]
         key = None if key is None else np.asarray(key)[keep]

@@ -1,0 +1,280 @@
+"""Threshold re-tuning: tune the watermark on the recent arrival history and publish a better version.
+
+Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.retune``). For the day ending at ``end``:
+
+1. Read the recent arrival history (the streaming job's ``arrivals`` table: partition, event and arrival
+   time of every valid record) ingested in ``[end - history, end)``.
+2. Run the tuner (:func:`watermark.tune.tune`) on it, at the late-rate target (by default the running
+   configuration's ``late_slo_pct``), keeping the running window, straggler band and idleness timeout.
+   Like the tuner, only the latest ``recent_fraction`` of the history counts.
+3. Replay the running setting on the same history.
+4. Publish a new configuration version (running version + 1) only if it is valid and better: it meets the
+   target, and the running setting misses it or is at least ``min_gain`` slower on mean emit latency.
+   The file is replaced atomically and only if nobody published meanwhile (compare and swap on the
+   version). The streaming job applies it at its next batch boundary (``watermark.config.ConfigWatcher``).
+5. Keep a report (JSON: decision, reason, both settings' figures, the frontier) and the trade-off plot.
+
+Decisions: ``published``, ``kept`` (not better, or no setting meets the target) and ``skipped`` (too
+little history). Only errors (unreadable tables or configuration, a concurrent publication) raise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from jobs.delta_sink import DeltaSink
+from watermark.config import ConfigError, PipelineConfig, load_config, write_config
+from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class RetuneOptions:
+    """One re-tuning run."""
+
+    tables: str
+    config: str
+    reports: str
+    end_ms: int
+    history_ms: int = DAY_MS
+    target_late_pct: float | None = None  # None: the running configuration's late_slo_pct
+    strategies: tuple[str, ...] | None = None
+    recent_fraction: float = 0.5
+    min_events: int = 1_000
+    min_gain: float = 0.02  # publish only if mean emit latency improves by at least this fraction
+
+
+@dataclass
+class RetuneOutcome:
+    """What the run decided; ``as_dict()`` is the report's head and the task's XCom."""
+
+    decision: str  # published | kept | skipped
+    reason: str
+    running_version: int
+    config_version: int  # the version in force after the run
+    history_events: int = 0
+    target_late_pct: float | None = None
+    chosen: dict[str, Any] | None = None
+    running: dict[str, Any] | None = None
+    report: str | None = None
+    plot: str | None = None
+    frontier: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def published(self) -> bool:
+        """True if a new version was written."""
+        return self.decision == "published"
+
+    def metric_values(self) -> dict[str, float]:
+        """The values pushed as ``awm_tuning_*`` metrics (monitoring.push.TASK_VALUES["tuning"])."""
+        values: dict[str, float] = {"published": float(self.published), "config_version": self.config_version}
+        if self.chosen is not None:
+            values["dropped_ratio"] = self.chosen["dropped_pct"] / 100.0
+            mean = self.chosen["emit_latency_ms"].get("mean")
+            if mean is not None:
+                values["emit_latency_seconds"] = mean / 1000.0
+        if self.running is not None and self.running["emit_latency_ms"].get("mean") is not None:
+            values["running_emit_latency_seconds"] = self.running["emit_latency_ms"]["mean"] / 1000.0
+        return values
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        out = {k: v for k, v in self.__dict__.items()}
+        out["published"] = self.published
+        return out
+
+
+class RetuneError(RuntimeError):
+    """The run cannot decide safely (e.g. the configuration changed while it ran)."""
+
+
+def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarray]:
+    """Partition, event and arrival times of records ingested in ``[start_ms, end_ms)``."""
+    sink = DeltaSink(tables, "jobs.retune")
+    if not sink.exists("arrivals"):
+        msg = (
+            f"no arrival history at {sink.path('arrivals')}: the streaming job writes it unless run with "
+            "--no-arrival-history"
+        )
+        raise FileNotFoundError(msg)
+    table = sink.read("arrivals")
+    ingested = table.column("ingested_at_ms")
+    mask = pc.and_(pc.greater_equal(ingested, start_ms), pc.less(ingested, end_ms))
+    window = table.filter(mask)
+    return {
+        "partition": np.asarray(window.column("partition").to_pylist(), dtype=object),
+        "te": window.column("event_time_ms").to_numpy(),
+        "tp": window.column("arrival_time_ms").to_numpy(),
+    }
+
+
+def score(running: PipelineConfig, te: np.ndarray, tp: np.ndarray, partition: np.ndarray) -> Candidate:
+    """The running setting replayed on the history (the same replay the tuner's candidates get)."""
+    result = tune(
+        te,
+        tp,
+        target_late_pct=100.0,
+        window=running.window,
+        space={running.strategy: [dict(running.params)]},
+        partition=partition,
+        straggler_ms=running.straggler_ms,
+        idle_timeout_ms=running.idle_timeout_ms,
+        recent_fraction=1.0,
+    )
+    return result.choice
+
+
+def _stamp(end_ms: int) -> str:
+    return datetime.fromtimestamp(end_ms / 1000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def retune(options: RetuneOptions) -> RetuneOutcome:
+    """Run the steps of the module docstring; see :class:`RetuneOutcome`."""
+    running = load_config(options.config)
+    target = running.late_slo_pct if options.target_late_pct is None else options.target_late_pct
+    history = read_history(options.tables, options.end_ms - options.history_ms, options.end_ms)
+    n = int(history["te"].size)
+    outcome = RetuneOutcome("kept", "", running.version, running.version, n, target)
+    if n < options.min_events:
+        outcome.decision = "skipped"
+        outcome.reason = (
+            f"only {n:,} events were ingested in the {options.history_ms / 3_600_000:g} h before "
+            f"{_stamp(options.end_ms)}; at least {options.min_events:,} are needed to tune"
+        )
+        return _keep_report(outcome, options, None)
+    keep = recent_rows(history["tp"], options.recent_fraction)
+    te, tp, part = history["te"][keep], history["tp"][keep], history["partition"][keep]
+    current = score(running, te, tp, part)
+    outcome.running = current.as_dict()
+    try:
+        result = tune(
+            te,
+            tp,
+            target_late_pct=target,
+            window=running.window,
+            strategies=list(options.strategies) if options.strategies else None,
+            partition=part,
+            straggler_ms=running.straggler_ms,
+            idle_timeout_ms=running.idle_timeout_ms,
+            recent_fraction=1.0,
+        )
+    except TuneError as exc:
+        outcome.reason = f"no setting meets the target: {exc}"
+        return _keep_report(outcome, options, None)
+    chosen = result.choice
+    outcome.chosen = chosen.as_dict()
+    outcome.frontier = [c.as_dict() for c in result.frontier]
+    candidate = _candidate_config(options, running, chosen, n, target)
+    same = (candidate.strategy, dict(candidate.params)) == (running.strategy, dict(running.params))
+    running_meets = current.dropped_pct <= target
+    faster = chosen.mean_latency_ms < current.mean_latency_ms * (1.0 - options.min_gain)
+    if same:
+        outcome.reason = "the running setting is already the best one on this history"
+    elif running_meets and not faster:
+        outcome.reason = (
+            f"not better: {chosen.strategy} {chosen.params} has mean emit latency "
+            f"{chosen.mean_latency_ms:.0f} ms against the running {current.mean_latency_ms:.0f} ms "
+            f"(publishing needs {options.min_gain:.0%} less)"
+        )
+    else:
+        _publish(options, running, candidate)
+        outcome.decision = "published"
+        outcome.config_version = candidate.version
+        why = (
+            f"the running setting misses the target ({current.dropped_pct} % late)"
+            if not running_meets
+            else f"mean emit latency {current.mean_latency_ms:.0f} -> {chosen.mean_latency_ms:.0f} ms"
+        )
+        outcome.reason = f"published version {candidate.version}: {chosen.strategy} {chosen.params}; {why}"
+    return _keep_report(outcome, options, result)
+
+
+def _candidate_config(
+    options: RetuneOptions, running: PipelineConfig, chosen: Candidate, events: int, target: float
+) -> PipelineConfig:
+    """The chosen setting as the next configuration version (validated like any document)."""
+    note = (
+        f"tuned on {events:,} events ingested before {_stamp(options.end_ms)}: "
+        f"{chosen.dropped_pct} % late (target {target} %), mean emit latency {chosen.mean_latency_ms:.0f} ms"
+    )
+    try:
+        return running.with_version(
+            running.version + 1, strategy=chosen.strategy, params=chosen.params, note=note
+        )
+    except ConfigError as exc:  # the tuner's settings are validated already; this guards the document
+        msg = f"the tuned configuration is invalid, not publishing: {exc}"
+        raise RetuneError(msg) from None
+
+
+def _publish(options: RetuneOptions, running: PipelineConfig, new: PipelineConfig) -> None:
+    """Write ``new`` unless the file moved past ``running`` meanwhile (compare and swap on the version)."""
+    now = load_config(options.config)
+    if now.version != running.version:
+        msg = (
+            f"{options.config} changed while tuning (version {running.version} -> {now.version}); not "
+            "publishing over it: the next run tunes against the new version"
+        )
+        raise RetuneError(msg)
+    write_config(options.config, new)
+
+
+def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneResult | None) -> RetuneOutcome:
+    folder = Path(options.reports)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / f"retune-{_stamp(options.end_ms)}"
+    if result is not None:
+        outcome.plot = str(base.with_suffix(".png"))
+        plot(result, outcome.plot)
+    outcome.report = str(base.with_suffix(".json"))
+    tmp = base.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(outcome.as_dict(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, outcome.report)
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.retune``: prints the outcome as JSON."""
+    from jobs.backfill import parse_instant
+    from watermark.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m jobs.retune", description=__doc__.split("\n", 1)[0])
+    p.add_argument("--tables", required=True, help="the streaming job's --output")
+    p.add_argument("--config", required=True, help="the job's configuration file (updated when published)")
+    p.add_argument("--reports", required=True, help="folder for the report and plot")
+    p.add_argument("--end", required=True, help="end of the history (ISO-8601 with zone, or epoch ms)")
+    p.add_argument("--history-hours", type=float, default=24.0, help="history length (default 24)")
+    p.add_argument("--target-late-pct", type=float, help="default: the configuration's late_slo_pct")
+    p.add_argument("--strategies", help="comma-separated strategies to search (default: all)")
+    p.add_argument("--min-events", type=int, default=1_000, help="skip with less history (default 1000)")
+    args = p.parse_args(argv)
+    try:
+        options = RetuneOptions(
+            tables=args.tables,
+            config=args.config,
+            reports=args.reports,
+            end_ms=parse_instant(args.end),
+            history_ms=int(args.history_hours * 3_600_000),
+            target_late_pct=args.target_late_pct,
+            strategies=tuple(s for s in args.strategies.split(",") if s) if args.strategies else None,
+            min_events=args.min_events,
+        )
+        outcome = retune(options)
+    except (ConfigError, ValueError, FileNotFoundError, RetuneError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(outcome.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
