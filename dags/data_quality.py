@@ -3,8 +3,8 @@
 Great Expectations suites on the pipeline's Delta tables (`jobs/quality.py`): `aggregates` (keys not
 null, window end after start, counts positive, revisions and late counts non-negative, one row per
 window), `late_events`, `quarantine` (reasons from the known set) and the conservation of counts across
-tables after reconciliation. A broken expectation fails the task; its log and error list each one with
-its table, the rule, how many rows break it and examples.
+tables after reconciliation. A broken expectation fails the task at once (no retry: the data would not
+change); its log and error list each one with its table, the rule, how many rows break it and examples.
 
 Runs at half past the hour, after the hourly backfill. Params: `tables`, `config` (sliding windows skip
 the one-window-per-late-row total).
@@ -40,7 +40,9 @@ def awm_data_quality() -> None:
     def check_tables(**context: Any) -> dict[str, Any]:
         import os
 
-        from jobs.quality import QualityError, check_tables
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from jobs.quality import check_tables
         from watermark.config import load_config
 
         params = context["params"]
@@ -50,8 +52,8 @@ def awm_data_quality() -> None:
             sliding = window.slide_ms is not None and window.slide_ms != window.window_ms
         report = check_tables(params["tables"], sliding=sliding)
         print(report.summary())
-        if not report.success:
-            raise QualityError(report.summary())
+        if not report.success:  # the data will not change by retrying: fail at once
+            raise AirflowFailException(report.summary())
         return report.as_dict()
 
     check_tables()

@@ -21,3 +21,44 @@ def spark():
     session = build_session("tests", master="local[2]", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    """An Airflow home with a migrated SQLite metadata DB and the project's DAGs folder.
+
+    Airflow reads its configuration when first imported, so this fixture sets the environment before any
+    test imports it (tests import airflow inside their bodies only).
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    home = tmp_path_factory.mktemp("airflow")
+    env = airflow_environment(home, root)
+    os.environ.update(env)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return home
+
+
+def airflow_environment(home, root) -> dict:
+    """Settings for a throwaway Airflow: SQLite DB, no examples, a local Spark connection."""
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "AIRFLOW_CONN_AWM_SPARK": '{"conn_type": "spark", "host": "local[2]"}',
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
