@@ -137,3 +137,152 @@ def test_the_retuning_dag_keeps_the_running_version_when_history_is_short(dagbag
     assert load_config(tmp / "watermark.json") == before
     report = json.loads(next((tmp / "reports").glob("retune-*.json")).read_text())
     assert report["decision"] == "skipped" and "at least 1,000,000" in report["reason"]
+
+
+def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(dagbag, spark, tmp_path):
+    import threading
+    import time
+
+    from jobs.stream import JobOptions, run_job
+    from tests.test_stream import config
+
+    records = iot_records(4_000)
+    inp = tmp_path / "in"
+    feed(records.slice(0, 2_000), inp, rows_per_file=500)
+    cfg_path = tmp_path / "watermark.json"
+    write_config(cfg_path, config(params={"delay_ms": 5_000, "period_ms": 200}))  # safe but slow
+    opts = JobOptions(
+        input=str(inp),
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        config=load_config(cfg_path),
+        config_path=str(cfg_path),
+        trigger="interval=500 milliseconds",
+        max_files_per_trigger=1,
+        progress=False,
+    )
+    worker = threading.Thread(target=run_job, args=(spark, opts), daemon=True)
+    worker.start()
+    stage = tmp_path / "ck" / "stage"
+
+    def wait_for(predicate, what, seconds=180):
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.2)
+
+    try:
+        wait_for(lambda: (stage / "state-000000000003").exists(), "the first 4 batches")
+        conf = run_conf(tmp_path) | {"min_events": 500, "strategies": "periodic,adaptive,percentile"}
+        run = dagbag.get_dag("awm_watermark_retuning").test(logical_date=ending_tomorrow(), run_conf=conf)
+        assert run.state == "success"
+        published = load_config(cfg_path)
+        assert published.version == 2 and published.window.window_ms == 1_000
+        report = json.loads(next((tmp_path / "reports").glob("retune-*.json")).read_text())
+        assert report["decision"] == "published" and report["config_version"] == 2
+        assert report["chosen"]["emit_latency_ms"]["mean"] < report["running"]["emit_latency_ms"]["mean"]
+        assert Path(report["plot"]).stat().st_size > 10_000
+
+        feed(records.slice(2_000, 2_000), inp, rows_per_file=500)
+
+        def applied():
+            if not DeltaSink(opts.output, "r").exists("watermark_log"):
+                return False
+            log = DeltaSink(opts.output, "r").read("watermark_log").to_pylist()
+            return any(r["config_version"] == 2 for r in log)
+
+        wait_for(applied, "a batch under version 2")
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        worker.join(timeout=60)
+    log = DeltaSink(opts.output, "r").read("watermark_log").to_pylist()
+    by_batch = {}
+    for row in log:
+        by_batch.setdefault(row["batch_id"], set()).add((row["config_version"], row["strategy"]))
+    first_v2 = min(b for b, v in by_batch.items() if any(ver == 2 for ver, _ in v))
+    assert first_v2 >= 4  # a batch boundary after the publication
+    assert all(len(v) == 1 for v in by_batch.values())  # a batch runs under one version
+    assert by_batch[first_v2] == {(2, published.strategy)}
+    assert all(next(iter(by_batch[b]))[0] == 1 for b in by_batch if b < first_v2)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_real_scheduler_completes_a_scheduled_run_of_the_backfill_dag(stream_tables, tmp_path):
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import airflow_environment
+
+    tmp, _ = stream_tables
+    folder = tmp_path / "dags"  # only the backfill DAG, so the scheduler runs nothing else
+    folder.mkdir()
+    (folder / "late_data_backfill.py").symlink_to(ROOT / "dags" / "late_data_backfill.py")
+    home = tmp_path / "airflow"
+    port = free_port()
+    env = os.environ | airflow_environment(home, ROOT)
+    env |= {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AWM_TABLES": str(tmp / "out"),
+        "AWM_CONFIG": str(tmp / "watermark.json"),
+        "AWM_REPORTS": str(tmp_path / "reports"),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    log = (tmp_path / "standalone.log").open("w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    runs = []
+    try:
+        deadline = time.monotonic() + 420
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "standalone.log").read_text()[-3000:]
+            if (home / "airflow.db").exists():
+                try:
+                    with sqlite3.connect(f"file:{home}/airflow.db?mode=ro", uri=True, timeout=5) as db:
+                        runs = db.execute(
+                            "select run_id, run_type, state, data_interval_start, data_interval_end "
+                            "from dag_run where dag_id = 'awm_late_data_backfill'"
+                        ).fetchall()
+                except sqlite3.OperationalError:  # tables not migrated yet, or locked
+                    runs = []
+            if runs and runs[0][2] in ("success", "failed"):
+                break
+            time.sleep(2)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    assert runs, "the scheduler created no run of the backfill DAG"
+    run_id, run_type, state, _, _ = runs[0]
+    assert (run_type, state) == ("scheduled", "success"), (tmp_path / "standalone.log").read_text()[-5000:]
+    reports = list((tmp_path / "reports" / "backfill").glob("*.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    assert report["run_id"] == run_id
+    assert report["interval_end_ms"] - report["interval_start_ms"] == 3_600_000
