@@ -1,0 +1,134 @@
+"""Re-tuning: publish a new configuration version only when it is valid and better."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jobs.delta_sink import DeltaSink
+from jobs.retune import DAY_MS, RetuneError, RetuneOptions, retune
+from jobs.stream import ARRIVALS_SCHEMA
+from watermark.config import PipelineConfig, load_config, write_config
+
+END_MS = 1_800_000_000_000
+SPACE = ("periodic",)
+
+
+def history(tmp, n=4_000, max_delay_ms=300, ingested_at_ms=END_MS - 3_600_000, seed=0):
+    """Arrivals every 10 ms with event times up to ``max_delay_ms`` behind, as the job records them."""
+    rng = np.random.default_rng(seed)
+    tp = np.arange(n, dtype=np.int64) * 10 + 1_000_000
+    te = tp - rng.integers(0, max_delay_ms, n)
+    table = pa.table(
+        {
+            "partition": ["p"] * n,
+            "event_time_ms": te,
+            "arrival_time_ms": tp,
+            "batch_id": np.zeros(n, np.int64),
+            "ingested_at_ms": np.full(n, ingested_at_ms, np.int64),
+        }
+    )
+    DeltaSink(str(tmp / "tables"), "jobs.stream").append("arrivals", table, 0, schema=ARRIVALS_SCHEMA)
+
+
+def running(tmp, delay_ms, slo=0.5):
+    doc = {"version": 3, "strategy": "periodic", "params": {"delay_ms": delay_ms, "period_ms": 10},
+           "window_ms": 1_000, "late_slo_pct": slo}  # fmt: skip
+    write_config(tmp / "watermark.json", PipelineConfig.from_dict(doc))
+    return load_config(tmp / "watermark.json")
+
+
+def options(tmp, **kw):
+    return RetuneOptions(
+        tables=str(tmp / "tables"),
+        config=str(tmp / "watermark.json"),
+        reports=str(tmp / "reports"),
+        end_ms=END_MS,
+        strategies=SPACE,
+        min_events=100,
+        **kw,
+    )
+
+
+def test_a_slow_running_setting_is_replaced_by_a_faster_one_that_meets_the_target(tmp_path):
+    history(tmp_path)
+    before = running(tmp_path, delay_ms=5_000)
+    outcome = retune(options(tmp_path))
+    after = load_config(tmp_path / "watermark.json")
+    assert outcome.decision == "published" and outcome.config_version == after.version == 4
+    assert after.strategy == "periodic" and after.params["delay_ms"] < 5_000
+    assert after.window == before.window and after.late_slo_pct == before.late_slo_pct
+    assert outcome.chosen["dropped_pct"] <= 0.5
+    assert outcome.chosen["emit_latency_ms"]["mean"] < outcome.running["emit_latency_ms"]["mean"]
+    assert "tuned on" in after.note
+    report = json.loads((tmp_path / "reports" / "retune-20270115T080000Z.json").read_text())
+    assert report["decision"] == "published" and report["frontier"]
+    assert (tmp_path / "reports" / "retune-20270115T080000Z.png").stat().st_size > 10_000
+    values = outcome.metric_values()
+    assert values["published"] == 1.0 and values["config_version"] == 4
+    assert values["emit_latency_seconds"] < values["running_emit_latency_seconds"]
+
+
+def test_the_best_running_setting_is_kept_and_the_file_left_alone(tmp_path):
+    history(tmp_path)
+    running(tmp_path, delay_ms=5_000)
+    first = retune(options(tmp_path))
+    assert first.decision == "published"
+    text = (tmp_path / "watermark.json").read_text()
+    second = retune(options(tmp_path))
+    assert second.decision == "kept" and "already the best" in second.reason
+    assert (tmp_path / "watermark.json").read_text() == text
+
+
+def test_a_marginal_gain_is_not_published(tmp_path):
+    history(tmp_path)
+    running(tmp_path, delay_ms=5_000)
+    assert retune(options(tmp_path, min_gain=0.0)).decision == "published"
+    # Running a setting a hair slower than the best: a 50 % gain requirement keeps it.
+    cfg = load_config(tmp_path / "watermark.json")
+    write_config(tmp_path / "watermark.json", cfg.with_version(cfg.version + 1, params={
+        "delay_ms": cfg.params["delay_ms"] + 10, "period_ms": 10}))  # fmt: skip
+    outcome = retune(options(tmp_path, min_gain=0.5))
+    assert outcome.decision == "kept" and outcome.reason.startswith("not better")
+
+
+def test_history_outside_the_window_or_too_short_is_skipped(tmp_path):
+    history(tmp_path, ingested_at_ms=END_MS - 2 * DAY_MS)  # two days old
+    running(tmp_path, delay_ms=5_000)
+    outcome = retune(options(tmp_path))
+    assert outcome.decision == "skipped" and "only 0 events" in outcome.reason
+    assert load_config(tmp_path / "watermark.json").version == 3
+
+
+def test_no_setting_meeting_the_target_keeps_the_running_version(tmp_path):
+    history(tmp_path, max_delay_ms=60_000)
+    running(tmp_path, delay_ms=100, slo=0.0)
+    outcome = retune(options(tmp_path))
+    assert outcome.decision == "kept" and "no setting meets the target" in outcome.reason
+    assert load_config(tmp_path / "watermark.json").version == 3
+
+
+def test_a_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
+    import jobs.retune as module
+
+    history(tmp_path)
+    cfg = running(tmp_path, delay_ms=5_000)
+    real_tune = module.tune
+
+    def tune_while_someone_publishes(*args, **kwargs):
+        result = real_tune(*args, **kwargs)
+        if kwargs.get("target_late_pct") != 100.0:  # the search, not the scoring of the running setting
+            write_config(tmp_path / "watermark.json", cfg.with_version(7, note="by hand"))
+        return result
+
+    monkeypatch.setattr(module, "tune", tune_while_someone_publishes)
+    with pytest.raises(RetuneError, match="changed while tuning"):
+        retune(options(tmp_path))
+    assert load_config(tmp_path / "watermark.json").version == 7
+
+
+def test_a_missing_arrival_history_says_how_to_get_one(tmp_path):
+    running(tmp_path, delay_ms=100)
+    with pytest.raises(FileNotFoundError, match="--no-arrival-history"):
+        retune(options(tmp_path))
