@@ -20,6 +20,7 @@ how many rows broke it and a few of them.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,3 +214,30 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return tuple(_plain(v) for v in value)
     return value.item() if hasattr(value, "item") else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.quality TABLES [--sliding]``: print the summary; exit 1 if an expectation broke."""
+    import argparse
+    import logging
+
+    from watermark.cli import OneLineParser
+
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    p: argparse.ArgumentParser = OneLineParser(
+        prog="python -m jobs.quality", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("tables", help="the streaming job's --output")
+    p.add_argument("--sliding", action="store_true", help="the job uses sliding windows")
+    args = p.parse_args(argv)
+    try:
+        report = check_tables(args.tables, sliding=args.sliding)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
