@@ -7,7 +7,7 @@ waits for a later run. Re-running an interval changes nothing.
 
 Tasks
 1. `check_spark_connection`: the Spark connection exists (otherwise the provider would silently submit
-   to YARN).
+   to YARN). The default, `awm_spark_local`, is local mode; `AWM_SPARK_CONN_ID` names a cluster's.
 2. `backfill`: `spark-submit jobs/backfill.py` against that connection (local mode by default; a
    cluster master such as `spark://host:7077`, `yarn` or `k8s://...` submits the same job there).
 3. `push_outcome` (always runs): pushes `awm_backfill_*` metrics to the Pushgateway, and fails the run
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from dags import pipeline_settings as settings
@@ -41,14 +41,7 @@ REPORT = "{{ params.reports }}/backfill/{{ data_interval_start.strftime('%Y%m%dT
     default_args=settings.DEFAULT_ARGS,
     tags=[*settings.TAGS, "backfill", "late-data"],
     doc_md=__doc__,
-    params={
-        "tables": Param(settings.TABLES, type="string", description="the streaming job's --output"),
-        "config": Param(settings.CONFIG, type="string", description="the job's --config (window spec)"),
-        "reports": Param(settings.REPORTS, type="string", description="folder for backfill reports"),
-        "pushgateway": Param(
-            settings.PUSHGATEWAY, type="string", description="Pushgateway host:port; empty: no push"
-        ),
-    },
+    params=settings.location_params("folder for backfill reports"),
 )
 def awm_late_data_backfill() -> None:
     """Hourly late-data backfill (see the module docstring)."""

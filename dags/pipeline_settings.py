@@ -6,7 +6,7 @@ variable               meaning                                         default
 ``AWM_TABLES``         the streaming job's ``--output`` (Delta tables)  ``<project>/out/demo/tables``
 ``AWM_CONFIG``         the job's ``--config`` (watermark configuration) ``<project>/out/demo/watermark.json``
 ``AWM_REPORTS``        where backfill and re-tuning reports go          ``<project>/out/reports``
-``AWM_SPARK_CONN_ID``  Airflow connection of the Spark master           ``awm_spark``
+``AWM_SPARK_CONN_ID``  Airflow connection of the Spark master           ``awm_spark_local`` (local)
 ``AWM_PUSHGATEWAY``    Pushgateway ``host:port`` for task outcomes       empty: nothing is pushed
 ``AWM_PYTHON``         Python of the Spark driver and workers           this interpreter
 =====================  ==============================================  ===================================
@@ -26,7 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = os.environ.get("AWM_TABLES", str(ROOT / "out" / "demo" / "tables"))
 CONFIG = os.environ.get("AWM_CONFIG", str(ROOT / "out" / "demo" / "watermark.json"))
 REPORTS = os.environ.get("AWM_REPORTS", str(ROOT / "out" / "reports"))
-SPARK_CONN_ID = os.environ.get("AWM_SPARK_CONN_ID", "awm_spark")
+SPARK_CONN_ID = os.environ.get("AWM_SPARK_CONN_ID", "awm_spark_local")
+#: The default connection, local Spark on every core, defined here so the backfill runs with no set-up; a
+#: cluster gets a connection of its own name (``AWM_SPARK_CONN_ID``), which this never shadows.
+LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
+os.environ.setdefault("AIRFLOW_CONN_AWM_SPARK_LOCAL", LOCAL_SPARK_CONNECTION)
 PUSHGATEWAY = os.environ.get("AWM_PUSHGATEWAY", "")
 PYTHON = os.environ.get("AWM_PYTHON", sys.executable)
 
@@ -39,6 +43,18 @@ DEFAULT_ARGS: dict[str, Any] = {
     "retry_exponential_backoff": True,
     "max_retry_delay": timedelta(minutes=15),
 }
+
+
+def location_params(reports: str) -> dict[str, Any]:
+    """The typed params every DAG that reads the tables shares (``reports``: what goes in that folder)."""
+    from airflow.sdk import Param
+
+    return {
+        "tables": Param(TABLES, type="string", description="the streaming job's --output"),
+        "config": Param(CONFIG, type="string", description="the job's --config"),
+        "reports": Param(REPORTS, type="string", description=reports),
+        "pushgateway": Param(PUSHGATEWAY, type="string", description="Pushgateway host:port; empty: no push"),
+    }
 
 
 def push(gateway: str, task: str, *, ok: bool, values: dict[str, float] | None, duration_s: float) -> str:

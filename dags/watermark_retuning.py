@@ -29,13 +29,8 @@ from dags import pipeline_settings as settings
     default_args=settings.DEFAULT_ARGS,
     tags=[*settings.TAGS, "tuning", "watermark"],
     doc_md=__doc__,
-    params={
-        "tables": Param(settings.TABLES, type="string", description="the streaming job's --output"),
-        "config": Param(settings.CONFIG, type="string", description="the job's --config (updated)"),
-        "reports": Param(settings.REPORTS, type="string", description="folder for reports and plots"),
-        "pushgateway": Param(
-            settings.PUSHGATEWAY, type="string", description="Pushgateway host:port; empty: no push"
-        ),
+    params=settings.location_params("folder for re-tuning reports and plots")
+    | {
         "history_hours": Param(24, type="number", exclusiveMinimum=0, description="history to tune on"),
         "target_late_pct": Param(
             None, type=["null", "number"], minimum=0, maximum=100, description="empty: the config's SLO"

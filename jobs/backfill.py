@@ -301,7 +301,7 @@ def run_backfill(
             if report.attempts > options.max_retries:
                 msg = f"the aggregates MERGE still conflicts after {options.max_retries} retries: {err}"
                 raise BackfillError(msg) from err
-            delay = random.uniform(0.0, min(10.0, options.backoff_s * 2.0 ** (report.attempts - 1)))
+            delay = _backoff(options.backoff_s, report.attempts)
             log.warning("aggregates MERGE conflicted (%s); recomputing in %.2f s", err, delay)
             time.sleep(delay)
     if marks is not None and marks.num_rows:
@@ -404,6 +404,11 @@ def _merge_aggregates(dt: DeltaTable, corrected: pa.Table, options: BackfillOpti
     )
 
 
+def _backoff(base_s: float, attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...): exponential, capped at 10 s, full jitter."""
+    return random.uniform(0.0, min(10.0, base_s * 2.0 ** (attempt - 1)))
+
+
 def _mark_reconciled(path: str, marks: pa.Table, options: BackfillOptions) -> int:
     """Set ``reconciled`` on the late rows in ``marks``; retried on write conflicts. Returns rows marked."""
     batches = marks.column("batch_id")
@@ -427,7 +432,7 @@ def _mark_reconciled(path: str, marks: pa.Table, options: BackfillOptions) -> in
             if attempt > options.max_retries:
                 msg = f"marking late events reconciled still conflicts after {options.max_retries} retries"
                 raise BackfillError(msg) from err
-            delay = random.uniform(0.0, min(10.0, options.backoff_s * 2.0 ** (attempt - 1)))
+            delay = _backoff(options.backoff_s, attempt)
             log.warning("late_events MERGE conflicted (%s); retrying in %.2f s", err, delay)
             time.sleep(delay)
 

@@ -51,7 +51,7 @@ def airflow_home(tmp_path_factory):
 
 
 def airflow_environment(home, root) -> dict:
-    """Settings for a throwaway Airflow: SQLite DB, no examples, a local Spark connection."""
+    """Settings for a throwaway Airflow: SQLite DB, no examples (the DAGs define their Spark connection)."""
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
@@ -59,6 +59,5 @@ def airflow_environment(home, root) -> dict:
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "AIRFLOW_CONN_AWM_SPARK": '{"conn_type": "spark", "host": "local[2]"}',
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
