@@ -127,13 +127,29 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
     assert dag.test(logical_date=this_hour() + timedelta(minutes=1), run_conf=conf).state == "failed"
 
 
-def test_the_retuning_dag_keeps_the_running_version_when_history_is_short(dagbag, stream_tables):
+def test_the_retuning_dag_keeps_the_running_version_when_history_is_short_and_pushes_its_outcome(
+    dagbag, stream_tables, tmp_path
+):
+    import urllib.request
+
+    from monitoring.local import start_pushgateway
+
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_watermark_retuning")
     before = load_config(tmp / "watermark.json")
-    conf = run_conf(tmp) | {"min_events": 1_000_000}
-    run = dag.test(logical_date=ending_tomorrow(), run_conf=conf)
+    gateway = start_pushgateway(tmp_path / "pushgateway")
+    try:
+        conf = run_conf(tmp) | {"min_events": 1_000_000, "pushgateway": gateway.url}
+        run = dag.test(logical_date=ending_tomorrow(), run_conf=conf)
+        with urllib.request.urlopen(gateway.url + "/metrics", timeout=10) as response:
+            pushed = response.read().decode()
+    finally:
+        gateway.stop()
     assert run.state == "success"
+    lines = [x for x in pushed.splitlines() if x.startswith("awm_tuning_")]
+    assert any(x.startswith("awm_tuning_last_run_ok{") and x.endswith(" 1") for x in lines), lines
+    assert any(x.startswith("awm_tuning_published{") and x.endswith(" 0") for x in lines), lines
+    assert any(x.startswith("awm_tuning_config_version{") and x.endswith(" 1") for x in lines), lines
     assert load_config(tmp / "watermark.json") == before
     report = json.loads(next((tmp / "reports").glob("retune-*.json")).read_text())
     assert report["decision"] == "skipped" and "at least 1,000,000" in report["reason"]
