@@ -57,7 +57,7 @@ from deltalake import CommitProperties, DeltaTable  # noqa: E402
 from deltalake.exceptions import CommitFailedError, TableNotFoundError  # noqa: E402
 
 from jobs.stream import AGGREGATES_SCHEMA, assign_windows  # noqa: E402
-from watermark.config import ConfigError, load_config  # noqa: E402
+from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -369,15 +369,10 @@ def _plan(
     report.folded_events = int(counts.get("fold", 0))
     report.deferred_events = int(counts.get("deferred", 0))
     report.corrected_windows = corrected.num_rows
-    report.inserted_windows = corrected.num_rows - _emitted_count(partials, current)
+    # A window the job emitted holds on-time rows, so only an inserted one has late rows only.
+    all_late = pc.equal(corrected.column("late_count"), corrected.column("count"))
+    report.inserted_windows = int(pc.sum(all_late).as_py() or 0)
     return corrected, marks
-
-
-def _emitted_count(partials: pa.Table, current: pa.Table) -> int:
-    """How many windows of ``partials`` are already rows of ``current``."""
-    if not partials.num_rows or not current.num_rows:
-        return 0
-    return partials.select(_WINDOW).join(current.select(_WINDOW), keys=_WINDOW, join_type="inner").num_rows
 
 
 def _merge_aggregates(dt: DeltaTable, corrected: pa.Table, options: BackfillOptions) -> None:
@@ -498,15 +493,6 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
     )
 
 
-def write_report(path: str, report: BackfillReport) -> None:
-    """Write the report atomically."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``spark-submit jobs/backfill.py`` or ``python -m jobs.backfill``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -527,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     if args.report:
-        write_report(args.report, report)
+        write_text_atomically(args.report, json.dumps(report.as_dict(), indent=2) + "\n")
     print(json.dumps(report.as_dict()))
     return 0
 

@@ -21,7 +21,6 @@ little history). Only errors (unreadable tables or configuration, a concurrent p
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +31,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from jobs.delta_sink import DeltaSink
-from watermark.config import ConfigError, PipelineConfig, load_config, write_config
+from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
 
 DAY_MS = 86_400_000
@@ -89,9 +88,7 @@ class RetuneOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
-        out = {k: v for k, v in self.__dict__.items()}
-        out["published"] = self.published
-        return out
+        return dict(self.__dict__, published=self.published)
 
 
 class RetuneError(RuntimeError):
@@ -236,9 +233,7 @@ def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneRes
         outcome.plot = str(base.with_suffix(".png"))
         plot(result, outcome.plot)
     outcome.report = str(base.with_suffix(".json"))
-    tmp = base.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(outcome.as_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, outcome.report)
+    write_text_atomically(outcome.report, json.dumps(outcome.as_dict(), indent=2) + "\n")
     return outcome
 
 

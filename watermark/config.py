@@ -163,13 +163,17 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
 
 def write_config(path: str | os.PathLike[str], config: PipelineConfig) -> None:
     """Write atomically (temporary file + rename), so a reader never sees half a document."""
+    write_text_atomically(path, json.dumps(config.to_dict(), indent=2) + "\n")
+
+
+def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path`` (parents created)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(config.to_dict(), fh, indent=2)
-            fh.write("\n")
+            fh.write(text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
