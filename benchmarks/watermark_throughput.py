@@ -39,6 +39,7 @@ PARAMS = {
     "percentile": {"percentile": 1.0, "horizon_ms": 1_000, "period_ms": 200},
     "band": {"band_ms": 1_000, "idle_ms": 10_000},
     "ingestion": {"max_event_time_lag_ms": 500},
+    "slo": {"late_slo_pct": 0.5},
 }
 
 

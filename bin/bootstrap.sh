@@ -49,3 +49,17 @@ if [ "$(cat "$STAMP_FILE" 2>/dev/null)" != "$STAMP" ]; then
     echo "$STAMP" > "$STAMP_FILE"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
+
+# JVM jars (infra/jvm/pom.xml): delta-spark and the Spark Kafka source for the Spark session (spark.jars),
+# the Kafka broker for bin/kafka-local. Fetched from Maven Central into .jvm/ only when a pom changed.
+JVM_STAMP_FILE=.jvm/.installed
+JVM_STAMP="$(cat infra/jvm/settings.xml infra/jvm/pom.xml infra/jvm/*/pom.xml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$JVM_STAMP_FILE" 2>/dev/null)" != "$JVM_STAMP" ]; then
+    command -v mvn >/dev/null 2>&1 || { say "Maven not found: installing maven"; apt_install maven; }
+    say "fetching the JVM jars (delta-spark, Spark Kafka source, Kafka broker) with Maven into .jvm/"
+    rm -rf .jvm
+    mvn -q -B -Dstyle.color=never -s infra/jvm/settings.xml -f infra/jvm/pom.xml dependency:copy-dependencies \
+        || die "Maven could not fetch the jars of infra/jvm/pom.xml (is Maven Central reachable?)"
+    echo "$JVM_STAMP" > "$JVM_STAMP_FILE"
+fi
+export AWM_JARS_DIR="${AWM_JARS_DIR:-$ROOT/.jvm/spark}"

@@ -7,9 +7,11 @@ waits for a later run. Re-running an interval changes nothing.
 
 Tasks
 1. `check_spark_connection`: the Spark connection exists (otherwise the provider would silently submit
-   to YARN). The default, `awm_spark_local`, is local mode; `AWM_SPARK_CONN_ID` names a cluster's.
-2. `backfill`: `spark-submit jobs/backfill.py` against that connection (local mode by default; a
-   cluster master such as `spark://host:7077`, `yarn` or `k8s://...` submits the same job there).
+   to YARN), and so do the jars the job needs (delta-spark: `.jvm/spark` from the set-up, or
+   `AWM_JARS_DIR`). The default connection, `awm_spark_local`, is local mode; `AWM_SPARK_CONN_ID` names
+   a cluster's.
+2. `backfill`: `spark-submit --jars ... jobs/backfill.py` against that connection (local mode by default;
+   a cluster master such as `spark://host:7077`, `yarn` or `k8s://...` submits the same job there).
 3. `push_outcome` (always runs): pushes `awm_backfill_*` metrics to the Pushgateway, and fails the run
    if the backfill did not succeed.
 
@@ -47,8 +49,10 @@ def awm_late_data_backfill() -> None:
     """Hourly late-data backfill (see the module docstring)."""
 
     @task
-    def check_spark_connection() -> str:
+    def check_spark_connection() -> dict[str, str]:
         from airflow.sdk import BaseHook
+
+        from jobs.spark import project_jars
 
         try:
             conn = BaseHook.get_connection(settings.SPARK_CONN_ID)
@@ -60,13 +64,19 @@ def awm_late_data_backfill() -> None:
                 f"AIRFLOW_CONN_{settings.SPARK_CONN_ID.upper()}"
             )
             raise RuntimeError(msg) from None
-        return f"{conn.conn_type}://{conn.host or ''}{':' + str(conn.port) if conn.port else ''}"
+        try:
+            jars = ",".join(project_jars())
+        except FileNotFoundError as exc:
+            raise RuntimeError(str(exc)) from None
+        master = f"{conn.conn_type}://{conn.host or ''}{':' + str(conn.port) if conn.port else ''}"
+        return {"master": master, "jars": jars}
 
     submit = SparkSubmitOperator(
         task_id="backfill",
         conn_id=settings.SPARK_CONN_ID,
         application=str(settings.ROOT / "jobs" / "backfill.py"),
         name="awm-late-data-backfill",
+        jars="{{ ti.xcom_pull(task_ids='check_spark_connection')['jars'] }}",
         application_args=[
             "--tables",
             "{{ params.tables }}",

@@ -14,18 +14,27 @@ interval ``[start, end)``:
    stream's horizon: the highest trigger watermark in the aggregates, or the end of a window flushed at
    the end of input. A late row can fall in a window that is still open (``te < W < end``): it waits
    for a later run, so the streaming job never emits a window the backfill already inserted.
-3. **MERGE** the corrected rows into ``aggregates`` in one Delta commit: count and sum add, min and max
-   combine, ``late_count`` grows by the rows folded, ``revision`` + 1 and ``reconciled_batch_id`` = the
-   newest batch folded. A window with late rows only is inserted with revision 1 (its trigger columns
-   null).
-4. **Mark** late events ``reconciled`` once every window holding them has folded their batch.
+3. **MERGE** the corrected rows into ``aggregates`` in one Delta commit (delta-spark's
+   ``DeltaTable.forPath(spark, ...).merge``): count and sum add, min and max combine, ``late_count`` grows
+   by the rows folded, ``revision`` + 1 and ``reconciled_batch_id`` = the newest batch folded. A window
+   with late rows only is inserted with revision 1 (its trigger columns null).
+4. **Mark** late events ``reconciled`` once every window holding them has folded their batch (a second
+   delta-spark MERGE, into ``late_events``).
 
 Exactly once. The only state, ``reconciled_batch_id``, changes in the same commit as the values. A crash
 between steps 3 and 4 leaves rows unmarked that are *already folded*: the next run marks them without
-folding them again. A concurrent commit to a table between its read and the MERGE (the streaming job
-appending, another backfill) makes delta-rs refuse the MERGE ("a concurrent transaction added new
-data"): the run is recomputed from fresh snapshots, with exponential backoff and jitter. Re-running an
-interval changes nothing: every row it would fold is already folded and marked, and no commit is made.
+folding them again. Concurrency: the streaming job's appends are blind appends, which Delta's default
+WriteSerializable isolation commits beside a MERGE, so a backfill and the running stream both commit.
+Another backfill is caught two ways: each corrected row is written only if its window still has the
+``revision`` this run read (compare-and-set; a window to insert must still be absent), and Delta's own
+conflict check (``ConcurrentAppendException`` and its kin) refuses overlapping rewrites. Either way the
+run is recomputed from fresh snapshots, with exponential backoff and jitter. Re-running an interval
+changes nothing: every row it would fold is already folded and marked, and no commit is made.
+
+The commits carry the run in their ``userMetadata`` (``awm.backfill.interval``, ``awm.backfill.run_id``).
+Writers from different Spark applications on one table need a LogStore that makes commits mutually
+exclusive on the storage (HDFS and ADLS do; S3 needs Delta's DynamoDB LogStore; a local disk is safe within
+one application only); README: running on a cluster.
 
 Run it with ``spark-submit jobs/backfill.py --tables DIR --interval-start ISO --interval-end ISO`` or
 ``python -m jobs.backfill ...`` (local Spark); it prints its report as JSON (``--report FILE`` keeps it).
@@ -34,6 +43,7 @@ Run it with ``spark-submit jobs/backfill.py --tables DIR --interval-start ISO --
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -48,15 +58,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deltalake import CommitProperties, DeltaTable  # noqa: E402
-from deltalake.exceptions import CommitFailedError, TableNotFoundError  # noqa: E402
+from deltalake import DeltaTable  # noqa: E402
+from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
-from jobs.stream import AGGREGATES_SCHEMA, assign_windows  # noqa: E402
+from jobs.spark import arrow_frame  # noqa: E402
+from jobs.stream import assign_windows  # noqa: E402
+from jobs.tables import AGGREGATES_SCHEMA, read_delta  # noqa: E402
 from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
 
@@ -104,8 +115,8 @@ class BackfillReport:
     inserted_windows: int = 0  # windows with late rows only, inserted
     deferred_events: int = 0  # late rows whose window is still open
     reconciled_events: int = 0  # late rows marked reconciled
-    attempts: int = 0  # tries of the aggregates MERGE (> 1 after a write conflict)
-    conflicts: list[str] = field(default_factory=list)
+    attempts: int = 0  # plans computed (> 1 after another backfill changed the windows read)
+    conflicts: list[str] = field(default_factory=list)  # each write conflict or stale read, retried
     aggregates_version: int | None = None
     late_events_version: int | None = None
     seconds: float = 0.0
@@ -179,7 +190,7 @@ def corrected_rows(partials: pa.Table, current: pa.Table, now_ms: int) -> pa.Tab
     Examples
     --------
     >>> import pyarrow as pa
-    >>> from jobs.stream import AGGREGATES_SCHEMA
+    >>> from jobs.tables import AGGREGATES_SCHEMA
     >>> cur = pa.Table.from_pylist([{"key": "k", "window_start_ms": 0, "window_end_ms": 10, "count": 2,
     ...     "sum": 3.0, "min": 1.0, "max": 2.0, "trigger_watermark_ms": 12, "revision": 0, "late_count": 0,
     ...     "batch_id": 4, "flushed": False}], schema=AGGREGATES_SCHEMA)
@@ -250,9 +261,7 @@ def _open(path: str) -> DeltaTable | None:
 
 
 def _read(dt: DeltaTable, path: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
-    # pyarrow's local filesystem (see jobs.delta_sink: delta-rs's default one can abort at exit).
-    dataset = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem()))
-    return dataset.to_table(columns=columns, filter=where)
+    return read_delta(dt, path, columns, where)
 
 
 def run_backfill(
@@ -273,39 +282,46 @@ def run_backfill(
     report = BackfillReport(options.start_ms, options.end_ms, run_id=options.run_id)
     agg_path = os.path.join(options.tables, "aggregates")
     late_path = os.path.join(options.tables, "late_events")
-    for path in (agg_path, late_path):
-        if _open(path) is None:
-            msg = (
-                f"no Delta table at {path}: run the streaming job (python -m jobs.stream --output "
-                f"{options.tables}) before the backfill"
-            )
-            raise BackfillError(msg)
+    if _open(agg_path) is None:
+        msg = (
+            f"no Delta table at {agg_path}: run the streaming job (python -m jobs.stream --output "
+            f"{options.tables}) before the backfill"
+        )
+        raise BackfillError(msg)
+    if _open(late_path) is None:  # the job writes late_events with its first late row: nothing to fold yet
+        log.info("no late_events table at %s: no late row to fold", late_path)
+        report.aggregates_version = DeltaTable(agg_path).version()
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
+    session = _session_for(spark, options)
     marks: pa.Table | None = None
     while True:
         report.attempts += 1
         agg_dt, late_dt = DeltaTable(agg_path), DeltaTable(late_path)
-        plan = _plan(spark, options, clock(), agg_dt, agg_path, late_dt, late_path, report)
+        plan = _plan(session, options, clock(), agg_dt, agg_path, late_dt, late_path, report)
         if plan is None:
             marks = None
             break
-        corrected, marks = plan
+        corrected, current, marks = plan
         if before_commit is not None:
             before_commit(report.attempts)
         if not corrected.num_rows:
             break
         try:
-            _merge_aggregates(agg_dt, corrected, options)
+            merge = functools.partial(_merge_aggregates, session, agg_path, corrected, current)
+            _retrying("aggregates", merge, options, report.conflicts)
             break
-        except CommitFailedError as err:
-            report.conflicts.append(str(err).splitlines()[0])
+        except _StaleRead as err:
+            report.conflicts.append(str(err))
             if report.attempts > options.max_retries:
-                msg = f"the aggregates MERGE still conflicts after {options.max_retries} retries: {err}"
+                msg = f"the aggregates still change under this run after {options.max_retries} retries: {err}"
                 raise BackfillError(msg) from err
             delay = _backoff(options.backoff_s, report.attempts)
-            log.warning("aggregates MERGE conflicted (%s); recomputing in %.2f s", err, delay)
+            log.warning("%s; recomputing in %.2f s", err, delay)
             time.sleep(delay)
     if marks is not None and marks.num_rows:
-        report.reconciled_events = _mark_reconciled(late_path, marks, options)
+        mark = functools.partial(_mark_reconciled, session, late_path, marks)
+        report.reconciled_events = _retrying("late_events", mark, options, report.conflicts)
     report.aggregates_version = DeltaTable(agg_path).version()
     report.late_events_version = DeltaTable(late_path).version()
     report.seconds = round(time.perf_counter() - started, 3)
@@ -321,8 +337,8 @@ def _plan(
     late_dt: DeltaTable,
     late_path: str,
     report: BackfillReport,
-) -> tuple[pa.Table, pa.Table] | None:
-    """Read both tables and compute the corrected rows and the rows to mark; None if nothing to do."""
+) -> tuple[pa.Table, pa.Table, pa.Table] | None:
+    """Read both tables: the corrected rows, the rows they replace, the rows to mark; None: nothing to do."""
     unreconciled = _read(late_dt, late_path, _LATE_COLUMNS, pc.field("reconciled") == pa.scalar(False))
     before_end = unreconciled.filter(pc.field("ingested_at_ms") < options.end_ms)
     report.folded_events = report.corrected_windows = report.inserted_windows = 0
@@ -346,8 +362,9 @@ def _plan(
     span = (pc.field("window_start_ms") >= lo) & (pc.field("window_start_ms") <= hi)
     current = _read(agg_dt, agg_path, None, span)
 
-    late_df = spark.createDataFrame(late.select(["key", "event_time_ms", "value", *_ROW_ID]))
-    windows_df = spark.createDataFrame(
+    late_df = arrow_frame(spark, late.select(["key", "event_time_ms", "value", *_ROW_ID]))
+    windows_df = arrow_frame(
+        spark,
         current.select(["key", "window_start_ms", "reconciled_batch_id"])
         if current.num_rows
         else pa.table(
@@ -356,7 +373,7 @@ def _plan(
                 "window_start_ms": pa.array([], pa.int64()),
                 "reconciled_batch_id": pa.array([], pa.int64()),
             }
-        )
+        ),
     )
     classified = classify(late_df, windows_df, options.window, wm_horizon).cache()
     try:
@@ -372,31 +389,60 @@ def _plan(
     # A window the job emitted holds on-time rows, so only an inserted one has late rows only.
     all_late = pc.equal(corrected.column("late_count"), corrected.column("count"))
     report.inserted_windows = int(pc.sum(all_late).as_py() or 0)
-    return corrected, marks
+    return corrected, current, marks
 
 
-def _merge_aggregates(dt: DeltaTable, corrected: pa.Table, options: BackfillOptions) -> None:
+class _StaleRead(RuntimeError):
+    """Windows changed between the run's read and its MERGE (another backfill): recompute them."""
+
+
+def _spark_table(spark: Any, path: str) -> Any:
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    return SparkDeltaTable.forPath(spark, path)
+
+
+def _merge_aggregates(spark: Any, path: str, corrected: pa.Table, current: pa.Table) -> int:
+    """MERGE the corrected rows into ``aggregates`` (delta-spark, one commit); returns the rows written.
+
+    Each row is written only if its window is as this run read it (compare-and-set on ``revision``; a
+    window to insert must still be absent). A window that another backfill changed in the meantime is left
+    alone and :class:`_StaleRead` asks for a recomputation; the rows written are right either way, since
+    each carries values computed from the revision it replaces. The streaming job's appends are blind
+    appends, which Delta's WriteSerializable isolation lets commit beside the MERGE.
+    """
+    from pyspark.sql import functions as F
+
+    read = current.select([*_WINDOW, "revision"]).rename_columns([*_WINDOW, "_read_revision"])
+    source = corrected.join(read, keys=_WINDOW, join_type="left outer", use_threads=False)
     starts = corrected.column("window_start_ms")
     lo, hi = int(pc.min(starts).as_py()), int(pc.max(starts).as_py())
-    predicate = (
+    condition = (
         "t.key = s.key AND t.window_start_ms = s.window_start_ms AND t.window_end_ms = s.window_end_ms"
         f" AND t.window_start_ms >= {lo} AND t.window_start_ms <= {hi}"
     )
-    commit = CommitProperties(
-        custom_metadata={
-            "awm.backfill.interval": f"{options.start_ms}..{options.end_ms}",
-            "awm.backfill.run_id": options.run_id or "",
-        }
-    )
-    (
-        dt.merge(corrected, predicate, source_alias="s", target_alias="t", commit_properties=commit)
-        .when_matched_update(
-            {name: f"s.{name}" for name in UPDATED},
-            predicate="t.reconciled_batch_id IS NULL OR t.reconciled_batch_id < s.reconciled_batch_id",
+    metrics = (
+        _spark_table(spark, path)
+        .alias("t")
+        .merge(arrow_frame(spark, source).alias("s"), condition)
+        .whenMatchedUpdate(
+            condition="t.revision <=> s._read_revision", set={name: F.col(f"s.{name}") for name in UPDATED}
         )
-        .when_not_matched_insert_all()
+        .whenNotMatchedInsert(
+            condition="s._read_revision IS NULL",
+            values={name: F.col(f"s.{name}") for name in AGGREGATES_SCHEMA.names},
+        )
         .execute()
+        .first()
     )
+    written = int(metrics["num_updated_rows"]) + int(metrics["num_inserted_rows"])
+    if written < corrected.num_rows:
+        msg = (
+            f"a concurrent backfill changed {corrected.num_rows - written} of {corrected.num_rows} windows "
+            "since this run read them"
+        )
+        raise _StaleRead(msg)
+    return written
 
 
 def _backoff(base_s: float, attempt: int) -> float:
@@ -404,32 +450,80 @@ def _backoff(base_s: float, attempt: int) -> float:
     return random.uniform(0.0, min(10.0, base_s * 2.0 ** (attempt - 1)))
 
 
-def _mark_reconciled(path: str, marks: pa.Table, options: BackfillOptions) -> int:
-    """Set ``reconciled`` on the late rows in ``marks``; retried on write conflicts. Returns rows marked."""
-    batches = marks.column("batch_id")
-    lo, hi = int(pc.min(batches).as_py()), int(pc.max(batches).as_py())
-    predicate = (
-        "t.batch_id = s.batch_id AND t.line = s.line AND coalesce(t.file, '') = coalesce(s.file, '')"
-        f" AND t.reconciled = false AND t.batch_id >= {lo} AND t.batch_id <= {hi}"
+def _delta_conflicts() -> tuple[type[BaseException], ...]:
+    """delta-spark's write-conflict exceptions (the captured classes derive from these, not from one base)."""
+    from delta import exceptions as e
+
+    return (
+        e.DeltaConcurrentModificationException,
+        e.ConcurrentWriteException,
+        e.MetadataChangedException,
+        e.ProtocolChangedException,
+        e.ConcurrentAppendException,
+        e.ConcurrentDeleteReadException,
+        e.ConcurrentDeleteDeleteException,
+        e.ConcurrentTransactionException,
     )
+
+
+def _retrying(what: str, commit: Callable[[], int], options: BackfillOptions, conflicts: list[str]) -> int:
+    """Run a MERGE ``commit``; again after a write conflict (backoff, jitter), at most ``max_retries`` times.
+
+    Delta's optimistic concurrency refuses a MERGE when another commit added files it should have read:
+    open-source Delta checks every table as ``Serializable``, so a streaming append to the same table
+    refuses it too. Repeating the same MERGE is right: its compare-and-set conditions hold for any state.
+    """
     attempt = 0
     while True:
         try:
-            metrics = (
-                DeltaTable(path)
-                .merge(marks, predicate, source_alias="s", target_alias="t")
-                .when_matched_update({"reconciled": "true"})
-                .execute()
-            )
-            return int(metrics.get("num_target_rows_updated", 0))
-        except CommitFailedError as err:
+            return commit()
+        except _delta_conflicts() as err:
             attempt += 1
+            conflicts.append(_first_line(err))
             if attempt > options.max_retries:
-                msg = f"marking late events reconciled still conflicts after {options.max_retries} retries"
+                msg = f"the {what} MERGE still conflicts after {options.max_retries} retries: {conflicts[-1]}"
                 raise BackfillError(msg) from err
             delay = _backoff(options.backoff_s, attempt)
-            log.warning("late_events MERGE conflicted (%s); retrying in %.2f s", err, delay)
+            log.warning("%s MERGE conflicted (%s); retrying in %.2f s", what, _first_line(err), delay)
             time.sleep(delay)
+
+
+def _mark_reconciled(spark: Any, path: str, marks: pa.Table) -> int:
+    """MERGE ``reconciled = true`` into the late rows in ``marks``; returns the rows marked."""
+    from pyspark.sql import functions as F
+
+    batches = marks.column("batch_id")
+    lo, hi = int(pc.min(batches).as_py()), int(pc.max(batches).as_py())
+    condition = (
+        "t.batch_id = s.batch_id AND t.line = s.line AND coalesce(t.file, '') = coalesce(s.file, '')"
+        f" AND t.batch_id >= {lo} AND t.batch_id <= {hi}"
+    )
+    metrics = (
+        _spark_table(spark, path)
+        .alias("t")
+        .merge(arrow_frame(spark, marks).alias("s"), condition)
+        .whenMatchedUpdate(condition="NOT t.reconciled", set={"reconciled": F.lit(True)})
+        .execute()
+        .first()
+    )
+    return int(metrics["num_updated_rows"])
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _session_for(spark: Any, options: BackfillOptions) -> Any:
+    """A session of ``spark``'s application whose Delta commits carry the run in their ``userMetadata``.
+
+    A child session: the setting must not reach the streaming job's commits when both share a driver.
+    """
+    session = spark.newSession()
+    meta = {"awm.backfill.interval": f"{options.start_ms}..{options.end_ms}"}
+    if options.run_id:
+        meta["awm.backfill.run_id"] = options.run_id
+    session.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps(meta, sort_keys=True))
+    return session
 
 
 # -- command line ----------------------------------------------------------------------------------------

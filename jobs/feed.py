@@ -1,9 +1,10 @@
-r"""Feed a recorded stream into a landing directory, in arrival order, for a live run of the streaming job.
+r"""Feed a recorded stream into landing files or a Kafka topic, in arrival order, for a live run of the job.
 
 ``python -m jobs.feed`` reads a recorded stream (a CSV or Parquet file, through
 :func:`watermark.io.read_stream`) or generates a synthetic one (:func:`watermark.synthetic.generate`),
-sorts it by arrival time and writes it as numbered landing files, either as fast as possible or paced in
-(scaled) real time, so that the job's file source picks the records up as they would have arrived.
+sorts it by arrival time and writes it as numbered landing files (``--out DIR``) or produces it into a Kafka
+topic (``--kafka-bootstrap-servers HOST:PORT --topic NAME [--partitions N]``), either as fast as possible or
+paced in (scaled) real time, so that the job's source picks the records up as they would have arrived.
 
 Records carry the job's default input fields, in this order:
 
@@ -25,14 +26,48 @@ renamed into place with :func:`os.replace`, so the job never sees a partial file
 files oldest first by modification time (in milliseconds): every file gets a modification time at least
 1 ms after the previous one's, so that the order in which the job reads files is their arrival order.
 
+Kafka
+-----
+With ``--kafka-bootstrap-servers`` and ``--topic`` (:func:`feed_kafka`) each record is one Kafka record,
+produced in arrival order (stably, as for files):
+
+- its value is the record's JSON object, exactly the line a landing file holds (without the newline);
+- its timestamp (``CreateTime``) is the recorded arrival time in epoch milliseconds (it must be >= 1), also
+  with ``--no-arrival-time``, which only leaves the field out of the value;
+- its key is its ``partition`` field (its ``key`` field when the stream has no partitions);
+- its Kafka partition is assigned explicitly, by a stable mapping: the distinct values of that field are
+  sorted in natural order (runs of digits compare as numbers: ``"dev_2"`` before ``"dev_10"``, ``"2"`` before
+  ``"10"``), and the value of rank ``r`` (0-based) goes to Kafka partition ``r mod N``. With as many Kafka
+  partitions as source partitions, each source partition has a Kafka partition (one watermark partition) of
+  its own, and each Kafka partition's offsets follow arrival order.
+
+The topic is created when missing, with ``N`` partitions (``--partitions N``; else as many as the stream has
+source partitions), replication factor 1, ``message.timestamp.type=CreateTime`` and
+``message.timestamp.after.max.ms`` at its maximum, so that a replay keeps its recorded arrival times whatever
+their date. An existing topic must have ``N`` partitions (without ``--partitions``, any count is taken) and
+``CreateTime`` timestamps, else the feed refuses. **Production topics** should instead use
+``message.timestamp.type=LogAppendTime``, so that the arrival time is the broker's append time and a
+producer's clock cannot move the watermark. With ``--synthetic``, ``--partitions N`` also sets the
+generator's source partitions, so that source partition ``i`` goes to Kafka partition ``i``.
+
+The producer is idempotent with ``acks=all``; the feed flushes at the end and checks every delivery report:
+a record not delivered is an error (exit status 1), never a silent drop. ``--pace realtime`` releases each
+record at ``start + (its arrival - first arrival) / speed``; progress lines come every 10,000 records.
+
 Bad input prints one line ``error: ...`` on standard error and exits with status 2, as ``python -m
-watermark`` does.
+watermark`` does; a Kafka failure (broker unreachable, delivery failed) exits with status 1.
 
 Examples
 --------
 Feed 2,500 synthetic events as JSON Lines, 1,000 records a file::
 
     python -m jobs.feed --synthetic 2500 --out /tmp/landing --rows-per-file 1000
+
+Produce 10,000 synthetic events from 4 source partitions into a 4-partition topic of a local broker
+(``bin/kafka-local start``)::
+
+    python -m jobs.feed --synthetic 10000 --partitions 4 --kafka-bootstrap-servers 127.0.0.1:9092 \
+        --topic events
 
 Replay a recorded IoT stream at ten times its real speed::
 
@@ -67,13 +102,17 @@ __all__ = [
     "FIELDS",
     "FORMATS",
     "PACES",
+    "KafkaFeedError",
     "feed",
+    "feed_kafka",
+    "kafka_partition_map",
     "main",
     "records_from_file",
     "records_from_synthetic",
 ]
 
 EXIT_INTERRUPTED = 130
+EXIT_KAFKA_FAILED = 1
 
 FORMATS = ("json", "csv", "parquet")
 PACES = ("fast", "realtime")
@@ -96,6 +135,21 @@ _JSON_SPECIAL = r'["\\\x00-\x1f]'  # characters a JSON string must escape (RE2 s
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Progress = Callable[[str], None]
+
+#: Topic configuration of a topic the Kafka feed creates (a replay keeps the recorded arrival times).
+REPLAY_TOPIC_CONFIG = {
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.after.max.ms": str(2**63 - 1),
+    "message.timestamp.before.max.ms": str(2**63 - 1),
+}
+_KAFKA_PROGRESS_ROWS = 10_000
+_MAX_DEFAULT_PARTITIONS = 64  # more source partitions than this: --partitions must be given
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_DIGIT_RUNS = re.compile(r"(\d+)")
+
+
+class KafkaFeedError(RuntimeError):
+    """Records could not be produced to Kafka (a failed delivery, a broker that does not answer)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -410,6 +464,292 @@ def feed(
     }
 
 
+# --------------------------------------------------------------------------------------------------
+# Kafka.
+
+
+def _natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key in which runs of digits compare as numbers ("dev_2" < "dev_10")."""
+    return tuple(
+        (1, int(part), part) if part.isdigit() else (0, 0, part) for part in _DIGIT_RUNS.split(text) if part
+    )
+
+
+def kafka_partition_map(
+    values: Sequence[str] | pa.Array | pa.ChunkedArray, partitions: int
+) -> dict[str, int]:
+    """The Kafka partition of each distinct source-partition value: its natural-order rank mod ``partitions``.
+
+    Parameters
+    ----------
+    values : sequence of str or pyarrow string array
+        Source-partition values (repeats allowed).
+    partitions : int
+        The topic's partition count, >= 1.
+
+    Returns
+    -------
+    dict of str to int
+        Each distinct value's Kafka partition.
+
+    Raises
+    ------
+    ValueError
+        If ``partitions`` is not an integer >= 1.
+
+    Examples
+    --------
+    >>> kafka_partition_map(["dev_10", "dev_2", "dev_7", "dev_2"], 2)
+    {'dev_2': 0, 'dev_7': 1, 'dev_10': 0}
+
+    """
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        msg = f"partitions must be an integer >= 1, got {partitions!r}"
+        raise ValueError(msg)
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        distinct = pc.unique(values).to_pylist()
+    else:
+        distinct = list(dict.fromkeys(values))
+    ranked = sorted(distinct, key=lambda value: (_natural_key(value), value))
+    return {value: rank % partitions for rank, value in enumerate(ranked)}
+
+
+def _check_bootstrap_servers(servers: str) -> str:
+    """``HOST:PORT[,HOST:PORT...]`` unchanged, else a ValueError."""
+    entries = servers.split(",") if isinstance(servers, str) else [None]
+    for entry in entries:
+        host, _, port = (entry or "").strip().rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            msg = f"Kafka bootstrap servers must be HOST:PORT[,HOST:PORT...], got {servers!r}"
+            raise ValueError(msg)
+    return servers
+
+
+def _check_topic_timestamps(bootstrap_servers: str, topic: str, timeout: float) -> None:
+    """Refuse an existing topic whose record timestamps are the broker's (LogAppendTime)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from jobs.kafka_local import QUIET
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **QUIET})
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
+            timeout=timeout
+        )
+    except KafkaException as exc:
+        msg = f"cannot read the configuration of topic {topic!r} on {bootstrap_servers}: {exc.args[0].str()}"
+        raise KafkaFeedError(msg) from None
+    entry = configs.get("message.timestamp.type")
+    if entry is not None and entry.value != "CreateTime":
+        msg = (
+            f"topic {topic!r} has message.timestamp.type={entry.value}: the broker would replace the "
+            "recorded arrival times; feed a topic with CreateTime (or let the feed create one)"
+        )
+        raise ValueError(msg)
+
+
+def feed_kafka(
+    records: pa.Table,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partitions: int | None = None,
+    pace: str = "fast",
+    speed: float = 1.0,
+    arrival_time: bool = True,
+    progress: Progress | None = None,
+    producer_config: dict[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """Produce records into a Kafka topic, in arrival order, with their arrival times as record timestamps.
+
+    The record values, keys, timestamps and partitions are described in the module's "Kafka" section.
+
+    Parameters
+    ----------
+    records : pyarrow.Table
+        As for :func:`feed`.
+    bootstrap_servers : str
+        ``HOST:PORT[,HOST:PORT...]`` of the Kafka cluster.
+    topic : str
+        The topic; created when missing (see the module docstring).
+    partitions : int, optional
+        The topic's partition count. Default: an existing topic's count, else the number of distinct
+        source partitions (at most 64; more need an explicit count).
+    pace : {"fast", "realtime"}, default "fast"
+        ``"realtime"`` releases each record at ``start + (its arrival - first arrival) / speed``.
+    speed : float, default 1.0
+        Real-time multiplier for ``pace="realtime"``, > 0.
+    arrival_time : bool, default True
+        Keep ``arrival_time_ms`` in the values (the record timestamp carries it either way).
+    progress : callable, optional
+        Called with one line per 10,000 records, e.g. ``"records 20,000/97,000: arrival 2014-11-10T13:55Z"``,
+        and once at the end.
+    producer_config : dict, optional
+        Extra confluent-kafka producer settings (e.g. ``{"message.max.bytes": 4000000}``).
+    timeout : float, default 30.0
+        Seconds for the final flush (a record's delivery), and at most 10 s for each admin request.
+
+    Returns
+    -------
+    dict
+        ``{"topic", "bootstrap_servers", "partitions", "created", "rows", "rows_per_partition",
+        "first_arrival_ms", "last_arrival_ms"}``.
+
+    Raises
+    ------
+    ValueError
+        If an option or the records are invalid, an arrival time is < 1 ms, or the topic exists with
+        another partition count or with ``LogAppendTime`` timestamps.
+    KafkaFeedError
+        If the broker cannot be reached or a record is not delivered.
+
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    from jobs.kafka_local import QUIET, KafkaLocalError, ensure_topic
+
+    check_options(pace=pace, speed=speed)
+    _check_bootstrap_servers(bootstrap_servers)
+    if not isinstance(topic, str) or not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+        msg = f"a Kafka topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -, got {topic!r}"
+        raise ValueError(msg)
+    if partitions is not None and (
+        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+    ):
+        msg = f"partitions must be an integer >= 1, got {partitions!r}"
+        raise ValueError(msg)
+    table = _normalise(records)
+    tp_ms = np.asarray(table.column("arrival_time_ms").to_numpy(), dtype=np.int64)
+    if len(tp_ms) > 1 and bool((np.diff(tp_ms) < 0).any()):
+        order = np.argsort(tp_ms, kind="stable")
+        table, tp_ms = table.take(pa.array(order)), tp_ms[order]
+    if len(tp_ms) and int(tp_ms[0]) < 1:
+        msg = f"Kafka record timestamps must be >= 1 (epoch ms); the earliest arrival time is {int(tp_ms[0])}"
+        raise ValueError(msg)
+    route = table.column("partition" if "partition" in table.column_names else "key")
+    admin_timeout = min(timeout, 10.0)
+
+    create = partitions
+    if create is None:
+        create = max(1, pc.count_distinct(route).as_py()) if "partition" in table.column_names else 1
+    try:
+        count, created = ensure_topic(
+            bootstrap_servers, topic, partitions, config=REPLAY_TOPIC_CONFIG, timeout=admin_timeout
+        )
+    except ValueError:
+        if partitions is not None:
+            raise
+        count, created = None, False
+    except KafkaLocalError as exc:
+        raise KafkaFeedError(str(exc)) from None
+    if count is None:  # missing topic, no count given: create it with one partition per source partition
+        if create > _MAX_DEFAULT_PARTITIONS:
+            msg = (
+                f"topic {topic!r} does not exist and the stream has {create:,} source partitions; "
+                "give --partitions N"
+            )
+            raise ValueError(msg)
+        try:
+            count, created = ensure_topic(
+                bootstrap_servers, topic, create, config=REPLAY_TOPIC_CONFIG, timeout=admin_timeout
+            )
+        except KafkaLocalError as exc:
+            raise KafkaFeedError(str(exc)) from None
+    if not created:
+        _check_topic_timestamps(bootstrap_servers, topic, admin_timeout)
+
+    mapping = kafka_partition_map(route, count)
+    ranked = list(mapping)
+    kafka_partition = np.asarray([mapping[v] for v in ranked], dtype=np.int64)[
+        np.asarray(pc.index_in(route, value_set=pa.array(ranked, pa.string())).to_numpy(), dtype=np.int64)
+    ]
+    if not arrival_time:
+        table = table.drop_columns(["arrival_time_ms"])
+    rows = table.num_rows
+    values = [line[:-1] for line in _json_lines(table).to_pylist()] if rows else []
+    keys = route.to_pylist()
+
+    delivered = np.zeros(count, dtype=np.int64)
+    failures: list[str] = []
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is not None:
+            failures.append(f"partition {message.partition()}: {error.str()}")
+        else:
+            delivered[message.partition()] += 1
+
+    settings = {
+        "bootstrap.servers": bootstrap_servers,
+        "enable.idempotence": True,  # acks=all, no duplicates, order kept across retries
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "message.timeout.ms": int(timeout * 1000),
+        **QUIET,
+    }
+    settings.update(producer_config or {})
+    try:
+        producer = Producer(settings)
+    except KafkaException as exc:
+        msg = f"cannot configure the Kafka producer: {exc.args[0].str()}"
+        raise ValueError(msg) from None
+
+    partition_list = kafka_partition.tolist()
+    timestamps = tp_ms.tolist()
+    start = time.monotonic()
+    first = timestamps[0] if rows else 0
+    for i in range(rows):
+        if pace == "realtime":
+            deadline = start + (timestamps[i] - first) / 1000.0 / speed
+            while (remaining := deadline - time.monotonic()) > 0:
+                producer.poll(min(remaining, 0.1))
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=values[i],
+                    key=keys[i],
+                    partition=partition_list[i],
+                    timestamp=timestamps[i],
+                    on_delivery=on_delivery,
+                )
+                break
+            except BufferError:  # the local queue is full: serve delivery reports, then retry
+                producer.poll(0.1)
+            except KafkaException as exc:
+                msg = f"record {i + 1:,} could not be produced to {topic!r}: {exc.args[0].str()}"
+                raise KafkaFeedError(msg) from None
+        if failures:
+            break
+        if progress is not None and (i + 1) % _KAFKA_PROGRESS_ROWS == 0:
+            producer.poll(0)
+            progress(f"records {i + 1:,}/{rows:,}: arrival {_utc(timestamps[i])}")
+    undelivered = producer.flush(timeout)
+    if failures:
+        msg = f"{len(failures):,} record(s) not delivered to topic {topic!r}; first: {failures[0]}"
+        raise KafkaFeedError(msg)
+    if undelivered or int(delivered.sum()) != rows:
+        msg = (
+            f"{rows - int(delivered.sum()):,} of {rows:,} record(s) not confirmed by {bootstrap_servers} "
+            f"within {timeout:g} s"
+        )
+        raise KafkaFeedError(msg)
+    if progress is not None and rows % _KAFKA_PROGRESS_ROWS:
+        progress(f"records {rows:,}/{rows:,}: arrival {_utc(timestamps[-1])}")
+    return {
+        "topic": topic,
+        "bootstrap_servers": bootstrap_servers,
+        "partitions": count,
+        "created": created,
+        "rows": rows,
+        "rows_per_partition": delivered.tolist(),
+        "first_arrival_ms": timestamps[0] if rows else None,
+        "last_arrival_ms": timestamps[-1] if rows else None,
+    }
+
+
 def _normalise(records: pa.Table) -> pa.Table:
     """Select the record fields in output order, cast to their types; reject nulls and non-finite values."""
     names = [name for name in FIELDS if name in records.column_names]
@@ -541,14 +881,25 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic = parser.add_argument_group("synthetic source")
     synthetic.add_argument("--synthetic", type=int, metavar="N", help="generate N out-of-order events")
     synthetic.add_argument("--seed", type=int, help="generator seed (default 0)")
-    synthetic.add_argument("--partitions", type=int, help="source partitions (default 8)")
+    synthetic.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="source partitions (default 8); with Kafka, the topic's partitions (and a synthetic source's)",
+    )
     synthetic.add_argument("--keys", type=int, help="aggregation keys (default 1000)")
 
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", required=True, metavar="DIR", help="landing directory (created if missing)")
-    output.add_argument("--format", choices=FORMATS, default="json", help="file format (default json)")
-    output.add_argument("--rows-per-file", type=int, default=1000, metavar="N", help="default 1000")
+    output = parser.add_argument_group("output: landing files (--out) or a Kafka topic (--topic)")
+    output.add_argument("--out", metavar="DIR", help="landing directory (created if missing)")
+    output.add_argument("--format", choices=FORMATS, help="file format (default json)")
+    output.add_argument("--rows-per-file", type=int, metavar="N", help="default 1000")
     output.add_argument("--max-files", type=int, metavar="N", help="stop after N files")
+    output.add_argument(
+        "--kafka-bootstrap-servers",
+        metavar="HOST:PORT",
+        help="produce to Kafka (with --topic) instead of files",
+    )
+    output.add_argument("--topic", metavar="NAME", help="Kafka topic (created if missing, see --partitions)")
     output.add_argument("--pace", choices=PACES, default="fast", help="default fast")
     output.add_argument(
         "--speed", type=float, default=1.0, metavar="X", help="realtime multiplier (default 1)"
@@ -575,7 +926,8 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace) -> pa.Table
         return records_from_synthetic(args.synthetic, **settings)
     if args.input is None:
         parser.error("give an INPUT file or --synthetic N")
-    if stray := given(_SYNTHETIC_FLAGS):
+    kafka = args.topic is not None
+    if stray := [flag for flag in given(_SYNTHETIC_FLAGS) if not (kafka and flag == "--partitions")]:
         parser.error(f"{stray[0]} applies only to --synthetic")
     if args.event_time is None or args.arrival_time is None:
         parser.error("INPUT needs --event-time COL and --arrival-time COL")
@@ -603,28 +955,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status: 0, 2 for bad input, 130 when interrupted.
+        The exit status: 0, 1 when Kafka fails (unreachable, a record not delivered), 2 for bad input,
+        130 when interrupted.
 
     """
     from watermark.io import InputError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    kafka = _check_output(parser, args)
     options = {
-        "fmt": args.format,
-        "rows_per_file": args.rows_per_file,
+        "fmt": args.format or "json",
+        "rows_per_file": 1000 if args.rows_per_file is None else args.rows_per_file,
         "max_files": args.max_files,
         "pace": args.pace,
         "speed": args.speed,
     }
     try:
         check_options(**options)  # before loading, so a bad option fails fast
+        if kafka:
+            _check_bootstrap_servers(args.kafka_bootstrap_servers)
+        if args.partitions is not None and args.partitions < 1:
+            msg = f"--partitions must be >= 1, got {args.partitions}"
+            raise ValueError(msg)
         records = _load(parser, args)
         progress = None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True)
-        summary = feed(records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress)
+        if kafka:
+            summary = feed_kafka(
+                records,
+                args.kafka_bootstrap_servers,
+                args.topic,
+                partitions=args.partitions,
+                pace=args.pace,
+                speed=args.speed,
+                arrival_time=not args.no_arrival_time,
+                progress=progress,
+            )
+        else:
+            summary = feed(
+                records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress
+            )
     except (InputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KafkaFeedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_KAFKA_FAILED
     except OSError as exc:
         print(f"error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -633,6 +1009,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     print(json.dumps(summary), flush=True)
     return 0
+
+
+def _check_output(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Whether the output is Kafka; parser errors for a missing, double or inconsistent output."""
+    servers, topic = args.kafka_bootstrap_servers, args.topic
+    if servers is None and topic is None:
+        if args.out is None:
+            parser.error("give --out DIR, or --kafka-bootstrap-servers HOST:PORT --topic NAME")
+        return False
+    if args.out is not None:
+        parser.error("give either --out or --kafka-bootstrap-servers/--topic, not both")
+    if servers is None or topic is None:
+        parser.error("Kafka output needs both --kafka-bootstrap-servers HOST:PORT and --topic NAME")
+    for flag, value in (("--format", args.format), ("--rows-per-file", args.rows_per_file)):
+        if value is not None:
+            parser.error(f"{flag} applies only to --out (Kafka values are JSON, one record each)")
+    if args.max_files is not None:
+        parser.error("--max-files applies only to --out")
+    return True
 
 
 if __name__ == "__main__":

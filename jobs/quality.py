@@ -27,8 +27,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.delta_sink import DeltaSink
-from jobs.stream import QUARANTINE_REASONS, TABLES
+from jobs.stream import QUARANTINE_REASONS
+from jobs.tables import DeltaTables
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")
@@ -154,13 +154,13 @@ def read_tables(tables: str, app_id: str = "jobs.stream") -> dict[str, pa.Table]
     and the watermark log are cut at the newest batch both hold (the stream's ``txn`` version of each,
     read before the rows), and their totals compare the same batches.
     """
-    sink = DeltaSink(tables, app_id)  # reads only: the app id names whose batch versions to look up
+    sink = DeltaTables(tables, app_id)  # reads only: the app id names whose batch versions to look up
     versions = [
         sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
     ]
     cutoff = min((v for v in versions if v is not None), default=None)
     names = (*CHECKED, "watermark_log")
-    out = {n: sink.read(n) if sink.exists(n) else TABLES[n].empty_table() for n in names}
+    out = {n: sink.read(n) for n in names}
     if cutoff is not None:
         for name in ("late_events", "watermark_log"):
             out[name] = out[name].filter(pc.less_equal(out[name].column("batch_id"), cutoff))

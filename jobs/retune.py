@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from jobs.delta_sink import DeltaSink
+from jobs.tables import DeltaTables
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
 
@@ -97,17 +97,16 @@ class RetuneError(RuntimeError):
 
 def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarray]:
     """Partition, event and arrival times of records ingested in ``[start_ms, end_ms)``."""
-    sink = DeltaSink(tables, "jobs.retune")
+    sink = DeltaTables(tables, "jobs.retune")
     if not sink.exists("arrivals"):
         msg = (
             f"no arrival history at {sink.path('arrivals')}: the streaming job writes it unless run with "
             "--no-arrival-history"
         )
         raise FileNotFoundError(msg)
-    table = sink.read("arrivals")
-    ingested = table.column("ingested_at_ms")
-    mask = pc.and_(pc.greater_equal(ingested, start_ms), pc.less(ingested, end_ms))
-    window = table.filter(mask)
+    # The filter is pushed into the read (files whose statistics miss the interval are not read).
+    ingested = pc.field("ingested_at_ms")
+    window = sink.read("arrivals", filters=(ingested >= start_ms) & (ingested < end_ms))
     return {
         "partition": np.asarray(window.column("partition").to_pylist(), dtype=object),
         "te": window.column("event_time_ms").to_numpy(),
@@ -127,6 +126,7 @@ def score(running: PipelineConfig, te: np.ndarray, tp: np.ndarray, partition: np
         straggler_ms=running.straggler_ms,
         idle_timeout_ms=running.idle_timeout_ms,
         recent_fraction=1.0,
+        partition_modes=(running.partition_mode,),
     )
     return result.choice
 
@@ -164,6 +164,8 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             straggler_ms=running.straggler_ms,
             idle_timeout_ms=running.idle_timeout_ms,
             recent_fraction=1.0,
+            # Only combinations the job runs (PartitionedWatermark's modes; it has no per-key firing yet).
+            partition_modes=("min", "global"),
         )
     except TuneError as exc:
         outcome.reason = f"no setting meets the target: {exc}"
@@ -172,7 +174,11 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
     outcome.chosen = chosen.as_dict()
     outcome.frontier = [c.as_dict() for c in result.frontier]
     candidate = _candidate_config(options, running, chosen, n, target)
-    same = (candidate.strategy, dict(candidate.params)) == (running.strategy, dict(running.params))
+    same = (candidate.strategy, dict(candidate.params), candidate.partition_mode) == (
+        running.strategy,
+        dict(running.params),
+        running.partition_mode,
+    )
     running_meets = current.dropped_pct <= target
     faster = chosen.mean_latency_ms < current.mean_latency_ms * (1.0 - options.min_gain)
     if same:
@@ -206,7 +212,11 @@ def _candidate_config(
     )
     try:
         return running.with_version(
-            running.version + 1, strategy=chosen.strategy, params=chosen.params, note=note
+            running.version + 1,
+            strategy=chosen.strategy,
+            params=chosen.params,
+            note=note,
+            partition_mode=chosen.partition_mode or running.partition_mode,
         )
     except ConfigError as exc:  # the tuner's settings are validated already; this guards the document
         msg = f"the tuned configuration is invalid, not publishing: {exc}"

@@ -12,10 +12,63 @@ from typing import Any
 #: The project's root: ``jobs/`` and ``watermark/`` run in Spark's Python workers too (the Arrow path).
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("jobs", "watermark")
+#: Where ``bin/bootstrap.sh`` puts the jars of ``infra/jvm/spark/pom.xml`` (delta-spark, the Kafka source).
+JARS_DIR = ROOT / ".jvm" / "spark"
+#: Delta Lake's SQL extension and catalog (``configure_spark_with_delta_pip`` would set them, through Ivy).
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def project_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The jar files the session loads with ``spark.jars``: ``$AWM_JARS_DIR``, else ``.jvm/spark``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder holds no delta-spark jar: the set-up (``bin/bootstrap.sh``) has not fetched them.
+
+    """
+    folder = Path(jars_dir or os.environ.get("AWM_JARS_DIR") or JARS_DIR)
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
+        msg = (
+            f"no delta-spark jar in {folder}: run bin/bootstrap.sh (it fetches infra/jvm/pom.xml's jars with "
+            "Maven), or set AWM_JARS_DIR to a folder holding them"
+        )
+        raise FileNotFoundError(msg)
+    return jars
+
+
+def arrow_frame(spark: Any, table: Any) -> Any:
+    """A Spark DataFrame of every row of the Arrow table ``table``.
+
+    PySpark 4.1's ``createDataFrame(pa.Table)`` silently stops at an empty record batch that follows a
+    non-empty one: chunks ``[3, 0, 3]`` give 3 rows, not 6. Tables concatenated or filtered by pyarrow
+    often hold empty chunks, so every Arrow table goes to Spark through here, without them.
+
+    >>> import pyarrow as pa
+    >>> t = pa.concat_tables([pa.table({"a": [1, 2, 3]}), pa.table({"a": pa.array([], pa.int64())}),
+    ...                       pa.table({"a": [4, 5, 6]})])
+    >>> [b.num_rows for b in t.to_batches()], [b.num_rows for b in _non_empty(t).to_batches()]
+    ([3, 0, 3], [3, 3])
+    """
+    return spark.createDataFrame(_non_empty(table))
+
+
+def _non_empty(table: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_batches([b for b in table.to_batches() if b.num_rows], schema=table.schema)
 
 
 def build_session(app_name: str, *, master: str | None = None, shuffle_partitions: int | None = None) -> Any:
     """A SparkSession for ``app_name``: local by default, shuffle partitions = cores, no UI, quiet logs.
+
+    The session loads delta-spark and the Kafka source from :func:`project_jars` (``spark.jars``: no Ivy
+    resolution at run time) with Delta's SQL extension and catalog. Under ``spark-submit`` the jars are
+    given by its ``--jars`` (README: running on a cluster) and only the Delta settings are added.
 
     Locally, ``spark.sql.shuffle.partitions`` defaults to the core count: Spark's default of 200 makes small
     stateful or grouped batches several times slower on one machine. Under ``spark-submit`` (``SPARK_HOME``
@@ -44,8 +97,17 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         # uncompressed is cheaper than compressing it.
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
+    for key, value in DELTA_CONF.items():
+        builder = builder.config(key, value)
+    if not submitted:
+        builder = builder.config("spark.jars", ",".join(project_jars()))
     if shuffle_partitions is not None or local:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions or cores))
+        # Delta rebuilds a table's state (its txn versions, for idempotent writes) with 50 partitions by
+        # default: on one machine that job alone costs seconds per micro-batch.
+        builder = builder.config(
+            "spark.databricks.delta.snapshotPartitions", str(shuffle_partitions or cores)
+        )
     if master is not None:
         builder = builder.master(master)
     elif local:

@@ -16,7 +16,7 @@ Parquet files, or Spark's rate source for load tests. Each micro-batch, in ``for
 4. **Late rows** go to ``late_events`` with the watermark they missed and by how much.
 5. **Watermark log**: one row per partition per batch, into ``watermark_log``.
 
-Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.delta_sink.DeltaSink`), and the
+Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.tables.DeltaTables`), and the
 batch's ingestion time, configuration and the stage's state (generator snapshots, open windows) are
 checkpointed per batch under ``CHECKPOINT/stage``, so a batch replayed after a crash recomputes exactly
 the same rows.
@@ -42,7 +42,6 @@ import pyarrow.parquet as pq
 
 from jobs.arrow_path import (
     NARROW_SCHEMA,
-    RECORD_SCHEMA,
     LateThresholds,
     RecordChecks,
     local_path,
@@ -52,10 +51,17 @@ from jobs.arrow_path import (
     spill_dir,
     splits_rdd,
 )
-from jobs.delta_sink import DeltaSink
-from jobs.spark import ship_code
+from jobs.spark import arrow_frame, ship_code
 from jobs.stage import label_thresholds, run_stage
-from jobs.windows import FIRED_SCHEMA, PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
+from jobs.tables import (
+    AGGREGATES_SCHEMA,
+    LATE_SCHEMA,
+    QUARANTINE_SCHEMA,
+    TABLES,
+    WATERMARK_LOG_SCHEMA,
+    DeltaTables,
+)
+from jobs.windows import PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
 from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
 from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
@@ -82,81 +88,11 @@ QUARANTINE_REASONS = (
 )
 
 _CORRUPT = "__corrupt_record__"
+#: Columns of a source record that give a slot's value instead of the record's own field (Kafka).
+SOURCE_COLUMNS = {"partition": "_source_partition", "tp": "_source_arrival_ms"}
 
 #: A CASE with more pieces than this labels rows with a broadcast join of the late rows' keys instead.
 MAX_THRESHOLD_PIECES = 256
-
-AGGREGATES_SCHEMA = pa.schema(
-    [
-        *FIRED_SCHEMA,  # key, window, count, sum, min, max, trigger watermark, fire arrival, delay, latency
-        ("revision", pa.int64()),
-        ("late_count", pa.int64()),  # late rows the backfill folded in
-        ("reconciled_batch_id", pa.int64()),  # newest late_events batch folded in (null: none)
-        ("batch_id", pa.int64()),
-        ("config_version", pa.int64()),
-        ("emitted_at_ms", pa.int64()),  # processing time (wall clock)
-    ]
-)
-LATE_SCHEMA = pa.schema(
-    [
-        *RECORD_SCHEMA,  # the valid record's fields
-        ("watermark_ms", pa.int64()),  # the watermark in force when it arrived
-        ("late_by_ms", pa.int64()),  # watermark - event time
-        ("file", pa.string()),
-        ("line", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("reconciled", pa.bool_()),
-        ("ingested_at_ms", pa.int64()),
-    ]
-)
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("raw", pa.string()),
-        ("reason", pa.string()),
-        ("file", pa.string()),
-        ("line", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("ingested_at_ms", pa.int64()),
-    ]
-)
-WATERMARK_LOG_SCHEMA = pa.schema(
-    [
-        ("batch_id", pa.int64()),
-        ("partition", pa.string()),
-        ("partition_watermark_ms", pa.int64()),
-        ("global_watermark_ms", pa.int64()),
-        ("max_event_time_ms", pa.int64()),
-        ("events", pa.int64()),
-        ("late", pa.int64()),
-        ("stragglers", pa.int64()),
-        ("learned_delay_ms", pa.int64()),
-        ("sensitivity", pa.float64()),
-        ("drifts", pa.int64()),
-        ("holds_back", pa.bool_()),
-        ("active", pa.bool_()),
-        ("strategy", pa.string()),
-        ("config_version", pa.int64()),
-        ("ingested_at_ms", pa.int64()),
-        ("processed_at_ms", pa.int64()),  # processing time (wall clock)
-    ]
-)
-#: The arrival history the re-tuning DAG replays: every valid record's partition and times, in arrival order.
-ARRIVALS_SCHEMA = pa.schema(
-    [
-        ("partition", pa.string()),
-        ("event_time_ms", pa.int64()),
-        ("arrival_time_ms", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("ingested_at_ms", pa.int64()),
-    ]
-)
-TABLES = {
-    "aggregates": AGGREGATES_SCHEMA,
-    "late_events": LATE_SCHEMA,
-    "quarantine": QUARANTINE_SCHEMA,
-    "watermark_log": WATERMARK_LOG_SCHEMA,
-    "arrivals": ARRIVALS_SCHEMA,
-}
 
 
 @dataclass(frozen=True)
@@ -171,7 +107,7 @@ class Fields:
     value: str = "value"
 
 
-FORMATS = ("json", "csv", "parquet", "rate")
+FORMATS = ("json", "csv", "parquet", "rate", "kafka")
 RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
 DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
 
@@ -188,6 +124,16 @@ class RateOptions:
 
 
 @dataclass(frozen=True)
+class KafkaOptions:
+    """The Kafka source (``--format kafka``): one watermark partition per Kafka partition."""
+
+    bootstrap_servers: str = ""
+    topic: str = ""
+    starting_offsets: str = "earliest"  # or "latest"; a restart resumes from the checkpoint's offsets
+    max_offsets_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything a run of the job needs."""
 
@@ -198,6 +144,7 @@ class JobOptions:
     config_path: str | None = None
     format: str = "json"
     rate: RateOptions = field(default_factory=RateOptions)
+    kafka: KafkaOptions = field(default_factory=KafkaOptions)
     max_batches: int | None = None  # stop after this many micro-batches (for the rate source)
     trigger: str = "available-now"
     max_files_per_trigger: int | None = None
@@ -405,6 +352,8 @@ def validation_steps(
     }
     integral = ("tinyint", "smallint", "int", "bigint")
     typed_ok = {"te": integral, "tp": integral, "value": (*integral, "float", "double", "decimal")}
+    # Slots the source itself gives (Kafka: the partition and the record timestamp), whatever the record says.
+    sourced = {slot: column for slot, column in SOURCE_COLUMNS.items() if column in types}
 
     def is_text(name: str) -> bool:
         return types.get(name) == "string"
@@ -447,8 +396,14 @@ def validation_steps(
         too_long.alias("_too_long"),
         F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
     ]
-    fast_slots = [slot for slot in typed_ok if is_typed(slot)]
+    fast_slots = [slot for slot in typed_ok if is_typed(slot) or slot in sourced]
     for slot, name in slots.items():
+        if slot in sourced:
+            given_col = col(sourced[slot])
+            projected.append(given_col.alias(f"_{slot}_v" if slot in fast_slots else f"_{slot}"))
+            if slot in fast_slots:
+                projected.append(F.lit(None).cast("string").alias(f"_{slot}"))
+            continue
         source = source_text(name)
         if slot in fast_slots:
             projected.append(
@@ -742,7 +697,7 @@ class SparkRows:
         late_keys = None
         if result.n_late and late_expr is None:
             keys = narrow.select(["file", "line"]).filter(pa.array(result.late))
-            late_keys = self.spark.createDataFrame(keys)
+            late_keys = arrow_frame(self.spark, keys)
         on_time = valid
         if late_expr is not None:
             on_time = valid.filter(~late_expr)
@@ -839,7 +794,8 @@ class BatchHandler:
         self.spark = spark
         self.options = options
         self.metrics = metrics
-        self.sink = DeltaSink(options.output, options.app_id)
+        self.tables = DeltaTables(options.output, options.app_id, spark)
+        self._writers = ThreadPoolExecutor(max_workers=len(TABLES), thread_name_prefix="delta-writes")
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self.reports: list[BatchReport] = []
@@ -885,7 +841,12 @@ class BatchHandler:
                 "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
             )
         opts = self.options
-        files = [RATE_FILE] if opts.format == "rate" else logged_batch_files(opts.checkpoint, batch_id)
+        if opts.format == "rate":
+            files: list[str] | None = [RATE_FILE]
+        elif opts.format == "kafka":
+            files = kafka_batch_files(batch)
+        else:
+            files = logged_batch_files(opts.checkpoint, batch_id)
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         arrow = self._arrow_rows(files, batch_id, ingest_ms)
@@ -901,8 +862,8 @@ class BatchHandler:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
-            malformed=f"malformed_{opts.format}",
-            reread_corrupt=opts.format == "json",
+            malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
+            reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,
         )
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
@@ -995,7 +956,9 @@ class BatchHandler:
         report.phases["collect"] = source.collect_seconds
         tick = report.mark("collect", tick)
         report.quarantined = int((~valid_mask).sum())
-        self._write_quarantine(source, report.quarantined, batch_id, ingest_ms)
+        rows_out: dict[str, Any] = {
+            "quarantine": self._quarantine_rows(source, report.quarantined, batch_id, ingest_ms)
+        }
         tick = report.mark("quarantine", tick)
 
         if narrow.num_rows:
@@ -1009,20 +972,20 @@ class BatchHandler:
             fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
             tick = report.mark("windows", tick)
             report.late = result.n_late
-            self._write_late(late, narrow, result, batch_id, ingest_ms)
-            log_rows = self._write_log(watermark, narrow, result, batch_id, config, ingest_ms)
-            self._write_arrivals(narrow.take(pa.array(result.order)), batch_id, ingest_ms)
+            rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
+            log_rows = self._log_rows(watermark, narrow, result, batch_id, config, ingest_ms)
+            rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
+            if opts.arrival_history:
+                rows_out["arrivals"] = self._arrival_rows(
+                    narrow.take(pa.array(result.order)), batch_id, ingest_ms
+                )
         else:
             result, log_rows = None, []
             fired = flush(empty_partials())
-            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
-            self.sink.append(
-                "watermark_log", WATERMARK_LOG_SCHEMA.empty_table(), batch_id, schema=WATERMARK_LOG_SCHEMA
-            )
-            self._write_arrivals(narrow, batch_id, ingest_ms)
-        self.sink.append(
-            "aggregates", _aggregate_rows(fired, batch_id, config.version), batch_id, schema=AGGREGATES_SCHEMA
-        )
+        rows_out["aggregates"] = _aggregate_rows(fired, batch_id, config.version)
+        # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
+        # makes idempotent (txnAppId = the job's application id, txnVersion = the batch id).
+        self.tables.append_all(rows_out, batch_id, self._writers)
         self.store.save(batch_id, watermark, open_windows, config.version, self._closed_until)
         report.mark("write", tick)
         report.path = source.path
@@ -1049,11 +1012,13 @@ class BatchHandler:
         """``(file path, record number)`` columns for the compact record keys of ``table``."""
         assert self._numbers is not None
         paths = pa.array(self._files, pa.string()).take(table.column("file").combine_chunks())
+        if self.options.format == "kafka":  # a record's number is its offset in its partition
+            return paths, table.column("line").combine_chunks().cast(pa.int64())
         return paths, pa.array(self._numbers.lookup(table.column("line").to_numpy()), pa.int64())
 
-    def _write_quarantine(
+    def _quarantine_rows(
         self, source: SparkRows | ArrowRows, count: int, batch_id: int, ingest_ms: int
-    ) -> None:
+    ) -> pa.Table:
         if count:
             bad = source.quarantined()
             n = bad.num_rows
@@ -1070,14 +1035,13 @@ class BatchHandler:
             )
         else:
             bad = QUARANTINE_SCHEMA.empty_table()
-        self.sink.append("quarantine", bad, batch_id, schema=QUARANTINE_SCHEMA)
+        return bad
 
-    def _write_late(
+    def _late_rows(
         self, late: pa.Table, narrow: pa.Table, result: Any, batch_id: int, ingest_ms: int
-    ) -> None:
+    ) -> pa.Table:
         if not late.num_rows:
-            self.sink.append("late_events", LATE_SCHEMA.empty_table(), batch_id, schema=LATE_SCHEMA)
-            return
+            return LATE_SCHEMA.empty_table()
         cols = late.schema.names
         # The watermark each late row missed, by its record id (ids are unique within the batch).
         ids = narrow.column("line").to_numpy()
@@ -1087,7 +1051,7 @@ class BatchHandler:
         te = late.column("event_time_ms").to_numpy()
         n = late.num_rows
         paths, lines = self._record_keys(late)
-        table = pa.table(
+        return pa.table(
             {
                 **{c: late.column(c) for c in cols[:6]},
                 "watermark_ms": wm,
@@ -1099,13 +1063,10 @@ class BatchHandler:
                 "ingested_at_ms": np.full(n, ingest_ms, np.int64),
             }
         )
-        self.sink.append("late_events", table, batch_id, schema=LATE_SCHEMA)
 
-    def _write_arrivals(self, ordered: pa.Table, batch_id: int, ingest_ms: int) -> None:
-        if not self.options.arrival_history:
-            return
+    def _arrival_rows(self, ordered: pa.Table, batch_id: int, ingest_ms: int) -> pa.Table:
         n = ordered.num_rows
-        table = pa.table(
+        return pa.table(
             {
                 "partition": ordered.column("partition"),
                 "event_time_ms": ordered.column("event_time_ms"),
@@ -1114,9 +1075,8 @@ class BatchHandler:
                 "ingested_at_ms": np.full(n, ingest_ms, np.int64),
             }
         )
-        self.sink.append("arrivals", table, batch_id, schema=ARRIVALS_SCHEMA)
 
-    def _write_log(
+    def _log_rows(
         self,
         watermark: PartitionedWatermark,
         narrow: pa.Table,
@@ -1156,12 +1116,6 @@ class BatchHandler:
                     "processed_at_ms": now,
                 }
             )
-        self.sink.append(
-            "watermark_log",
-            pa.Table.from_pylist(rows, schema=WATERMARK_LOG_SCHEMA),
-            batch_id,
-            schema=WATERMARK_LOG_SCHEMA,
-        )
         return rows
 
 
@@ -1287,6 +1241,8 @@ def source_stream(spark: Any, options: JobOptions) -> Any:
     names = list(dict.fromkeys(vars(options.fields).values()))
     if options.format == "rate":
         return rate_stream(spark, options.rate, options.fields)
+    if options.format == "kafka":
+        return kafka_stream(spark, options.kafka, options.fields)
     text = T.StringType()
     if options.format == "json":
         schema = typed_json_schema(options.fields)
@@ -1362,6 +1318,60 @@ def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
     )
 
 
+def kafka_stream(spark: Any, kafka: KafkaOptions, fields: Fields) -> Any:
+    """A Kafka topic as records: each value a JSON event, parsed as landing files are.
+
+    ``file`` is ``TOPIC/PARTITION`` and the record's number (``_seq``) its offset, so a quarantined value
+    names its topic, partition and offset. The watermark partition is the Kafka partition and the arrival
+    time the record's timestamp (:data:`SOURCE_COLUMNS`), whatever the value holds: give production topics
+    ``message.timestamp.type=LogAppendTime`` so that it is the broker's ingestion time. Spark keeps the
+    offsets in the query's checkpoint, so a replayed batch reads the same records.
+    """
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", kafka.topic)
+        .option("startingOffsets", kafka.starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if kafka.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
+    stream = reader.load()
+    value = F.col("value").cast("string")
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    parsed = F.from_json(value, typed_json_schema(fields), options).alias("_rec")
+    names = list(dict.fromkeys(vars(fields).values()))
+    # A value that is not a JSON object at all parses to null: it is kept whole as a corrupt record.
+    corrupt = F.coalesce(
+        F.col(f"_rec.{_CORRUPT}"), F.when(F.col("_rec").isNull(), F.coalesce(value, F.lit("")))
+    )
+    return stream.select(
+        F.concat_ws("/", F.col("topic"), F.col("partition").cast("string")).alias("file"),
+        parsed,
+        F.col("partition").cast("string").alias(SOURCE_COLUMNS["partition"]),
+        F.unix_millis(F.col("timestamp")).alias(SOURCE_COLUMNS["tp"]),
+        F.col("offset").alias("_seq"),
+        value.alias("_value"),
+    ).select(
+        "file",
+        *[F.col(f"_rec.`{n}`").alias(n) for n in names],
+        corrupt.alias(_CORRUPT),
+        SOURCE_COLUMNS["partition"],
+        SOURCE_COLUMNS["tp"],
+        "_seq",
+    )
+
+
+def kafka_batch_files(batch: Any) -> list[str]:
+    """The ``TOPIC/PARTITION`` names of a Kafka micro-batch, in partition order (one small action)."""
+    pairs = {
+        (r[0], int(r[1])) for r in batch.select("file", SOURCE_COLUMNS["partition"]).distinct().collect()
+    }
+    return [name for name, _ in sorted(pairs, key=lambda p: (p[0].rsplit("/", 1)[0], p[1]))]
+
+
 def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
     """Remove the temporary files a killed query left in its offset and commit logs; returns them.
 
@@ -1417,7 +1427,7 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
 
 
 def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
-    if options.format != "rate":
+    if options.format not in ("rate", "kafka"):
         Path(options.input).mkdir(parents=True, exist_ok=True)
     for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
         log.warning("removed %s, left by an interrupted run", path)
@@ -1460,13 +1470,13 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
             spark.streams.removeListener(listener)
     shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
     if options.flush_at_end:
-        flushed = flush_open_windows(options)
+        flushed = flush_open_windows(spark, options)
         if metrics is not None:
             metrics.windows.labels("flush").inc(flushed)
     return handler.reports
 
 
-def flush_open_windows(options: JobOptions) -> int:
+def flush_open_windows(spark: Any, options: JobOptions) -> int:
     """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch.
 
     The last batch's state is then rewritten with no open window and a watermark floor at the end of the
@@ -1480,9 +1490,8 @@ def flush_open_windows(options: JobOptions) -> int:
     saved = store.load_before(last + 1)
     assert saved is not None
     flushed = flush(saved.open_windows)
-    sink = DeltaSink(options.output, options.app_id + ".flush")
-    rows = _aggregate_rows(flushed, last, saved.config_version)
-    sink.append("aggregates", rows, last, schema=AGGREGATES_SCHEMA)
+    tables = DeltaTables(options.output, options.app_id + ".flush", spark)
+    tables.append("aggregates", _aggregate_rows(flushed, last, saved.config_version), last)
     if flushed.num_rows:
         ends = flushed.column("window_end_ms").to_numpy()
         closed_until = max(saved.closed_until_ms, int(ends.max()))
@@ -1493,11 +1502,11 @@ def flush_open_windows(options: JobOptions) -> int:
 # -- command line ----------------------------------------------------------------------------------------
 def summarize(output: str) -> dict[str, Any]:
     """Figures of a finished run read back from its Delta tables."""
-    sink = DeltaSink(output, "jobs.stream.summary")
+    tables = DeltaTables(output, "jobs.stream.summary")
     out: dict[str, Any] = {"output": os.path.abspath(output)}
-    agg = sink.read("aggregates") if sink.exists("aggregates") else AGGREGATES_SCHEMA.empty_table()
-    late = sink.read("late_events").num_rows if sink.exists("late_events") else 0
-    quarantined = sink.read("quarantine").num_rows if sink.exists("quarantine") else 0
+    agg = tables.read("aggregates")
+    late = tables.read("late_events", columns=["batch_id"]).num_rows
+    quarantined = tables.read("quarantine", columns=["batch_id"]).num_rows
     counted = int(np.asarray(agg.column("count").to_numpy()).sum()) if agg.num_rows else 0
     flushed = np.asarray(agg.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
     latency = np.asarray(agg.column("emit_latency_ms").to_numpy(zero_copy_only=False), dtype=float)[~flushed]
@@ -1513,7 +1522,7 @@ def summarize(output: str) -> dict[str, Any]:
             "p99": round(float(np.percentile(latency, 99)), 1) if latency.size else None,
         },
         "quarantined": quarantined,
-        "tables": {name: sink.path(name) for name in TABLES},
+        "tables": {name: tables.path(name) for name in TABLES},
     }
     return out
 
@@ -1523,12 +1532,24 @@ def build_parser() -> argparse.ArgumentParser:
     from watermark.cli import OneLineParser
 
     p = OneLineParser(prog="python -m jobs.stream", description=__doc__.splitlines()[0])
-    p.add_argument("--input", help="landing directory (not with --format rate)")
+    p.add_argument("--input", help="landing directory (not with --format rate or kafka)")
     p.add_argument(
         "--format",
         default="json",
         choices=FORMATS,
-        help="landing file format (JSON lines, CSV with a header, Parquet), or rate: Spark's rate source",
+        help="landing file format (JSON lines, CSV with a header, Parquet), rate: Spark's rate source, "
+        "or kafka: a Kafka topic of JSON values",
+    )
+    p.add_argument("--kafka-bootstrap-servers", metavar="HOST:PORT", help="Kafka brokers (--format kafka)")
+    p.add_argument("--topic", help="Kafka topic to read (--format kafka)")
+    p.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default=KafkaOptions.starting_offsets,
+        help="where a new query starts reading the topic (a restart resumes from its checkpoint)",
+    )
+    p.add_argument(
+        "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
     )
     p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
     p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
@@ -1611,11 +1632,17 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         else:
             write_config(args.config, flags)
     fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
-    if args.format != "rate" and not args.input:
+    if args.format not in ("rate", "kafka") and not args.input:
         msg = f"--input is required with --format {args.format}"
         raise ValueError(msg)
-    if args.format == "rate" and args.input:
-        msg = "--format rate reads no --input"
+    if args.format in ("rate", "kafka") and args.input:
+        msg = f"--format {args.format} reads no --input"
+        raise ValueError(msg)
+    if args.format == "kafka" and not (args.kafka_bootstrap_servers and args.topic):
+        msg = "--format kafka needs --kafka-bootstrap-servers HOST:PORT and --topic NAME"
+        raise ValueError(msg)
+    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic):
+        msg = "--kafka-bootstrap-servers and --topic are for --format kafka"
         raise ValueError(msg)
     if args.format == "rate" and args.trigger == "available-now":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
@@ -1623,7 +1650,13 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     if not 0 <= args.metrics_port <= 65_535:
         msg = f"--metrics-port must be a port number (0 serves none), got {args.metrics_port}"
         raise ValueError(msg)
-    for flag in ("rate_rows_per_second", "rate_keys", "rate_partitions", "max_batches"):
+    for flag in (
+        "rate_rows_per_second",
+        "rate_keys",
+        "rate_partitions",
+        "max_batches",
+        "max_offsets_per_trigger",
+    ):
         value = getattr(args, flag)
         if value is not None and value < 1:
             msg = f"--{flag.replace('_', '-')} must be at least 1, got {value}"
@@ -1637,10 +1670,17 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         partitions=args.rate_partitions,
         max_delay_ms=args.rate_max_delay_ms,
     )
+    kafka = KafkaOptions(
+        bootstrap_servers=args.kafka_bootstrap_servers or "",
+        topic=args.topic or "",
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
     return JobOptions(
         input=args.input or "",
         format=args.format,
         rate=rate,
+        kafka=kafka,
         max_batches=args.max_batches,
         output=args.output,
         checkpoint=args.checkpoint,

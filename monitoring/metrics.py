@@ -108,7 +108,7 @@ class JobMetrics:
         self.clock = clock
         self._lock = threading.Lock()
         self._state = _State()
-        self._ptw = ProcessingTimeWatermark()
+        self._ptw = ProcessingTimeWatermark(start_ms=int(clock() * 1000))
         p = PREFIX
         self.events = Counter(
             f"{p}_events",
@@ -204,7 +204,18 @@ class JobMetrics:
             s.config_version, s.strategy, s.late_slo_pct = obs.config_version, obs.strategy, obs.late_slo_pct
             s.last_batch_s = self.clock()
             if obs.batch_id in self._ptw.in_flight:
-                self._ptw.completed(obs.batch_id)
+                self._ptw.completed(obs.batch_id, now_ms=int(s.last_batch_s * 1000))
+            else:
+                self._ptw.caught_up(int(s.last_batch_s * 1000))
+
+    def query_idle(self) -> None:
+        """A trigger found no new input (Spark's ``onQueryIdle``): the job is caught up now.
+
+        Without batches or idle triggers the processing-time lag grows with the time since the last
+        completed batch, so a trigger stuck before it starts a batch pages on-call.
+        """
+        with self._lock:
+            self._ptw.caught_up(int(self.clock() * 1000))
 
     def config_applied(self, version: int, strategy: str, late_slo_pct: float) -> None:
         """The configuration in force (before the first batch, and whenever a new version applies)."""
@@ -225,10 +236,7 @@ class JobMetrics:
         """A copy of the state and the processing-time lag, taken together."""
         with self._lock:
             now_ms = int(self.clock() * 1000)
-            # Not the monotonic watermark's lag: input found by a batch may have entered before the last
-            # caught-up scrape (the file source discovers files when it plans a batch), and that wait counts.
-            pending = self._ptw.in_flight.values()
-            lag = max(0, now_ms - min(pending)) if pending else 0
+            lag = self._ptw.lag_ms(now_ms)
             state = replace(self._state, partitions=dict(self._state.partitions))
             return state, lag
 

@@ -61,3 +61,18 @@ def airflow_environment(home, root) -> dict:
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """One local Kafka broker (KRaft, jars from .jvm/kafka) on a free port for the run, stopped at the end.
+
+    ``kafka_broker.bootstrap_servers`` is its address; ``kafka_broker.create_topic(name, partitions)`` makes a
+    topic. A missing jar set fails the test with a message naming bin/bootstrap.sh (it is never skipped).
+    """
+    from jobs.kafka_local import LocalKafka, free_port
+
+    broker = LocalKafka(port=free_port(), dir=tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()

@@ -55,6 +55,15 @@ PARAMS = {
     "ingestion": st.fixed_dictionaries(
         {"max_event_time_lag_ms": st.integers(0, 500), "max_watermark_lag_ms": st.integers(1, 300)}
     ),
+    "slo": st.fixed_dictionaries(
+        {
+            "late_slo_pct": st.sampled_from([0.5, 5.0, 30.0]),
+            "initial_delay_ms": st.integers(0, 300),
+            "warmup": st.integers(1, 30),
+            "sample_size": st.integers(10, 40),
+            "adwin_delta": st.sampled_from([0.002, 0.5, 1.0]),
+        }
+    ),
 }
 
 NAMES = list(PARAMS)

@@ -1,5 +1,7 @@
 """The late-data backfill: exact reconciliation, idempotency, concurrent writers."""
 
+import dataclasses
+import json
 import threading
 import time
 from dataclasses import replace
@@ -10,9 +12,10 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
-from jobs.delta_sink import DeltaSink
 from jobs.feed import feed
-from jobs.stream import AGGREGATES_SCHEMA, JobOptions, run_job
+from jobs.spark import arrow_frame
+from jobs.stream import JobOptions, run_job
+from jobs.tables import AGGREGATES_SCHEMA, DeltaTables
 from tests.test_stream import config, iot_records, write_lines
 from watermark.evaluate import WindowSpec
 
@@ -45,7 +48,7 @@ def batch_aggregation(spark, records: pa.Table) -> dict:
     """Count, sum, min and max per (key, 1 s window) of every valid record: a plain Spark batch job."""
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame(records.select(["key", "event_time_ms", "value"]))
+    df = arrow_frame(spark, records.select(["key", "event_time_ms", "value"]))
     start = F.floor(F.col("event_time_ms") / 1000).cast("long") * 1000
     rows = (
         df.groupBy("key", start.alias("start"))
@@ -61,7 +64,7 @@ def batch_aggregation(spark, records: pa.Table) -> dict:
 
 
 def table_aggregates(tables) -> dict:
-    rows = DeltaSink(str(tables), "test-reader").read("aggregates").to_pylist()
+    rows = DeltaTables(str(tables), "test-reader").read("aggregates").to_pylist()
     out = {}
     for r in rows:
         window = (r["key"], r["window_start_ms"])
@@ -87,7 +90,7 @@ def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_chang
     opts = job(tmp_path, flush_at_end=True)
     run_job(spark, opts)
     out = tmp_path / "out"
-    late = DeltaSink(str(out), "r").read("late_events")
+    late = DeltaTables(str(out), "r").read("late_events")
     assert late.num_rows > 300, "the aggressive watermark should make many rows late"
     assert table_aggregates(out) != batch_aggregation(spark, records)
 
@@ -101,9 +104,9 @@ def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_chang
     assert second.deferred_events == 0
 
     assert table_aggregates(out) == batch_aggregation(spark, records)
-    after = DeltaSink(str(out), "r").read("late_events")
+    after = DeltaTables(str(out), "r").read("late_events")
     assert pc.all(after.column("reconciled")).as_py()
-    agg = DeltaSink(str(out), "r").read("aggregates")
+    agg = DeltaTables(str(out), "r").read("aggregates")
     assert pc.sum(agg.column("late_count")).as_py() == late.num_rows
     revised = agg.filter(pc.field("late_count") > 0)
     assert pc.min(revised.column("revision")).as_py() >= 1
@@ -130,7 +133,7 @@ def test_a_late_row_of_a_window_still_open_waits_for_a_later_run(spark, tmp_path
     out = tmp_path / "out"
     report = backfill(spark, out, 0, FAR_FUTURE_MS)
     assert (report.late_events_read, report.folded_events, report.deferred_events) == (3, 2, 1)
-    late = DeltaSink(str(out), "r").read("late_events").sort_by("event_time_ms").to_pylist()
+    late = DeltaTables(str(out), "r").read("late_events").sort_by("event_time_ms").to_pylist()
     assert [(r["event_time_ms"], r["reconciled"]) for r in late] == [
         (500, True),
         (1_950, True),
@@ -221,13 +224,26 @@ def test_a_backfill_before_the_stream_ran_says_what_to_do(spark, tmp_path):
         backfill(spark, tmp_path / "none", 0, 1)
 
 
+def test_a_stream_without_late_rows_has_nothing_to_fold(spark, tmp_path):
+    records = one_partition(iot_records(500))
+    feed(records, tmp_path / "in", rows_per_file=500)
+    patient = config(params={"delay_ms": 600_000, "period_ms": 10})  # nothing is late
+    run_job(spark, dataclasses.replace(job(tmp_path, flush_at_end=True), config=patient))
+    tables = DeltaTables(str(tmp_path / "out"), "r")
+    assert not tables.exists("late_events") and tables.exists("aggregates")
+    before = table_aggregates(tmp_path / "out")
+    report = backfill(spark, tmp_path / "out", 0, FAR_FUTURE_MS)
+    assert (report.late_events_read, report.folded_events, report.corrected_windows) == (0, 0, 0)
+    assert table_aggregates(tmp_path / "out") == before
+
+
 def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_commit(spark, tmp_path):
     records = one_partition(iot_records(6_000))
     inp = tmp_path / "in"
     feed(records.slice(0, 3_000), inp, rows_per_file=500)
     run_job(spark, job(tmp_path))
     out = tmp_path / "out"
-    assert DeltaSink(str(out), "r").read("late_events").num_rows > 0
+    assert DeltaTables(str(out), "r").read("late_events").num_rows > 0
 
     # The stream goes on with the rest of the input, one file per batch, while backfills run.
     feed(records.slice(3_000, 3_000), inp, rows_per_file=500)
@@ -238,9 +254,9 @@ def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_c
     nested = []
 
     def race(attempt):
-        # Between the backfill's reads and its MERGE: the stream appends a batch (new windows, which
-        # delta-rs rebases the MERGE over), and a second backfill commits corrections of the same windows,
-        # which must make this MERGE conflict and be recomputed.
+        # Between the backfill's reads and its MERGE: the stream appends a batch (a blind append, which
+        # the MERGE commits beside), and a second backfill commits corrections of the same windows, which
+        # this MERGE must not overwrite: they make it recompute.
         if attempt == 1:
             worker.start()
             deadline = time.monotonic() + 180
@@ -257,6 +273,43 @@ def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_c
 
     # Every batch of the stream is in the tables, and a final backfill makes them exact.
     stream_batches = len(list((tmp_path / "ck" / "stage").glob("batch-*.json")))
-    assert DeltaSink(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
+    assert DeltaTables(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
     backfill(spark, out, 0, FAR_FUTURE_MS)
+    assert table_aggregates(out) == batch_aggregation(spark, records)
+
+
+def merge_commits(table) -> list[dict]:
+    """The commitInfo of every MERGE in ``table``'s Delta log, with its version."""
+    out = []
+    for f in sorted((table / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and info.get("operation") == "MERGE":
+                out.append(info | {"version": int(f.stem)})
+    return out
+
+
+def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit(spark, tmp_path):
+    records = one_partition(iot_records(4_000))
+    inp = tmp_path / "in"
+    feed(records.slice(0, 1_000), inp, rows_per_file=500)
+    run_job(spark, job(tmp_path))
+    out = tmp_path / "out"
+    feed(records.slice(1_000), inp, rows_per_file=250)  # 12 more batches, one file each
+    stream_opts = replace(job(tmp_path, flush_at_end=True), max_files_per_trigger=1)
+    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
+    worker.start()
+    reports = []
+    while worker.is_alive():
+        reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+    worker.join()
+    reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+
+    # Every stream batch committed, every backfill committed its MERGEs, and nothing was lost.
+    stream_batches = len(list((tmp_path / "ck" / "stage").glob("batch-*.json")))
+    assert DeltaTables(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
+    merges = merge_commits(out / "aggregates")
+    assert len(merges) >= 2 and sum(r.folded_events > 0 for r in reports) == len(merges)
+    assert all(json.loads(m["userMetadata"])["awm.backfill.interval"] for m in merges)
+    assert "Delta-Lake" in merges[0]["engineInfo"]
     assert table_aggregates(out) == batch_aggregation(spark, records)

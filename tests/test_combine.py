@@ -4,11 +4,12 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
 from watermark.combine import PartitionedWatermark, factorize
+from watermark.registry import make
 from watermark.timeutil import NO_WATERMARK
 
 LAG0 = {"max_event_time_lag_ms": 0, "max_watermark_lag_ms": 10**9}
@@ -58,10 +59,13 @@ def test_on_idle_excludes_silent_partitions_without_data():
 def test_no_active_partition_keeps_the_watermark():
     pw = PartitionedWatermark("periodic", {"delay_ms": 0, "period_ms": 10}, idle_timeout_ms=100)
     pw.process(["a", "a"], [50, 60], [50, 70])
-    held = pw.watermark_ms
+    assert pw.watermark_ms == 50
     pw.on_idle(10_000)
     assert pw.active_partitions() == []
-    assert pw.watermark_ms == held
+    # a's timer at 80 emitted 60 while a still counted (until 170); after that nothing moves it.
+    assert pw.watermark_ms == 60
+    pw.on_idle(20_000)
+    assert pw.watermark_ms == 60
     assert pw.holdback_partition is None
 
 
@@ -157,3 +161,50 @@ def test_single_partition_combination_matches_its_generator_without_idleness():
     )
     np.testing.assert_array_equal(alone, combined)
     assert combined[0] == NO_WATERMARK
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_global_mode_is_one_generator_over_the_stream_in_batches_and_tuple_by_tuple(name, data):
+    te, tp = data.draw(streams(max_size=60))
+    params = data.draw(PARAMS[name])
+    part = np.array(data.draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=te.size, max_size=te.size)))
+    single = make(name, params).process_trace(te, tp)
+    pw = PartitionedWatermark(name, params, mode="global")
+    cut = data.draw(st.integers(0, te.size))
+    first = pw.process_trace(part[:cut], te[:cut], tp[:cut])
+    restored = PartitionedWatermark.from_snapshot(json.loads(json.dumps(pw.snapshot())))
+    second = restored.process_trace(part[cut:], te[cut:], tp[cut:])
+    assert np.concatenate([first.at_arrival, second.at_arrival]).tolist() == single.at_arrival.tolist()
+    looped = PartitionedWatermark(name, params, mode="global")
+    at = []
+    for p, a, b in zip(part.tolist(), te.tolist(), tp.tolist(), strict=True):
+        at.append(looped.update(p, a, b).watermark_at_arrival_ms)
+    assert at == single.at_arrival.tolist()
+    assert looped.watermark_ms == restored.watermark_ms
+    if te.size:
+        assert set(restored.active_partitions()) <= set(part.tolist())
+        assert restored.holdback_partition is None
+
+
+def test_global_mode_does_not_wait_for_a_slow_partition():
+    te, tp = [1_000, 100, 2_000, 200], [1_000, 1_010, 2_000, 2_010]
+    part = ["fast", "slow", "fast", "slow"]
+    params = {"max_event_time_lag_ms": 0}
+    assert (
+        PartitionedWatermark("ingestion", params, mode="global").process(part, te, tp).tolist()[-1] == 1_999
+    )
+    assert PartitionedWatermark("ingestion", params).process(part, te, tp).tolist()[-1] == 1_009
+
+
+def test_switching_mode_keeps_the_global_watermark_and_rejects_unknown_modes():
+    pw = PartitionedWatermark("periodic", {"delay_ms": 0, "period_ms": 1})
+    pw.process(["a", "a", "a"], [100, 200, 300], [100, 200, 300])
+    held = pw.watermark_ms
+    switched = pw.reconfigured("periodic", {"delay_ms": 0, "period_ms": 1}, mode="global")
+    assert switched.mode == "global" and switched.watermark_ms == held
+    assert switched.process(["a"], [250], [301]).tolist() == [held]  # the fresh generator has nothing yet
+    assert switched.reconfigured("periodic", {"delay_ms": 0, "period_ms": 1}).mode == "global"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        PartitionedWatermark("periodic", mode="scoped")

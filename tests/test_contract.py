@@ -27,7 +27,7 @@ def state_of(gen):
 
 
 def test_every_design_strategy_is_registered():
-    assert list(STRATEGIES) == ["periodic", "adaptive", "sliding", "percentile", "band", "ingestion"]
+    assert list(STRATEGIES) == ["periodic", "adaptive", "sliding", "percentile", "band", "ingestion", "slo"]
     assert set(NAMES) == set(STRATEGIES)
 
 
@@ -119,7 +119,7 @@ def test_on_idle_between_arrivals_never_changes_what_arrivals_see(name, data):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_no_watermark_before_data_and_empty_batches_change_nothing(name):
-    gen = make(name, None)
+    gen = make(name, REQUIRED.get(name))
     assert gen.watermark_ms == NO_WATERMARK
     assert gen.process([], []).size == 0
     assert gen.n_seen == 0
@@ -131,11 +131,18 @@ def test_arrivals_behind_the_ingestion_clock_are_treated_as_arriving_at_it(name)
     te = np.array([1_000, 1_010, 1_020, 990, 1_030], np.int64)
     tp_raw = np.array([1_100, 1_200, 1_150, 1_210, 1_300], np.int64)
     clamped = np.maximum.accumulate(tp_raw)
-    a, b = make(name, None), make(name, None)
+    a, b = make(name, REQUIRED.get(name)), make(name, REQUIRED.get(name))
     np.testing.assert_array_equal(a.process(te, tp_raw), b.process(te, clamped))
 
 
+#: The one required parameter (the SLO strategy's target); every other strategy has defaults for all.
+REQUIRED = {"slo": {"late_slo_pct": 0.5}}
+
 INVALID = [
+    ("slo", {}, "missing required parameter(s) late_slo_pct"),
+    ("slo", {"late_slo_pct": 0}, "late_slo_pct must be in (0.0, 100.0]"),
+    ("slo", {"late_slo_pct": 100}, "late_slo_pct must be below 100"),
+    ("slo", {"late_slo_pct": 1, "sample_size": 5}, "sample_size must be >= 10"),
     ("periodic", {"delay_ms": -1}, "delay_ms must be >= 0"),
     ("periodic", {"period_ms": 0}, "period_ms must be >= 1"),
     ("periodic", {"delay_ms": 1.5}, "delay_ms must be an integer"),

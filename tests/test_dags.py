@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.delta_sink import DeltaSink
 from jobs.feed import feed
+from jobs.tables import DeltaTables
 from tests.test_backfill import batch_aggregation, job, one_partition, table_aggregates
 from tests.test_stream import iot_records, write_lines
 from watermark.config import load_config, write_config
@@ -108,12 +108,14 @@ def test_the_backfill_dag_submits_the_spark_job_and_reconciles_exactly(dagbag, s
     assert table_aggregates(tmp / "out") == batch_aggregation(spark, records)
 
 
-def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_ones(dagbag, stream_tables):
+def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_ones(
+    spark, dagbag, stream_tables
+):
     import shutil
 
     import pyarrow as pa
 
-    from jobs.stream import QUARANTINE_SCHEMA
+    from jobs.tables import QUARANTINE_SCHEMA
 
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_data_quality")
@@ -122,7 +124,7 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
     broken = tmp / "broken"
     shutil.copytree(tmp / "out", broken)
     odd = pa.Table.from_pylist([{"raw": "x", "reason": "gremlins"}], schema=QUARANTINE_SCHEMA)
-    DeltaSink(str(broken), "vandal").append("quarantine", odd, 0, schema=QUARANTINE_SCHEMA)
+    DeltaTables(str(broken), "vandal", spark).append("quarantine", odd, 0, schema=QUARANTINE_SCHEMA)
     conf = run_conf(tmp) | {"tables": str(broken)}
     assert dag.test(logical_date=this_hour() + timedelta(minutes=1), run_conf=conf).state == "failed"
 
@@ -202,9 +204,9 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
         feed(records.slice(2_000, 2_000), inp, rows_per_file=500)
 
         def applied():
-            if not DeltaSink(opts.output, "r").exists("watermark_log"):
+            if not DeltaTables(opts.output, "r").exists("watermark_log"):
                 return False
-            log = DeltaSink(opts.output, "r").read("watermark_log").to_pylist()
+            log = DeltaTables(opts.output, "r").read("watermark_log").to_pylist()
             return any(r["config_version"] == 2 for r in log)
 
         wait_for(applied, "a batch under version 2")
@@ -212,7 +214,7 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
         for query in spark.streams.active:
             query.stop()
         worker.join(timeout=60)
-    log = DeltaSink(opts.output, "r").read("watermark_log").to_pylist()
+    log = DeltaTables(opts.output, "r").read("watermark_log").to_pylist()
     by_batch = {}
     for row in log:
         by_batch.setdefault(row["batch_id"], set()).add((row["config_version"], row["strategy"]))

@@ -58,13 +58,14 @@ def small_replay(**kwargs):
 
 
 def test_report_of_a_hand_checked_replay():
-    # Emissions: tp 260 -> W = 100 - 100 = 0; tp 1310 -> 250 - 100 = 150; tp 1420 -> 1300 - 100 = 1200.
+    # Timer emissions on the grid 110 + k * 100: at 210 -> W = 100 - 100 = 0; at 1310 -> 250 - 100 = 150;
+    # at 1410 -> 1300 - 100 = 1200, which fires [0, 1000) at the timer instant 1410, not at the arrival 1420.
     s = small_replay().summary()
     assert s["events"] == 6 and s["late"] == 1 and s["on_time"] == 5
     assert s["dropped_pct"] == pytest.approx(100 / 6, abs=1e-3)
     assert s["windows"] == 2 and s["windows_fired"] == 1 and s["windows_flushed"] == 1
     assert s["trigger_delay_ms"] == {"mean": 200.0, "p50": 200.0, "p95": 200.0, "p99": 200.0}
-    assert s["emit_latency_ms"]["mean"] == 420.0
+    assert s["emit_latency_ms"]["mean"] == 410.0
     assert s["watermarks_emitted"] == 3
     assert s["final_watermark_ms"] == 1_200
     assert s["params"] == PERIODIC
@@ -145,3 +146,34 @@ def test_empty_and_mismatched_inputs():
         replay([1, 2], [1], strategy="periodic", window=WindowSpec(10))
     s = replay([], [], strategy="periodic", window=WindowSpec(10)).summary()
     assert s["events"] == 0 and s["windows"] == 0 and s["emit_latency_ms"]["mean"] is None
+
+
+def test_partition_modes_scoped_fires_each_keys_windows_by_its_own_partition():
+    # Device b trails a by 500 ms. Under the minimum, a's window [0, 1000) waits for b's watermark; scoped,
+    # a's own watermark (te 1_100 - 0 at its arrival 1_100) closes it at once; global follows max te overall.
+    te = [100, 100 - 500, 1_100, 1_100 - 500, 2_100, 2_100 - 500]
+    tp = [100, 110, 1_100, 1_110, 2_100, 2_110]
+    dev = ["a", "b", "a", "b", "a", "b"]
+
+    def fire_of_a(mode):
+        params = {"delay_ms": 0, "period_ms": 1}
+        r = replay(te, tp, strategy="periodic", params=params, window=WindowSpec(1_000),
+                   partition=dev, key=dev, partition_mode=mode)  # fmt: skip
+        w = r.windows
+        a = (np.asarray(r.keys)[w.key] == "a") & (w.start_ms == 0)
+        return int(w.fire_tp_ms[a][0]) if w.fired[a][0] else None
+
+    assert fire_of_a("scoped") == 1_101
+    assert fire_of_a("global") == 1_101
+    assert fire_of_a("min") is None  # b's watermark passes 1_000 only at 2_111, after the last arrival
+
+
+def test_partition_mode_scoped_needs_keys_that_live_in_one_partition():
+    with pytest.raises(ValueError, match="needs a key"):
+        replay([1, 2], [1, 2], strategy="periodic", window=WindowSpec(10), partition=["a", "b"],
+               partition_mode="scoped")  # fmt: skip
+    with pytest.raises(ValueError, match="live in one partition"):
+        replay([1, 2], [1, 2], strategy="periodic", window=WindowSpec(10), partition=["a", "b"],
+               key=["k", "k"], partition_mode="scoped")  # fmt: skip
+    with pytest.raises(ValueError, match="partition_mode must be one of"):
+        replay([1], [1], strategy="periodic", window=WindowSpec(10), partition=["a"], partition_mode="max")

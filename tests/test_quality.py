@@ -3,10 +3,9 @@
 import pyarrow as pa
 import pytest
 
-from jobs.delta_sink import DeltaSink
 from jobs.feed import feed
 from jobs.quality import check_tables, conservation_totals
-from jobs.stream import AGGREGATES_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA, WATERMARK_LOG_SCHEMA
+from jobs.tables import AGGREGATES_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA, WATERMARK_LOG_SCHEMA, DeltaTables
 from tests.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
 from tests.test_stream import iot_records, write_lines
 
@@ -33,12 +32,14 @@ def test_the_tables_of_a_reconciled_run_meet_every_expectation(reconciled_tables
     assert report.summary().startswith("data quality OK")
 
 
-def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(reconciled_tables, tmp_path):
+def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(
+    spark, reconciled_tables, tmp_path
+):
     import shutil
 
     tables = tmp_path / "tables"
     shutil.copytree(reconciled_tables, tables)
-    sink = DeltaSink(str(tables), "vandal")
+    sink = DeltaTables(str(tables), "vandal", spark)
     bad_window = {
         "key": "k",
         "window_start_ms": 5_000,

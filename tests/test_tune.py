@@ -93,3 +93,63 @@ def test_the_cli_prints_a_choice_whose_params_replay_to_the_same_result(tmp_path
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["dropped_pct"] == out["dropped_pct"]
     assert replayed["emit_latency_ms"] == out["emit_latency_ms"]
+
+
+def test_slo_settings_without_a_target_are_tried_at_fractions_of_the_tuners_target():
+    rng = np.random.default_rng(1)
+    tp = np.arange(0, 60_000, 20, dtype=np.int64)
+    te = tp - rng.integers(0, 200, tp.size)
+    result = tune(
+        te, tp, target_late_pct=1.0, window=WindowSpec(1_000), space={"slo": [{"sample_size": 500}]}
+    )
+    tried = sorted(c.params["late_slo_pct"] for c in result.candidates)
+    assert tried == [0.5, 0.7, 0.85, 1.0]
+    assert result.choice.dropped_pct <= 1.0
+
+
+def test_with_partitions_the_choice_is_never_worse_than_one_global_generator():
+    # Two devices, one 300 ms behind the other: the minimum over partitions waits for the slow one, a global
+    # generator or partition-scoped firing does not. Every mode is measured, the global one included.
+    rng = np.random.default_rng(2)
+    tp = np.arange(0, 40_000, 25, dtype=np.int64)
+    dev = np.where(np.arange(tp.size) % 2 == 0, "a", "b")
+    te = tp - rng.integers(0, 50, tp.size) - np.where(dev == "b", 300, 0)
+    space = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in range(0, 501, 10)]}
+    result = tune(te, tp, target_late_pct=0.5, window=WindowSpec(1_000), space=space, partition=dev, key=dev)
+    modes = {c.partition_mode for c in result.candidates}
+    assert modes == {"min", "global", "scoped"}
+    best_global = min(
+        c.mean_latency_ms for c in result.candidates if c.partition_mode == "global" and c.dropped_pct <= 0.5
+    )
+    assert result.choice.mean_latency_ms <= best_global
+    assert result.as_dict()["partition_mode"] == result.choice.partition_mode
+
+
+def test_scoped_firing_is_not_offered_when_a_key_spans_partitions():
+    tp = np.arange(0, 10_000, 10, dtype=np.int64)
+    te = tp - 5
+    part = np.where(np.arange(tp.size) % 2 == 0, "p0", "p1")
+    key = np.where(np.arange(tp.size) % 3 == 0, "k0", "k1")
+    space = {"periodic": [{"delay_ms": 10, "period_ms": 10}]}
+    result = tune(te, tp, target_late_pct=1.0, window=WindowSpec(1_000), space=space, partition=part, key=key)
+    assert {c.partition_mode for c in result.candidates} == {"min", "global"}
+
+
+def test_a_setting_whose_late_share_drifts_within_the_history_is_passed_over():
+    # Calm first half (lag < 20 ms), disordered second half (lag up to 300 ms). With a 60 ms delay about 40 %
+    # of all tuples are late, within a 45 % target overall, but about 80 % of the second half: unstable, so
+    # the slower 320 ms setting, which keeps the target in both halves, is chosen.
+    rng = np.random.default_rng(4)
+    tp = np.arange(0, 80_000, 10, dtype=np.int64)
+    calm = np.arange(tp.size) < tp.size // 2
+    te = tp - np.where(calm, rng.integers(0, 20, tp.size), rng.integers(0, 300, tp.size))
+    space = {"periodic": [{"delay_ms": 60, "period_ms": 10}, {"delay_ms": 320, "period_ms": 10}]}
+    window = WindowSpec(1_000)
+    result = tune(te, tp, target_late_pct=45.0, window=window, space=space, recent_fraction=1.0)
+    fast = next(c for c in result.candidates if c.params["delay_ms"] == 60)
+    assert fast.dropped_pct <= 45.0 and fast.mean_latency_ms < result.choice.mean_latency_ms
+    assert result.choice.params["delay_ms"] == 320
+    calm_only = tune(
+        te[calm], tp[calm], target_late_pct=45.0, window=window, space=space, recent_fraction=1.0
+    )
+    assert calm_only.choice.params["delay_ms"] == 60

@@ -10,7 +10,15 @@ import numpy as np
 
 from watermark.base import I64, Idx, WatermarkGenerator, check_int
 from watermark.rangemin import range_min
-from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64, running_max, shift_right
+from watermark.timeline import NO_RISE
+from watermark.timeutil import (
+    NO_WATERMARK,
+    arrival_clock,
+    decode_i64,
+    encode_i64,
+    running_max,
+    shift_right,
+)
 
 
 class Band(WatermarkGenerator):
@@ -88,6 +96,12 @@ class Band(WatermarkGenerator):
             self._prune(self._clock)
         return self
 
+    def _timers(self, tp: I64, arrivals: Idx | None) -> tuple[I64, I64 | None]:
+        _, _, last_before = arrival_clock(tp, arrivals, self._last_tp)
+        known = last_before != NO_WATERMARK
+        rise = np.where(known, np.where(known, last_before, 0) + self.idle_ms, NO_RISE)
+        return rise, np.full(tp.size, self.band_ms, np.int64)
+
     def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         n = te.size
         idx = np.arange(n) if arrivals is None else arrivals
@@ -100,14 +114,7 @@ class Band(WatermarkGenerator):
             hi = np.arange(w_tp.size + 1, all_tp.size + 1)
             lo = np.searchsorted(all_tp, tp[idx] - self.band_ms, side="right")
             observed[idx] = range_min(all_te, lo, hi)
-        if arrivals is None:
-            write = tp
-        else:
-            write = np.full(n, NO_WATERMARK, np.int64)
-            write[arrivals] = tp[arrivals]
-        last0 = NO_WATERMARK if self._last_tp is None else self._last_tp
-        last_seen = running_max(write, last0)
-        last_before = shift_right(last_seen, last0)
+        _, last_seen, last_before = arrival_clock(tp, arrivals, self._last_tp)
         idle = (last_before != NO_WATERMARK) & (tp - last_before >= self.idle_ms)
         advance = np.where(idle, tp - self.band_ms, NO_WATERMARK)
         pre = running_max(np.maximum(advance, shift_right(observed, NO_WATERMARK)), self._wm)

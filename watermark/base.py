@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
 
 I64 = NDArray[np.int64]
@@ -50,11 +51,16 @@ class Trace:
     after_arrival
         Watermark right after each tuple was observed, at the same ingestion time. Windows whose end is at or
         below it have fired by then.
+    timeline
+        The watermark between arrivals too (timers, idle advance): :meth:`Timeline.fire` gives the instant
+        at which a window fires.
 
     """
 
     at_arrival: I64
     after_arrival: I64
+    #: The watermark at every ingestion-clock instant of the run, arrivals and timers alike.
+    timeline: Timeline | None = None
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -234,11 +240,30 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
             raise ValueError(msg)
         if te_a.size == 0:
             empty = np.empty(0, np.int64)
-            return Trace(empty, empty.copy())
+            return Trace(empty, empty.copy(), Timeline(empty, empty, empty, self._wm, ()))
         tp_a = self._clamp_clock(tp_a)
-        pre, post = self._run(te_a, tp_a, None)
+        before = self._wm
+        pre, post, rise, offset = self._run_timed(te_a, tp_a, None)
         self._finish_batch(te_a, pre, None)
-        return Trace(pre, post)
+        part = Component(before, pre, post, rise, offset)
+        return Trace(pre, post, Timeline(tp_a, pre, post, before, (part,)))
+
+    def _run_timed(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64, I64, I64 | None]:
+        """:meth:`_run` with the gaps' description of :meth:`_timers`: ``(pre, post, rise, offset)``."""
+        rise, offset = self._timers(tp, arrivals)
+        pre, post = self._run(te, tp, arrivals)
+        return pre, post, rise, offset
+
+    def _timers(self, tp: I64, arrivals: Idx | None) -> tuple[I64, I64 | None]:
+        """How time alone raises the watermark in the gap before each event, from the state before a run.
+
+        Called before :meth:`_run` with the same (clamped) ``tp`` and ``arrivals``. Returns ``rise``, the
+        first instant of each gap ``(t_{j-1}, t_j]`` at which ``on_idle`` would raise the watermark
+        (:data:`~watermark.timeline.NO_RISE`: never), and ``offset``: ``None`` when that rise is a step to the
+        watermark in force at the next event (a timer), else the ramp ``W(t) = t - offset`` (an advance that
+        follows the clock). The default suits strategies that only move at arrivals.
+        """
+        return np.full(tp.size, NO_RISE, np.int64), None
 
     def _clamp_clock(self, tp: I64) -> I64:
         clock = np.maximum.accumulate(tp)

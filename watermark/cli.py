@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
     rp.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
     rp.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
+    rp.add_argument(
+        "--partition-mode",
+        choices=("min", "global", "scoped"),
+        default="min",
+        help="with --partition: min over partitions (default), one global generator, or partition-scoped "
+        "firing of the keys living in each partition",
+    )
     rp.add_argument("--json", action="store_true", help="print one JSON object")
 
     cp = sub.add_parser("compare", help="replay a grid of strategies and parameters and print a table")
@@ -155,6 +162,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         params=settings,
         window=window,
         **_options(args, stream),
+        partition_mode=args.partition_mode,
     )
     summary = {"input": str(args.input)} | result.summary()
     if args.json:
@@ -186,8 +194,10 @@ def _format_summary(s: dict[str, Any]) -> str:
         f"watermarks emitted {s['watermarks_emitted']:,}",
     ]
     if s["partitions"] is not None:
+        held = s.get("holdback_partition")
         lines.append(
-            f"partitions         {s['partitions']} (holding back at the end: {s['holdback_partition']})"
+            f"partitions         {s['partitions']}, mode {s.get('partition_mode', 'min')}"
+            + ("" if held is None else f" (holding back at the end: {held})")
         )
     return "\n".join(lines)
 
@@ -241,8 +251,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     else:
         c = result.choice
         settings = " ".join(f"--set {k}={v}" for k, v in c.params.items())
+        mode = "" if c.partition_mode is None else f" --partition-mode {c.partition_mode}"
         print(
-            f"choice      {c.strategy} {settings}\n"
+            f"choice      {c.strategy} {settings}{mode}\n"
             f"late        {c.dropped_pct:.3f} % (target {args.target_late_pct} %)\n"
             f"emit latency mean {c.emit_latency_ms['mean']:,.1f} ms, p99 {c.emit_latency_ms['p99']:,.1f} ms\n"
             f"frontier    {len(out['frontier'])} of {out['candidates']} settings"

@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
 from watermark.registry import make, restore
+from watermark.timeline import Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
 
 
@@ -84,6 +85,10 @@ def _factorize_strings(arr: NDArray[Any]) -> tuple[list[Hashable], NDArray[np.in
     return encoded.dictionary.to_pylist(), codes
 
 
+#: How :class:`PartitionedWatermark` makes the global watermark.
+COMBINATION_MODES = ("min", "global")
+
+
 class PartitionedWatermark(WatermarkReadout):
     """Per-partition generators of one strategy, combined into a global watermark.
 
@@ -96,6 +101,12 @@ class PartitionedWatermark(WatermarkReadout):
     idle_timeout_ms
         Ingestion time without arrivals after which a partition stops holding the watermark back; ``None``
         never excludes a partition.
+    mode
+        ``"min"`` (default): one generator per partition, the global watermark their minimum over active
+        partitions. ``"global"``: one generator fed by every partition in arrival order (partitions are
+        only tracked: last arrival, activity; ``generators`` maps each to that one generator and
+        ``holdback_partition`` is ``None``). The tuner measures both (and partition-scoped firing, which
+        fires each key's windows by ``partition_watermarks`` of a ``"min"`` combination) and chooses.
 
     Examples
     --------
@@ -116,7 +127,12 @@ class PartitionedWatermark(WatermarkReadout):
     """
 
     def __init__(
-        self, strategy: str, params: Mapping[str, Any] | None = None, *, idle_timeout_ms: int | None = None
+        self,
+        strategy: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        idle_timeout_ms: int | None = None,
+        mode: str = "min",
     ) -> None:
         make(strategy, params)  # validate now, with the strategy's own messages
         self.strategy = strategy
@@ -124,6 +140,12 @@ class PartitionedWatermark(WatermarkReadout):
         self.idle_timeout_ms = (
             None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
         )
+        if mode not in COMBINATION_MODES:
+            msg = f"mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
+            raise ValueError(msg)
+        self.mode = mode
+        #: In ``global`` mode, the one generator every partition feeds.
+        self._shared: WatermarkGenerator | None = make(strategy, params) if mode == "global" else None
         self._gens: dict[Hashable, WatermarkGenerator] = {}
         self._last_tp: dict[Hashable, int] = {}
         self._reset_readout()
@@ -163,8 +185,37 @@ class PartitionedWatermark(WatermarkReadout):
     def _generator(self, key: Hashable) -> WatermarkGenerator:
         gen = self._gens.get(key)
         if gen is None:
-            gen = self._gens[key] = make(self.strategy, self.params)
+            gen = self._gens[key] = self._shared or make(self.strategy, self.params)
         return gen
+
+    # -- global mode: one generator for the stream, partitions only tracked ------------------------------
+    def _update_global(self, shared: WatermarkGenerator, key: Hashable, te: int, now: int) -> None:
+        self._generator(key)
+        shared.update(te, now)
+        # The global value holds what it reached before (a reconfiguration starts a fresh generator).
+        self._wm_at_arrival = max(self._wm, shared.watermark_at_arrival_ms)
+        self._wm = max(self._wm, shared.watermark_ms)
+        self._n_seen += 1
+        self._n_late += te < self._wm_at_arrival
+        self._last_tp[key] = now
+
+    def _trace_global(self, shared: WatermarkGenerator, keys: list[Hashable], codes: NDArray[np.intp],
+                      te: I64, clock: I64) -> Trace:  # fmt: skip
+        before = self._wm
+        trace = shared.process_trace(te, clock)
+        assert trace.timeline is not None
+        pre = np.maximum(trace.at_arrival, before)  # the global value holds what it reached before
+        post = np.maximum(trace.after_arrival, before)
+        for code, key in enumerate(keys):
+            self._generator(key)
+            self._last_tp[key] = int(clock[np.flatnonzero(codes == code)[-1]])
+        self._wm = int(post[-1])
+        self._wm_at_arrival = int(pre[-1])
+        self._clock = int(clock[-1])
+        self._n_seen += te.size
+        self._n_late += int(np.count_nonzero(te < pre))
+        self._holdback = None
+        return Trace(pre, post, Timeline(clock, pre, post, before, trace.timeline.parts))
 
     # -- scalar path -----------------------------------------------------------------------------------
     def update(self, partition: Hashable, te_ms: int, tp_ms: int) -> Self:
@@ -173,6 +224,11 @@ class PartitionedWatermark(WatermarkReadout):
         te, now = int(te_ms), int(tp_ms)
         if self._clock is not None and now < self._clock:
             now = self._clock
+        if self._shared is not None:
+            self._clock = now
+            self._update_global(self._shared, key, te, now)
+            return self
+        self._last_count(now)
         self._clock = now
         for p, g in self._gens.items():
             if p != key:
@@ -199,11 +255,35 @@ class PartitionedWatermark(WatermarkReadout):
         now = int(now_ms)
         if self._clock is not None and now <= self._clock:
             return self
+        if self._shared is not None:
+            self._clock = now
+            self._wm = max(self._wm, self._shared.on_idle(now).watermark_ms)
+            return self
+        self._last_count(now)
         self._clock = now
         for g in self._gens.values():
             g.on_idle(now)
         self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last)])
         return self
+
+    def _last_count(self, now: int) -> None:
+        """Settle at the last instant before ``now`` at which any partition counted, if they all stop before.
+
+        The global watermark is the running maximum of the minimum over the partitions active at each
+        instant; when every active partition falls idle before ``now``, that maximum is reached at the last
+        instant one of them still counted, and time must stop there once (as a millisecond timer would).
+        """
+        timeout, clock = self.idle_timeout_ms, self._clock
+        if timeout is None or clock is None:
+            return
+        ends = [last + timeout for last in self._last_tp.values() if self._is_active(clock, last)]
+        if not ends or max(ends) > now or max(ends) - 1 <= clock:
+            return
+        t_last = max(ends) - 1
+        self._clock = t_last
+        for g in self._gens.values():
+            g.on_idle(t_last)
+        self._settle([p for p, last in self._last_tp.items() if self._is_active(t_last, last)])
 
     def _settle(self, active: list[Hashable]) -> None:
         members = set(active)
@@ -233,10 +313,12 @@ class PartitionedWatermark(WatermarkReadout):
             raise ValueError(msg)
         if n == 0:
             empty = np.empty(0, np.int64)
-            return Trace(empty, empty.copy())
+            return Trace(empty, empty.copy(), Timeline(empty, empty, empty, self._wm, ()))
         clock = np.maximum.accumulate(tp_a)
         if self._clock is not None:
             np.maximum(clock, self._clock, out=clock)
+        if self._shared is not None:
+            return self._trace_global(self._shared, keys, codes, te_a, clock)
         for key in keys:
             self._generator(key)
         small = codes.astype(np.int16) if len(keys) < 2**15 else codes  # 16-bit keys sort by radix, in O(n)
@@ -247,12 +329,16 @@ class PartitionedWatermark(WatermarkReadout):
         min_pre = np.full(n, INT64_MAX, np.int64)
         min_post = np.full(n, INT64_MAX, np.int64)
         final: list[tuple[int, Hashable]] = []
+        parts: list[Component] = []
+        before = self._wm
         for key, gen in self._gens.items():
             c = code_of.get(key)
             idx = none_idx if c is None else order[bounds[c] : bounds[c + 1]]
-            pre_p, post_p = gen._run(te_a, clock, idx)
+            before_p = gen.watermark_ms
+            pre_p, post_p, rise_p, offset_p = gen._run_timed(te_a, clock, idx)
             gen._finish_batch(te_a, pre_p, idx)
             last0 = self._last_tp.get(key)
+            dropout = np.full(n, INT64_MAX, np.int64)
             if self._never_idle_in(idx, clock, last0):
                 # Active from the first arrival on (before it, after it for the post-arrival minimum).
                 if last0 is not None:
@@ -261,6 +347,7 @@ class PartitionedWatermark(WatermarkReadout):
                     pre_from, post_from = int(idx[0]) + 1, int(idx[0])
                 else:
                     pre_from = post_from = n
+                dropout[:pre_from] = NO_WATERMARK
                 np.minimum(min_pre[pre_from:], pre_p[pre_from:], out=min_pre[pre_from:])
                 np.minimum(min_post[post_from:], post_p[post_from:], out=min_post[post_from:])
                 active_end = post_from < n
@@ -271,18 +358,23 @@ class PartitionedWatermark(WatermarkReadout):
                 seen = np.full(n, start, np.int64)
                 seen[idx] = clock[idx]
                 np.maximum.accumulate(seen, out=seen)
-                before = shift_right(seen, start)
-                active = (before != NO_WATERMARK) & (clock - before < timeout)
+                last_before = shift_right(seen, start)
+                known = last_before != NO_WATERMARK
+                dropout = np.where(known, np.where(known, last_before, 0) + timeout, NO_WATERMARK)
+                active = known & (clock - last_before < timeout)
                 np.minimum(min_pre, np.where(active, pre_p, INT64_MAX), out=min_pre)
                 active[idx] = True
                 np.minimum(min_post, np.where(active, post_p, INT64_MAX), out=min_post)
                 active_end = bool(active[-1])
+            parts.append(Component(before_p, pre_p, post_p, rise_p, offset_p, dropout))
             if idx.size:
                 self._last_tp[key] = int(clock[idx[-1]])
             if active_end:
                 final.append((int(post_p[-1]), key))
         steps = np.empty(2 * n, np.int64)
-        steps[0::2] = np.where(min_pre == INT64_MAX, NO_WATERMARK, min_pre)
+        steps[0::2] = np.maximum(
+            np.where(min_pre == INT64_MAX, NO_WATERMARK, min_pre), self._last_counts(parts, clock)
+        )
         steps[1::2] = np.where(min_post == INT64_MAX, NO_WATERMARK, min_post)
         levels = running_max(steps, self._wm)
         pre, post = levels[0::2].copy(), levels[1::2].copy()
@@ -293,7 +385,33 @@ class PartitionedWatermark(WatermarkReadout):
         self._n_late += int(np.count_nonzero(te_a < pre))
         # min() keeps the first of equal values: ties go to the oldest partition, as in update().
         self._holdback = min(final, key=lambda item: item[0])[1] if final else None
-        return Trace(pre, post)
+        return Trace(pre, post, Timeline(clock, pre, post, before, tuple(parts)))
+
+    def _last_counts(self, parts: list[Component], clock: I64) -> I64:
+        """Per event: the minimum at the last instant of the gap before it at which a partition counted.
+
+        Only where every partition counting at the gap's start falls idle within the gap (see
+        :meth:`_last_count`); ``NO_WATERMARK`` elsewhere.
+        """
+        n = clock.size
+        out = np.full(n, NO_WATERMARK, np.int64)
+        if self.idle_timeout_ms is None or not parts:
+            return out
+        drop = np.full(n, NO_WATERMARK, np.int64)
+        for part in parts:
+            assert part.dropout is not None
+            np.maximum(drop, part.dropout, out=drop)
+        prev = shift_right(clock, NO_WATERMARK if self._clock is None else self._clock)
+        j = np.flatnonzero((drop != NO_WATERMARK) & (drop <= clock) & (drop - 1 > prev)).astype(np.intp)
+        if j.size == 0:
+            return out
+        t_last = drop[j] - 1
+        low = np.full(j.size, INT64_MAX, np.int64)
+        for part in parts:
+            value = part.value_at(t_last, clock, j)
+            np.minimum(low, np.where(part.counts_at(t_last, j), value, INT64_MAX), out=low)
+        out[j] = np.where(low == INT64_MAX, NO_WATERMARK, low)
+        return out
 
     def _never_idle_in(self, idx: NDArray[np.intp], clock: I64, last0: int | None) -> bool:
         """True if, once it has arrived, the partition stays active through the whole batch."""
@@ -310,21 +428,33 @@ class PartitionedWatermark(WatermarkReadout):
         return idx.size < 2 or int((times[1:] - times[:-1]).max()) < timeout
 
     def reconfigured(
-        self, strategy: str, params: Mapping[str, Any] | None = None, *, idle_timeout_ms: int | None = None
+        self,
+        strategy: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        idle_timeout_ms: int | None = None,
+        mode: str | None = None,
     ) -> PartitionedWatermark:
         """The combination under a new configuration, continuing from this one's global state.
 
         The global watermark, clock, arrivals and counts carry over, so the watermark never regresses.
-        With the same strategy and parameters the per-partition generators carry over too; otherwise every
-        partition starts a fresh generator of the new strategy, and the global watermark holds until they
-        emit.
+        With the same strategy, parameters and mode (``None``: this one's) the generators carry over too;
+        otherwise every partition starts a fresh generator of the new strategy, and the global watermark
+        holds until they emit.
         """
-        new = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
+        mode = self.mode if mode is None else mode
+        new = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms, mode=mode)
         same = (
             strategy == self.strategy
+            and mode == self.mode
             and make(strategy, params).params == make(self.strategy, self.params).params
         )
-        new._gens = dict(self._gens) if same else {key: make(strategy, params) for key in self._gens}
+        if same and self._shared is not None:
+            new._shared = self._shared
+        if same:
+            new._gens = dict(self._gens)
+        else:
+            new._gens = {key: new._shared or make(strategy, params) for key in self._gens}
         new._last_tp = dict(self._last_tp)
         new._wm, new._wm_at_arrival, new._clock = self._wm, self._wm_at_arrival, self._clock
         new._n_seen, new._n_late = self._n_seen, self._n_late
@@ -346,7 +476,12 @@ class PartitionedWatermark(WatermarkReadout):
             "holdback": self._holdback,
             "n_seen": self._n_seen,
             "n_late": self._n_late,
-            "partitions": [[p, self._last_tp.get(p), g.snapshot()] for p, g in self._gens.items()],
+            "partitions": [
+                [p, self._last_tp.get(p), None if self._shared is not None else g.snapshot()]
+                for p, g in self._gens.items()
+            ],
+            "mode": self.mode,
+            "shared": None if self._shared is None else self._shared.snapshot(),
         }
 
     @classmethod
@@ -355,7 +490,10 @@ class PartitionedWatermark(WatermarkReadout):
         if snap.get("kind") != "partitioned" or snap.get("version") != 1:
             msg = "not a version-1 partitioned watermark snapshot"
             raise ValueError(msg)
-        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=snap["idle_timeout_ms"])
+        mode = snap.get("mode", "min")
+        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=snap["idle_timeout_ms"], mode=mode)
+        if snap.get("shared") is not None:
+            obj._shared = restore(snap["shared"])
         obj._wm = int(snap["wm"])
         obj._wm_at_arrival = int(snap["wm_at_arrival"])
         obj._clock = None if snap["clock"] is None else int(snap["clock"])
@@ -363,7 +501,7 @@ class PartitionedWatermark(WatermarkReadout):
         obj._n_seen = int(snap["n_seen"])
         obj._n_late = int(snap["n_late"])
         for key, last, gen_snap in snap["partitions"]:
-            obj._gens[_plain(key)] = restore(gen_snap)
+            obj._gens[_plain(key)] = obj._shared or restore(gen_snap)
             if last is not None:
                 obj._last_tp[_plain(key)] = int(last)
         return obj

@@ -37,6 +37,7 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
     "ingestion": [
         {"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)
     ],
+    "slo": [{"late_slo_pct": pct} for pct in (0.5, 0.1)],
 }
 
 
@@ -83,6 +84,7 @@ def run_grid(
     straggler_ms: int = DEFAULT_STRAGGLER_MS,
     idle_timeout_ms: int | None = None,
     progress: Callable[[str], None] | None = None,
+    partition_mode: str = "min",
 ) -> list[dict[str, Any]]:
     """Replay every (strategy, parameters, window) of the grid; one summary dict per run."""
     grid = DEFAULT_GRID if grid is None else grid
@@ -103,6 +105,7 @@ def run_grid(
             key=key,
             straggler_ms=straggler_ms,
             idle_timeout_ms=idle_timeout_ms,
+            partition_mode=partition_mode,
         )
         rows.append(result.summary() | {"grid_params": params})
     return rows

@@ -1,11 +1,15 @@
 """The pipeline's watermark configuration: a validated, versioned JSON document.
 
 One document says which strategy and parameters the watermark stage runs, the window, the late-rate
-SLO and the partition idleness timeout. The streaming job re-reads it at batch boundaries
-(:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with :func:`write_config`. A new
-version applies only if it is valid and its ``version`` is higher than the running one; anything else
-is refused with a reason and the running configuration is kept. The window cannot change under a
-running job (its open windows were cut by the old one): such a version is refused too.
+SLO and the partition idleness timeout. With ``"strategy": "slo"`` and no ``late_slo_pct`` among the
+params, the SLO strategy's target is the document's ``late_slo_pct``. ``partition_mode`` (``"min"``, the
+default, or ``"global"``) says how partitions make the watermark
+(:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
+batch boundaries (:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with
+:func:`write_config`. A new version applies only if it is valid and its ``version`` is higher than the
+running one; anything else is refused with a reason and the running configuration is kept. The window
+cannot change under a running job (its open windows were cut by the old one): such a version is refused
+too.
 
 Example document::
 
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from watermark.base import check_float, check_int
+from watermark.combine import COMBINATION_MODES
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec
 from watermark.registry import make
 
@@ -46,6 +51,7 @@ _FIELDS = (
     "idle_timeout_ms",
     "straggler_ms",
     "note",
+    "partition_mode",
 )
 _REQUIRED = ("version", "strategy", "window_ms")
 
@@ -67,6 +73,8 @@ class PipelineConfig:
     straggler_ms: int = DEFAULT_STRAGGLER_MS
     note: str | None = None
     source: str | None = field(default=None, compare=False)
+    #: How partitions make the watermark (:data:`watermark.combine.COMBINATION_MODES`).
+    partition_mode: str = "min"
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str | None = None) -> PipelineConfig:
@@ -98,12 +106,18 @@ class PipelineConfig:
             if not isinstance(params, Mapping):
                 msg = f"params must be an object of name: value, got {type(params).__name__}"
                 raise ValueError(msg)
+            slo = check_float("late_slo_pct", doc.get("late_slo_pct", 1.0), 0.0, 100.0)
+            if doc["strategy"] == "slo" and "late_slo_pct" not in params:
+                params = {**params, "late_slo_pct": slo}  # the SLO strategy's target is the document's SLO
             generator = make(str(doc["strategy"]), params)  # validates names and values
             window = WindowSpec(doc["window_ms"], doc.get("slide_ms"))
-            slo = check_float("late_slo_pct", doc.get("late_slo_pct", 1.0), 0.0, 100.0)
             idle = doc.get("idle_timeout_ms")
             idle = None if idle is None else check_int("idle_timeout_ms", idle, 1)
             straggler = check_int("straggler_ms", doc.get("straggler_ms", DEFAULT_STRAGGLER_MS), 0)
+            mode = doc.get("partition_mode") or "min"
+            if mode not in COMBINATION_MODES:
+                msg = f"partition_mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
+                raise ValueError(msg)
             note = doc.get("note")
             if note is not None and not isinstance(note, str):
                 msg = f"note must be text, got {type(note).__name__}"
@@ -123,6 +137,7 @@ class PipelineConfig:
             straggler_ms=straggler,
             note=note,
             source=source,
+            partition_mode=mode,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,7 +152,7 @@ class PipelineConfig:
             "idle_timeout_ms": self.idle_timeout_ms,
             "straggler_ms": self.straggler_ms,
             "note": self.note,
-        }
+        } | ({} if self.partition_mode == "min" else {"partition_mode": self.partition_mode})
 
     def with_version(self, version: int, **changes: Any) -> PipelineConfig:
         """A copy as a new version with some fields changed (validated again)."""

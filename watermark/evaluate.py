@@ -9,9 +9,12 @@ Definitions (one convention everywhere, see the README):
   half of ``[W, W + STRAGGLERSIZE)``); they are reported, not dropped.
 * Windows are Spark's ``window()``: tumbling windows ``[k * window_ms, (k + 1) * window_ms)`` aligned to epoch
   0, or sliding windows starting at multiples of ``slide_ms``. With a key, a window is per key.
-* A window **fires** at the first arrival after which ``W >= end``; it has **trigger delay**
-  ``W_at_fire - end`` and **emit latency** ``tp_at_fire - end``. Windows that the end of input closes are
-  counted apart (``windows_flushed``) and excluded from the latency figures, as the seed paper does.
+* A window **fires** at the earliest ingestion-clock instant at which ``W >= end``, whether an arrival or a
+  timer (a periodic emission, an idle advance) raised the watermark (:mod:`watermark.timeline`); it has
+  **trigger delay** ``W_at_fire - end`` and **emit latency** ``t_fire - end``. Windows the watermark has not
+  reached by the last arrival are counted apart (``windows_flushed``) and excluded from the latency
+  figures, as the seed paper does. One convention for every strategy: the same instants a job firing at
+  its trigger's timer and at batch boundaries would see.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from numpy.typing import ArrayLike, NDArray
 from watermark.base import check_int
 from watermark.combine import PartitionedWatermark, factorize
 from watermark.registry import make
+from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
 
 #: Default straggler band: the sliding-window paper's ``SLIDEWINDOWSIZE`` of 500 ms.
 DEFAULT_STRAGGLER_MS = 500
 
 LATE, STRAGGLER, NORMAL, PENDING = 0, 1, 2, 3
+
+#: How partitions make the watermark in a replay (``replay``'s ``partition_mode``).
+PARTITION_MODES = ("min", "global", "scoped")
 CLASS_NAMES = ("late", "straggler", "normal", "pending")
 
 
@@ -120,8 +127,12 @@ class WindowTable:
     end_ms: NDArray[np.int64]
     count: NDArray[np.int64]
     fired: NDArray[np.bool_]  # fired before the end of input
-    fire_tp_ms: NDArray[np.int64]  # ingestion time at fire (undefined where not fired)
+    fire_tp_ms: NDArray[np.int64]  # ingestion-clock instant at fire (undefined where not fired)
     fire_wm_ms: NDArray[np.int64]  # watermark that fired it (undefined where not fired)
+    #: The same for a consumer that fires windows only at arrivals (a job without a trigger timer): the first
+    #: arrival at or after ``fire_tp_ms`` and the watermark right after it.
+    arrival_fire_tp_ms: NDArray[np.int64] | None = None
+    arrival_fire_wm_ms: NDArray[np.int64] | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,7 @@ def replay(
     key: ArrayLike | None = None,
     straggler_ms: int = DEFAULT_STRAGGLER_MS,
     idle_timeout_ms: int | None = None,
+    partition_mode: str = "min",
 ) -> ReplayResult:
     """Replay a recorded stream (rows in any order) through ``strategy`` and evaluate ``window``.
 
@@ -225,12 +237,19 @@ def replay(
         Width of the straggler window.
     idle_timeout_ms
         Idleness timeout of the partition combination.
+    partition_mode
+        How partitions make the watermark (see :data:`PARTITION_MODES`): ``"min"``, one generator per
+        partition combined as the minimum over active partitions; ``"global"``, one generator over the whole
+        stream (partitions only reported); ``"scoped"``, one generator per partition that judges that
+        partition's tuples and fires the windows of the keys living in it (each key must live in one
+        partition, as with Kafka's keyed partitioning).
 
     Examples
     --------
-    Window ``[0, 1000)`` fires at ``tp = 1420``, when the emission ``1300 - 100`` passes its end; the tuple
-    with ``te = 140`` arrives after that and is late. Window ``[1000, 2000)`` is closed only by the end
-    of input.
+    Window ``[0, 1000)`` fires at the timer instant ``1410`` of the 100 ms grid that starts at the first
+    arrival (110), when the emission ``1300 - 100`` passes its end, not at the arrival at 1420 that finds it
+    done; the tuple with ``te = 140`` arrives after that and is late. Window ``[1000, 2000)`` is closed
+    only by the end of input.
 
     >>> from watermark.evaluate import WindowSpec, replay
     >>> r = replay([100, 250, 120, 1_300, 1_400, 140], [110, 260, 270, 1_310, 1_420, 1_430],
@@ -239,34 +258,21 @@ def replay(
     >>> s["late"], s["windows"], s["windows_fired"]
     (1, 2, 1)
     >>> s["emit_latency_ms"]["mean"], s["trigger_delay_ms"]["mean"]
-    (420.0, 200.0)
+    (410.0, 200.0)
 
     """
     te_a, tp_a = as_ms_array(te, "te"), as_ms_array(tp, "tp")
     if te_a.size != tp_a.size:
         msg = f"te and tp must have the same length, got {te_a.size} and {tp_a.size}"
         raise ValueError(msg)
+    if partition_mode not in PARTITION_MODES:
+        msg = f"partition_mode must be one of {', '.join(PARTITION_MODES)}, got {partition_mode!r}"
+        raise ValueError(msg)
     straggler_ms = check_int("straggler_ms", straggler_ms, 0)
     order = np.argsort(tp_a, kind="stable")
     te_s, tp_s = te_a[order], tp_a[order]
     partitions: list[Any] | None = None
     extra: dict[str, Any] = {}
-    if partition is None:
-        gen = make(strategy, params)
-        effective = gen.params
-        trace = gen.process_trace(te_s, tp_s)
-        extra["diagnostics"] = gen.diagnostics()
-    else:
-        part = np.asarray(partition)
-        if part.size != te_a.size:
-            msg = f"partition must have one value per row ({te_a.size}), got {part.size}"
-            raise ValueError(msg)
-        combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
-        trace = combo.process_trace(part[order], te_s, tp_s)
-        partitions = list(combo.generators)
-        effective = make(strategy, params).params
-        extra["holdback_partition"] = combo.holdback_partition
-    classes = classify(te_s, trace.at_arrival, straggler_ms)
     keys: list[Any] | None = None
     key_codes = np.zeros(te_s.size, np.intp)
     if key is not None:
@@ -275,7 +281,36 @@ def replay(
             msg = f"key must have one value per row ({te_a.size}), got {k_arr.size}"
             raise ValueError(msg)
         keys, key_codes = factorize(k_arr[order])
-    windows = _windows(te_s, tp_s, trace.after_arrival, classes != LATE, key_codes, window)
+    effective = make(strategy, params).params
+    part_codes: NDArray[np.intp] | None = None
+    if partition is not None:
+        part = np.asarray(partition)
+        if part.size != te_a.size:
+            msg = f"partition must have one value per row ({te_a.size}), got {part.size}"
+            raise ValueError(msg)
+        partitions, part_codes = factorize(part[order])
+        extra["partition_mode"] = partition_mode
+    if part_codes is None or partition_mode == "global":
+        gen = make(strategy, params)
+        trace = gen.process_trace(te_s, tp_s)
+        extra["diagnostics"] = gen.diagnostics()
+        pre, post = trace.at_arrival, trace.after_arrival
+        classes = classify(te_s, pre, straggler_ms)
+        assert trace.timeline is not None
+        windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
+    elif partition_mode == "min":
+        assert partition is not None
+        combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
+        trace = combo.process_trace(np.asarray(partition)[order], te_s, tp_s)
+        extra["holdback_partition"] = combo.holdback_partition
+        pre, post = trace.at_arrival, trace.after_arrival
+        classes = classify(te_s, pre, straggler_ms)
+        assert trace.timeline is not None
+        windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
+    else:
+        pre, post, classes, windows = _scoped(
+            te_s, tp_s, part_codes, key_codes, keys is not None, strategy, params, window, straggler_ms
+        )
     return ReplayResult(
         strategy=strategy,
         params=effective,
@@ -285,8 +320,8 @@ def replay(
         order=order,
         te_ms=te_s,
         tp_ms=tp_s,
-        wm_at_arrival=trace.at_arrival,
-        wm_after=trace.after_arrival,
+        wm_at_arrival=pre,
+        wm_after=post,
         classes=classes,
         windows=windows,
         partitions=partitions,
@@ -295,10 +330,61 @@ def replay(
     )
 
 
-def _windows(
+def _scoped(
     te: NDArray[np.int64],
     tp: NDArray[np.int64],
-    wm_after: NDArray[np.int64],
+    part_codes: NDArray[np.intp],
+    key_codes: NDArray[np.intp],
+    keyed: bool,
+    strategy: str,
+    params: dict[str, Any] | None,
+    spec: WindowSpec,
+    straggler_ms: int,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int8], WindowTable]:
+    """Partition-scoped firing: each partition's generator judges its tuples and fires its keys' windows."""
+    if not keyed:
+        msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"
+        raise ValueError(msg)
+    pairs = np.unique(np.stack([key_codes.astype(np.int64), part_codes.astype(np.int64)]), axis=1)
+    if np.unique(pairs[0]).size != pairs.shape[1]:
+        msg = "partition_mode 'scoped' needs every key to live in one partition; some keys span several"
+        raise ValueError(msg)
+    pre = np.empty(te.size, np.int64)
+    post = np.empty(te.size, np.int64)
+    classes = np.empty(te.size, np.int8)
+    tables = []
+    for code in range(int(part_codes.max()) + 1 if part_codes.size else 0):
+        rows = np.flatnonzero(part_codes == code)
+        trace = make(strategy, params).process_trace(te[rows], tp[rows])
+        pre[rows], post[rows] = trace.at_arrival, trace.after_arrival
+        classes[rows] = classify(te[rows], trace.at_arrival, straggler_ms)
+        assert trace.timeline is not None
+        tables.append(_windows(te[rows], trace.timeline, classes[rows] != LATE, key_codes[rows], spec))
+    if not tables:
+        empty_i, empty = np.empty(0, np.intp), np.empty(0, np.int64)
+        table = WindowTable(empty_i, empty, empty, empty, np.empty(0, np.bool_), empty, empty)
+        return pre, post, classes, table
+    table = WindowTable(
+        key=np.concatenate([t.key for t in tables]),
+        start_ms=np.concatenate([t.start_ms for t in tables]),
+        end_ms=np.concatenate([t.end_ms for t in tables]),
+        count=np.concatenate([t.count for t in tables]),
+        fired=np.concatenate([t.fired for t in tables]),
+        fire_tp_ms=np.concatenate([t.fire_tp_ms for t in tables]),
+        fire_wm_ms=np.concatenate([t.fire_wm_ms for t in tables]),
+        arrival_fire_tp_ms=np.concatenate(
+            [t.arrival_fire_tp_ms for t in tables if t.arrival_fire_tp_ms is not None]
+        ),
+        arrival_fire_wm_ms=np.concatenate(
+            [t.arrival_fire_wm_ms for t in tables if t.arrival_fire_wm_ms is not None]
+        ),
+    )
+    return pre, post, classes, table
+
+
+def _windows(
+    te: NDArray[np.int64],
+    timeline: Timeline,
     on_time: NDArray[np.bool_],
     key_codes: NDArray[np.intp],
     spec: WindowSpec,
@@ -312,15 +398,16 @@ def _windows(
     else:
         w_key, w_start, count = np.empty(0, np.intp), np.empty(0, np.int64), np.empty(0, np.int64)
     end = w_start + spec.window_ms
-    at = np.searchsorted(wm_after, end, side="left")
-    fired = at < te.size
-    safe = np.minimum(at, max(te.size - 1, 0))
+    fired, fire_t, fire_w = timeline.fire(end)
+    _, arrival_t, arrival_w = timeline.fire_at_arrivals(end)
     return WindowTable(
         key=w_key,
         start_ms=w_start,
         end_ms=end,
         count=count.astype(np.int64),
         fired=fired,
-        fire_tp_ms=tp[safe] if te.size else np.empty(0, np.int64),
-        fire_wm_ms=wm_after[safe] if te.size else np.empty(0, np.int64),
+        fire_tp_ms=fire_t,
+        fire_wm_ms=fire_w,
+        arrival_fire_tp_ms=arrival_t,
+        arrival_fire_wm_ms=arrival_w,
     )

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from watermark.base import I64, Idx, WatermarkGenerator, check_int
-from watermark.timeutil import NO_WATERMARK, running_max, shift_right
+from watermark.timeline import NO_RISE
+from watermark.timeutil import NO_WATERMARK, arrival_clock, running_max, shift_right
 
 
 class Ingestion(WatermarkGenerator):
@@ -67,21 +68,21 @@ class Ingestion(WatermarkGenerator):
         self._last_write = tp
         self._raise(tp - 1 - self.max_event_time_lag_ms)
 
+    def _timers(self, tp: I64, arrivals: Idx | None) -> tuple[I64, I64 | None]:
+        _, _, last_before = arrival_clock(tp, arrivals, self._last_write)
+        known = last_before != NO_WATERMARK
+        rise = np.where(known, np.where(known, last_before, 0) + self.max_watermark_lag_ms, NO_RISE)
+        return rise, np.full(tp.size, 1 + self.max_event_time_lag_ms, np.int64)
+
     def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         lag = 1 + self.max_event_time_lag_ms
-        if arrivals is None:
-            write = tp
-        else:
-            write = np.full(tp.size, NO_WATERMARK, np.int64)
-            write[arrivals] = tp[arrivals]
-        last0 = NO_WATERMARK if self._last_write is None else self._last_write
-        last_before = shift_right(running_max(write, last0), last0)
+        write, last_seen, last_before = arrival_clock(tp, arrivals, self._last_write)
         idle = (last_before != NO_WATERMARK) & (tp - last_before >= self.max_watermark_lag_ms)
         advance = np.where(idle, tp - lag, NO_WATERMARK)
         observed = np.where(write != NO_WATERMARK, tp - lag, NO_WATERMARK)
         pre = running_max(np.maximum(advance, shift_right(observed, NO_WATERMARK)), self._wm)
         post = np.maximum(pre, observed)
-        last = int(running_max(write, last0)[-1])
+        last = int(last_seen[-1])
         self._last_write = None if last == NO_WATERMARK else last
         self._wm = int(post[-1])
         self._clock = int(tp[-1])

@@ -8,16 +8,43 @@ from typing import Any, ClassVar
 import numpy as np
 
 from watermark.base import I64, Idx, WatermarkGenerator, check_int
+from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK, running_max, sat_sub, shift_right
+
+
+def grid_rises(tp: I64, arrivals: Idx | None, t0: int | None, clock: int | None, period_ms: int) -> I64:
+    """First grid instant ``t0 + k * period_ms`` in the gap before each event (``NO_RISE`` before a grid).
+
+    The grid starts at the first arrival (``t0``, or the first of ``arrivals`` when ``t0`` is None); the gap
+    before event ``j`` is ``(tp[j-1], tp[j]]``, the first one starting at ``clock``.
+    """
+    n = tp.size
+    first = -1
+    if t0 is None:
+        if arrivals is None:
+            first = 0
+        else:
+            first = int(arrivals[0]) if arrivals.size else n
+        if first >= n:
+            return np.full(n, NO_RISE, np.int64)
+        t0 = int(tp[first])
+    prev = np.empty(n, np.int64)
+    prev[0] = t0 if clock is None else clock
+    prev[1:] = tp[:-1]
+    rise = t0 + ((prev - t0) // period_ms + 1) * period_ms
+    rise[: first + 1] = NO_RISE  # no grid before (and at) the first arrival
+    return rise
 
 
 class Periodic(WatermarkGenerator):
     """Every ``period_ms`` of ingestion time, ``W = max(te seen) - delay_ms``.
 
     Emission points lie on the grid ``t0 + k * period_ms`` of ingestion time, ``t0`` being the first
-    arrival's ``tp``. At an arrival (or an idle instant) at or past the next grid point,
-    ``W = max(W, max te of the tuples that arrived before it - delay_ms)``; that arrival is judged against
-    the new ``W``. Several grid points passed at once give one emission (no data came in between).
+    arrival's ``tp``. A timer fires at each grid instant ``g`` (Flink's auto-watermark interval):
+    ``W = max(W, max te of the tuples that arrived before g - delay_ms)``; an arrival at ``g`` is judged
+    against the new ``W``. The emission happens at ``g`` itself, not at the next arrival: ``on_idle`` applies
+    it, and the replay's timeline (:mod:`watermark.timeline`) credits windows it fires to ``g``. Several grid
+    points without an arrival between them emit the same value.
 
     Parameters
     ----------
@@ -69,6 +96,9 @@ class Periodic(WatermarkGenerator):
     def _observe(self, te: int, tp: int, late: bool) -> None:
         if te > self._max_te:
             self._max_te = te
+
+    def _timers(self, tp: I64, arrivals: Idx | None) -> tuple[I64, I64 | None]:
+        return grid_rises(tp, arrivals, self._t0, self._clock, self.period_ms), None
 
     def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         n = te.size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -12,9 +13,10 @@ from watermark.ingestion import Ingestion
 from watermark.percentile import Percentile
 from watermark.periodic import Periodic
 from watermark.sliding import Sliding
+from watermark.slo import LateRateSLO
 
 STRATEGIES: dict[str, type[WatermarkGenerator]] = {
-    cls.name: cls for cls in (Periodic, Adaptive, Sliding, Percentile, Band, Ingestion)
+    cls.name: cls for cls in (Periodic, Adaptive, Sliding, Percentile, Band, Ingestion, LateRateSLO)
 }
 
 
@@ -61,7 +63,21 @@ def make(name: str, params: Mapping[str, Any] | None = None) -> WatermarkGenerat
     if unknown:
         msg = f"{name}: unknown parameter(s) {', '.join(unknown)}; it takes: {', '.join(cls.param_types)}"
         raise ValueError(msg)
+    missing = [k for k in required_params(cls) if k not in given]
+    if missing:
+        msg = f"{name}: missing required parameter(s) {', '.join(missing)}"
+        raise ValueError(msg)
     return cls(**{k: _convert(cls, k, v) for k, v in given.items()})
+
+
+def required_params(cls: type[WatermarkGenerator]) -> list[str]:
+    """Parameters of a strategy that have no default (``slo``'s ``late_slo_pct``)."""
+    signature = inspect.signature(cls.__init__)
+    return [
+        p.name
+        for p in signature.parameters.values()
+        if p.name in cls.param_types and p.default is inspect.Parameter.empty
+    ]
 
 
 def parse_settings(items: Iterable[str]) -> dict[str, str]:

@@ -53,6 +53,26 @@ def running_max(values: NDArray[np.int64], initial: int) -> NDArray[np.int64]:
     return out
 
 
+def arrival_clock(
+    tp: NDArray[np.int64], arrivals: NDArray[np.intp] | None, last_ms: int | None
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """The ingestion instants of arrivals among ``tp``, and the latest arrival up to and before each one.
+
+    ``arrivals`` indexes the positions of ``tp`` that are arrivals (None: all are; the others are timer
+    instants). Returns ``(write, last_seen, last_before)``: ``tp`` at arrivals and ``NO_WATERMARK``
+    elsewhere; the latest arrival at or before each position; and the latest one strictly before it, both
+    starting from ``last_ms`` (the previous call's latest arrival; None: none yet).
+    """
+    if arrivals is None:
+        write = tp
+    else:
+        write = np.full(tp.size, NO_WATERMARK, np.int64)
+        write[arrivals] = tp[arrivals]
+    last0 = NO_WATERMARK if last_ms is None else last_ms
+    last_seen = running_max(write, last0)
+    return write, last_seen, shift_right(last_seen, last0)
+
+
 def encode_i64(values: NDArray[np.int64]) -> str:
     """Compact JSON-safe encoding of an int64 array (little-endian bytes, base64)."""
     return base64.b64encode(np.ascontiguousarray(values, dtype="<i8").tobytes()).decode("ascii")

@@ -1,0 +1,780 @@
+r"""A local Kafka broker for tests and the demo: one KRaft process (broker and controller), from Maven jars.
+
+Usage::
+
+    bin/kafka-local start                 # 127.0.0.1:9092, data and logs under out/kafka/
+    bin/kafka-local status                # running (pid, address) or not running
+    bin/kafka-local stop                  # SIGTERM, wait, report
+    bin/kafka-local start --port 19092 --dir /tmp/kafka   # or AWM_KAFKA_PORT=19092 / AWM_KAFKA_DIR=...
+
+    python -m jobs.feed --synthetic 10000 --kafka-bootstrap-servers 127.0.0.1:9092 --topic events \
+        --partitions 4
+
+``bin/kafka-local`` sources ``bin/bootstrap.sh`` (the virtualenv and the jars in ``.jvm/kafka``) and runs
+``python -m jobs.kafka_local``. From Python (tests)::
+
+    with LocalKafka(port=19092, dir=tmp_path / "kafka") as kafka:
+        kafka.create_topic("events", 4)
+        ... kafka.bootstrap_servers ...
+
+The broker is ``java -cp '.jvm/kafka/*' kafka.Kafka server.properties`` with
+``process.roles=broker,controller`` and a static one-voter quorum (``controller.quorum.voters``) on a second,
+free port, so that the controller port may change from one start to the next. Its storage is formatted once,
+the first time a directory is used, with ``kafka.tools.StorageTool format`` (in the ``kafka_2.13`` jar) and a
+cluster id made here. Settings are those of a single node: replication factor 1 for the internal topics,
+``num.partitions=1``, ``auto.create.topics.enable=false``, ``message.max.bytes`` 8 MiB (so that tests can
+produce a 2 MB record that the job must quarantine), a 512 MiB heap, and a log4j2 configuration that logs
+warnings (and the "started" line) to ``logs/server.log``.
+
+A start is complete when the listener accepts TCP connections and a metadata request through confluent-kafka's
+``AdminClient`` lists the broker; it fails after 30 s (by default) with the tail of the broker's log.
+
+The directory holds::
+
+    server.properties, log4j2.properties   written at each start
+    data/                                   the broker's log.dirs (formatted once)
+    logs/server.log, logs/broker.out        the broker's log and its standard output and error
+    broker.json                             pid, ports and start time of the running broker
+
+Exit status of ``python -m jobs.kafka_local``: 0 on success (``status``: running), 1 when the broker cannot
+be started or stopped (port busy, jars missing, timeout), 2 for bad arguments, 3 for ``status`` when no broker
+runs.
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from watermark.cli import EXIT_BAD_INPUT, OneLineParser
+
+__all__ = [
+    "DEFAULT_PORT",
+    "KafkaLocalError",
+    "LocalKafka",
+    "QUIET",
+    "ensure_topic",
+    "free_port",
+    "main",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PORT = 9092
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_DIR = ROOT / "out" / "kafka"
+DEFAULT_JARS = ROOT / ".jvm" / "kafka"
+PORT_ENV, DIR_ENV, JARS_ENV = "AWM_KAFKA_PORT", "AWM_KAFKA_DIR", "AWM_KAFKA_JARS"
+EXIT_FAILED = 1
+EXIT_NOT_RUNNING = 3
+
+#: librdkafka client settings that keep its own log lines (connection refused, retries) off stderr: failures
+#: reach the caller as exceptions and delivery reports instead.
+QUIET = {"log_level": 0}
+_NODE_ID = 1
+_STATE = "broker.json"
+_MAIN_CLASS = "kafka.Kafka"
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+_BROKER_JAR = "kafka_2.13-*.jar"
+
+
+class KafkaLocalError(RuntimeError):
+    """The local broker cannot be started, reached or stopped; the message says why and what to do."""
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port on ``host`` that is free now (the operating system's choice).
+
+    Parameters
+    ----------
+    host : str, default "127.0.0.1"
+        The address to bind.
+
+    Returns
+    -------
+    int
+        The port number.
+
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_busy(host: str, port: int) -> bool:
+    """Whether ``host:port`` cannot be bound (something listens on it, or it is otherwise taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _accepts(host: str, port: int) -> bool:
+    """Whether a TCP connection to ``host:port`` succeeds."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _check_port(port: object, what: str = "port") -> int:
+    """``port`` as an int in 1..65535, else a ValueError naming ``what``."""
+    if isinstance(port, str):
+        try:
+            port = int(port.strip())
+        except ValueError:
+            msg = f"{what} must be an integer in 1..65535, got {port!r}"
+            raise ValueError(msg) from None
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        msg = f"{what} must be an integer in 1..65535, got {port!r}"
+        raise ValueError(msg)
+    return port
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id: 16 bytes in URL-safe base64 without padding (as ``random-uuid`` prints)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not text.startswith("-"):  # Kafka avoids ids that look like command-line flags
+            return text
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The command line of process ``pid`` (empty when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a text file ('' when it is missing)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def ensure_topic(
+    bootstrap_servers: str,
+    name: str,
+    partitions: int | None,
+    *,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, bool]:
+    """Create a topic if it is missing; check the partition count of an existing one.
+
+    Parameters
+    ----------
+    bootstrap_servers : str
+        ``HOST:PORT[,HOST:PORT...]``.
+    name : str
+        The topic.
+    partitions : int or None
+        The wanted partition count (>= 1). None accepts an existing topic's count; a missing topic then
+        cannot be created (ValueError).
+    config : mapping of str to str, optional
+        Topic configuration for a topic created here (e.g. ``{"message.timestamp.type": "CreateTime"}``).
+        An existing topic's configuration is not changed.
+    timeout : float, default 30.0
+        Seconds for each admin request.
+
+    Returns
+    -------
+    tuple of (int, bool)
+        The topic's partition count, and whether it was created by this call.
+
+    Raises
+    ------
+    ValueError
+        If the name or partition count is invalid, or the topic exists with another partition count.
+    KafkaLocalError
+        If the broker cannot be reached or refuses the topic.
+
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if not isinstance(name, str) or not name or len(name) > 249:
+        msg = f"a topic name must be 1 to 249 characters, got {name!r}"
+        raise ValueError(msg)
+    if partitions is not None and (
+        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+    ):
+        msg = f"partitions must be an integer >= 1, got {partitions!r}"
+        raise ValueError(msg)
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **QUIET})
+
+    def existing() -> int | None:
+        try:
+            metadata = admin.list_topics(topic=name, timeout=timeout)
+        except KafkaException as exc:
+            msg = f"cannot reach Kafka at {bootstrap_servers}: {exc.args[0].str()}"
+            raise KafkaLocalError(msg) from None
+        topic = metadata.topics.get(name)
+        if topic is None or (
+            topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            return None
+        if topic.error is not None:
+            msg = f"topic {name!r} on {bootstrap_servers}: {topic.error.str()}"
+            raise KafkaLocalError(msg)
+        return len(topic.partitions)
+
+    def check(count: int) -> tuple[int, bool]:
+        if partitions is not None and count != partitions:
+            msg = (
+                f"topic {name!r} exists on {bootstrap_servers} with {count} partition(s), not {partitions}; "
+                f"give --partitions {count} or use another topic"
+            )
+            raise ValueError(msg)
+        return count, False
+
+    count = existing()
+    if count is not None:
+        return check(count)
+    if partitions is None:
+        msg = f"topic {name!r} does not exist on {bootstrap_servers}; give its partition count to create it"
+        raise ValueError(msg)
+    new = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+    future = admin.create_topics([new], operation_timeout=timeout, request_timeout=timeout)[name]
+    try:
+        future.result(timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # created meanwhile by someone else
+            count = existing()
+            if count is not None:
+                return check(count)
+        msg = f"cannot create topic {name!r} on {bootstrap_servers}: {error.str()}"
+        raise KafkaLocalError(msg) from None
+    # Wait until the metadata shows every partition with a leader, so that producing starts at once.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            if all(p.leader >= 0 for p in topic.partitions.values()):
+                return partitions, True
+        time.sleep(0.05)
+    msg = f"topic {name!r} on {bootstrap_servers}: a partition still lacks a leader after {timeout} s"
+    raise KafkaLocalError(msg)
+
+
+class LocalKafka:
+    """One local KRaft broker (controller and broker in one JVM) in a directory of its own.
+
+    Parameters
+    ----------
+    port : int, optional
+        The client listener's port; default ``$AWM_KAFKA_PORT``, else 9092.
+    dir : str or os.PathLike, optional
+        Directory for the configuration, data and logs; default ``$AWM_KAFKA_DIR``, else ``out/kafka``.
+    controller_port : int, optional
+        The controller listener's port; default a free port chosen at each start.
+    host : str, default "127.0.0.1"
+        The address both listeners bind and the broker advertises.
+    jars : str or os.PathLike, optional
+        The broker's jars; default ``$AWM_KAFKA_JARS``, else ``.jvm/kafka`` (filled by ``bin/bootstrap.sh``).
+    heap : str, default "512m"
+        The JVM's maximum heap (``-Xmx``).
+    start_timeout : float, default 30.0
+        Seconds :meth:`start` waits for the broker to answer.
+
+    Examples
+    --------
+    Not run here (it needs the jars and takes seconds)::
+
+        with LocalKafka(port=free_port(), dir=tmp) as kafka:
+            kafka.create_topic("events", 4)
+            producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        *,
+        controller_port: int | None = None,
+        host: str = DEFAULT_HOST,
+        jars: str | os.PathLike[str] | None = None,
+        heap: str = "512m",
+        start_timeout: float = 30.0,
+    ) -> None:
+        if port is None:
+            port = _check_port(os.environ[PORT_ENV], PORT_ENV) if os.environ.get(PORT_ENV) else DEFAULT_PORT
+        self.port = _check_port(port)
+        self.controller_port = None if controller_port is None else _check_port(controller_port)
+        if self.controller_port == self.port:
+            msg = f"the controller port must differ from the broker port {self.port}"
+            raise ValueError(msg)
+        self.host = host
+        self.dir = Path(dir if dir is not None else os.environ.get(DIR_ENV) or DEFAULT_DIR).absolute()
+        self.jars = Path(jars if jars is not None else os.environ.get(JARS_ENV) or DEFAULT_JARS).absolute()
+        self.heap = heap
+        if not (isinstance(start_timeout, int | float) and start_timeout > 0):
+            msg = f"start_timeout must be a number > 0, got {start_timeout!r}"
+            raise ValueError(msg)
+        self.start_timeout = float(start_timeout)
+        self.start_seconds: float | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # ----------------------------------------------------------------------------------------------
+    # Paths and state.
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``HOST:PORT`` of the client listener (of the running broker, if the state file names one)."""
+        state = self._state()
+        port = state["port"] if state and state.get("host") else self.port
+        host = state["host"] if state and state.get("host") else self.host
+        return f"{host}:{port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """The broker's ``log.dirs``."""
+        return self.dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's log (warnings and the start line)."""
+        return self.dir / "logs" / "server.log"
+
+    @property
+    def out_file(self) -> Path:
+        """The JVM's standard output and error."""
+        return self.dir / "logs" / "broker.out"
+
+    def _state(self) -> dict[str, Any] | None:
+        """The state file of a broker that still runs (None otherwise; a stale file is removed)."""
+        path = self.dir / _STATE
+        try:
+            state = json.loads(path.read_text())
+            pid = int(state["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if _alive(pid) and _MAIN_CLASS in _cmdline(pid) and str(self.dir) in " ".join(_cmdline(pid)):
+            return dict(state)
+        path.unlink(missing_ok=True)
+        return None
+
+    def status(self) -> dict[str, Any]:
+        """Whether a broker runs in this directory.
+
+        Returns
+        -------
+        dict
+            ``{"running": bool, "pid": int or None, "bootstrap_servers": str or None, "dir": str}``, and
+            ``"started_at"`` (epoch seconds) when running.
+
+        """
+        state = self._state()
+        if state is None:
+            return {"running": False, "pid": None, "bootstrap_servers": None, "dir": str(self.dir)}
+        return {
+            "running": True,
+            "pid": state["pid"],
+            "bootstrap_servers": f"{state['host']}:{state['port']}",
+            "dir": str(self.dir),
+            "started_at": state.get("started_at"),
+        }
+
+    # ----------------------------------------------------------------------------------------------
+    # Start.
+
+    def _classpath(self) -> str:
+        """The jars' class path, or a KafkaLocalError telling the user to run the set-up."""
+        if not self.jars.is_dir() or not any(self.jars.glob(_BROKER_JAR)):
+            msg = (
+                f"the Kafka broker jars are missing ({self.jars / _BROKER_JAR} not found); "
+                "run bin/bootstrap.sh (source it, or run bin/test or bin/run) to fetch them with Maven"
+            )
+            raise KafkaLocalError(msg)
+        return str(self.jars / "*")
+
+    def _write_config(self, controller_port: int) -> Path:
+        """Write ``server.properties`` and ``log4j2.properties``; return the former."""
+        listeners = f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": _NODE_ID,
+            "controller.quorum.voters": f"{_NODE_ID}@{self.host}:{controller_port}",
+            "listeners": listeners,
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self.data_dir,
+            "num.partitions": 1,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "message.max.bytes": 8 * 1024 * 1024,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+        }
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        server = self.dir / "server.properties"
+        lines = ["# Written by jobs/kafka_local.py at each start; edits are overwritten."]
+        server.write_text("\n".join(lines + [f"{k}={v}" for k, v in settings.items()]) + "\n")
+        log_file = str(self.log_file).replace("\\", "/")
+        (self.dir / "log4j2.properties").write_text(
+            "\n".join(
+                [
+                    "# Warnings and errors, and the broker's start and stop lines, to logs/server.log.",
+                    "status = error",
+                    "appender.file.type = RollingFile",
+                    "appender.file.name = file",
+                    f"appender.file.fileName = {log_file}",
+                    f"appender.file.filePattern = {log_file}.%i",
+                    "appender.file.layout.type = PatternLayout",
+                    "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+                    "appender.file.policies.type = Policies",
+                    "appender.file.policies.size.type = SizeBasedTriggeringPolicy",
+                    "appender.file.policies.size.size = 10MB",
+                    "appender.file.strategy.type = DefaultRolloverStrategy",
+                    "appender.file.strategy.max = 2",
+                    "rootLogger.level = WARN",
+                    "rootLogger.appenderRef.file.ref = file",
+                    "logger.server.name = kafka.server.KafkaRaftServer",
+                    "logger.server.level = INFO",
+                ]
+            )
+            + "\n"
+        )
+        return server
+
+    def _java(self, classpath: str, *args: str) -> list[str]:
+        """A ``java`` command line with the broker's JVM options."""
+        return [
+            "java",
+            f"-Xmx{self.heap}",
+            "-Xms64m",
+            "-XX:+UseSerialGC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.dir / 'logs'}",
+            "-cp",
+            classpath,
+            *args,
+        ]
+
+    def _format(self, classpath: str, server: Path) -> None:
+        """Format the storage once (when ``data/meta.properties`` is missing)."""
+        if (self.data_dir / "meta.properties").exists():
+            return
+        command = self._java(classpath, _STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(server))
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        except FileNotFoundError:
+            msg = "java not found on PATH: the broker needs Java 17 (bin/bootstrap.sh installs it)"
+            raise KafkaLocalError(msg) from None
+        if proc.returncode != 0:
+            output = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+            msg = f"formatting {self.data_dir} failed (exit {proc.returncode}):\n" + "\n".join(output)
+            raise KafkaLocalError(msg)
+
+    def start(self) -> LocalKafka:
+        """Start the broker and wait until it answers a metadata request.
+
+        Returns
+        -------
+        LocalKafka
+            This object; :attr:`start_seconds` holds the time the start took.
+
+        Raises
+        ------
+        KafkaLocalError
+            If a broker already runs in the directory, a port is busy, the jars or Java are missing, the
+            broker exits, or it does not answer within ``start_timeout`` (the message ends with the tail
+            of its log).
+
+        """
+        begin = time.monotonic()
+        state = self._state()
+        if state is not None:
+            msg = (
+                f"a broker already runs in {self.dir} (pid {state['pid']}, {state['host']}:{state['port']}); "
+                "stop it first (bin/kafka-local stop)"
+            )
+            raise KafkaLocalError(msg)
+        classpath = self._classpath()
+        if _port_busy(self.host, self.port):
+            msg = (
+                f"port {self.port} on {self.host} is already in use (another broker? see bin/kafka-local "
+                f"status); choose another with --port or ${PORT_ENV}"
+            )
+            raise KafkaLocalError(msg)
+        controller_port = self.controller_port or free_port(self.host)
+        if _port_busy(self.host, controller_port):
+            msg = f"the controller port {controller_port} on {self.host} is already in use"
+            raise KafkaLocalError(msg)
+        server = self._write_config(controller_port)
+        self._format(classpath, server)
+        self.log_file.unlink(missing_ok=True)
+        with open(self.out_file, "wb") as out:
+            self._process = subprocess.Popen(
+                self._java(classpath, _MAIN_CLASS, str(server)),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,  # a Ctrl-C in the starting shell does not reach the broker
+            )
+        state = {
+            "pid": self._process.pid,
+            "host": self.host,
+            "port": self.port,
+            "controller_port": controller_port,
+            "started_at": time.time(),
+        }
+        (self.dir / _STATE).write_text(json.dumps(state) + "\n")
+        try:
+            self._wait_ready(begin)
+        except BaseException:
+            self._terminate(self._process.pid, timeout=10)
+            (self.dir / _STATE).unlink(missing_ok=True)
+            raise
+        self.start_seconds = time.monotonic() - begin
+        return self
+
+    def _wait_ready(self, begin: float) -> None:
+        """Wait until the port accepts connections and the AdminClient lists this broker."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        assert self._process is not None
+        deadline = begin + self.start_timeout
+        admin = None
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                msg = f"the broker exited with status {code} while starting; {self._log_tail()}"
+                raise KafkaLocalError(msg)
+            if _accepts(self.host, self.port):
+                if admin is None:
+                    admin = AdminClient({"bootstrap.servers": f"{self.host}:{self.port}", **QUIET})
+                with contextlib.suppress(KafkaException):
+                    metadata = admin.list_topics(timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                    if _NODE_ID in metadata.brokers:
+                        return
+            if time.monotonic() >= deadline:
+                msg = f"the broker did not answer within {self.start_timeout:g} s; {self._log_tail()}"
+                raise KafkaLocalError(msg)
+            time.sleep(0.1)
+
+    def _log_tail(self) -> str:
+        """The tails of the broker's log and output, for an error message."""
+        parts = []
+        for path in (self.log_file, self.out_file):
+            if tail := _tail(path):
+                parts.append(f"--- {path} (tail) ---\n{tail}")
+        return "\n".join(parts) if parts else f"its log ({self.log_file}) is still empty"
+
+    # ----------------------------------------------------------------------------------------------
+    # Stop.
+
+    def _terminate(self, pid: int, timeout: float) -> bool:
+        """SIGTERM ``pid``, wait up to ``timeout`` s, then SIGKILL; True when it stopped on SIGTERM."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        clean = True
+        while self._running(pid):
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                clean = False
+                while self._running(pid):
+                    time.sleep(0.05)
+                break
+            time.sleep(0.05)
+        return clean
+
+    def _running(self, pid: int) -> bool:
+        """Whether ``pid`` runs; reaps it when it is this object's child."""
+        if self._process is not None and self._process.pid == pid:
+            return self._process.poll() is None
+        return _alive(pid)
+
+    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Stop the broker that runs in the directory: SIGTERM, wait, SIGKILL after ``timeout`` s.
+
+        Parameters
+        ----------
+        timeout : float, default 30.0
+            Seconds to wait for a clean shutdown.
+
+        Returns
+        -------
+        dict
+            ``{"stopped": bool, "pid": int or None, "clean": bool, "seconds": float}``; ``stopped`` is False
+            when no broker ran, ``clean`` False when it had to be killed.
+
+        """
+        begin = time.monotonic()
+        state = self._state()
+        pid = state["pid"] if state is not None else None
+        if pid is None and self._process is not None and self._process.poll() is None:
+            pid = self._process.pid
+        if pid is None:
+            return {"stopped": False, "pid": None, "clean": True, "seconds": 0.0}
+        clean = self._terminate(pid, timeout)
+        (self.dir / _STATE).unlink(missing_ok=True)
+        self._process = None
+        return {"stopped": True, "pid": pid, "clean": clean, "seconds": round(time.monotonic() - begin, 2)}
+
+    # ----------------------------------------------------------------------------------------------
+    # Topics and context management.
+
+    def create_topic(self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None) -> int:
+        """Create a topic with ``partitions`` partitions (an existing topic must have that many).
+
+        Parameters
+        ----------
+        name : str
+            The topic.
+        partitions : int, default 1
+            Its partition count, >= 1.
+        config : mapping of str to str, optional
+            Topic configuration, e.g. ``{"message.timestamp.type": "LogAppendTime"}``.
+
+        Returns
+        -------
+        int
+            The partition count.
+
+        Raises
+        ------
+        ValueError
+            If the topic exists with another partition count, or an argument is invalid.
+
+        """
+        count, _ = ensure_topic(self.bootstrap_servers, name, partitions, config=config)
+        return count
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalKafka(port={self.port}, dir={str(self.dir)!r})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line.
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.kafka_local`` (``bin/kafka-local``) argument parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; its errors print one line and exit with status 2.
+
+    """
+    parser = OneLineParser(prog="bin/kafka-local", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "--port", metavar="N", help=f"client port for start (default ${PORT_ENV}, else {DEFAULT_PORT})"
+    )
+    parser.add_argument("--dir", metavar="DIR", help=f"data and logs (default ${DIR_ENV}, else out/kafka)")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="start/stop wait (30)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m jobs.kafka_local`` / ``bin/kafka-local``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success (``status``: running), 1 when the broker fails, 2 for bad arguments, 3 when
+        ``status`` finds no broker.
+
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        port = None if args.port is None else _check_port(args.port, "--port")
+        if not args.timeout > 0:
+            msg = f"--timeout must be > 0, got {args.timeout:g}"
+            raise ValueError(msg)
+        kafka = LocalKafka(port=port, dir=args.dir, start_timeout=args.timeout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    if args.command == "status":
+        status = kafka.status()
+        if status["running"]:
+            print(f"kafka: running, pid {status['pid']}, {status['bootstrap_servers']} (dir {kafka.dir})")
+            return 0
+        print(f"kafka: not running (dir {kafka.dir})")
+        return EXIT_NOT_RUNNING
+    if args.command == "stop":
+        result = kafka.stop(timeout=args.timeout)
+        if not result["stopped"]:
+            print(f"kafka: not running (dir {kafka.dir})")
+        elif result["clean"]:
+            print(f"kafka: stopped pid {result['pid']} in {result['seconds']:.1f} s")
+        else:
+            print(f"kafka: pid {result['pid']} did not stop within {args.timeout:g} s of SIGTERM: killed")
+            return EXIT_FAILED
+        return 0
+    try:
+        kafka.start()
+    except KafkaLocalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(
+        f"kafka: started in {kafka.start_seconds:.1f} s, pid {kafka.status()['pid']}, "
+        f"listening on {kafka.bootstrap_servers} (dir {kafka.dir}, log {kafka.log_file})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The pipeline's Delta tables: every table's schema, and their writes (delta-spark) and light reads.
+
+Five tables live under one root directory, one sub-directory each (:data:`TABLES`):
+
+================= ==============================================================================
+``aggregates``    one row per fired (key, window): count, sum, min, max, trigger watermark, latencies
+``late_events``   every late record, with the watermark it missed; the backfill reconciles them
+``quarantine``    every invalid record, with its reason and where it came from
+``watermark_log`` one row per batch and partition: the watermark and the generator's state
+``arrivals``      every valid record's partition and times, in arrival order (the tuner's history)
+================= ==============================================================================
+
+**Writes** go through Spark: :meth:`DeltaTables.append` turns a batch's rows into a DataFrame and appends
+them with ``DataFrame.write.format("delta")``, so the executors write the files and delta-spark commits.
+Each append carries Delta's own idempotency options ``txnAppId`` (the writer's application id) and
+``txnVersion`` (the micro-batch id): Delta records them in the commit and skips, atomically, an append
+whose version is not above the one it recorded for that application, so a batch replayed after a crash is
+never written twice. A batch with no rows for a table is not written to it: a replay recomputes the same
+(empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
+Each table is created by its first append, with the schema given here.
+
+**Reads without Spark** (Airflow tasks, tests, the job's summary) use ``deltalake`` (delta-rs) through
+pyarrow's local file system, not delta-rs's own file-system handler: with the latter, a process that read a
+table aborts now and then at exit (``terminate called without an active exception``, exit 134; a thread
+teardown race between delta-rs and pyarrow). ``tests/test_tables.py`` runs a reader of every table in a
+fresh process several times and requires exit status 0 each time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.arrow_path import RECORD_SCHEMA
+from jobs.spark import arrow_frame
+from jobs.windows import FIRED_SCHEMA
+
+log = logging.getLogger(__name__)
+
+AGGREGATES_SCHEMA = pa.schema(
+    [
+        *FIRED_SCHEMA,  # key, window, count, sum, min, max, trigger watermark, fire arrival, delay, latency
+        ("revision", pa.int64()),
+        ("late_count", pa.int64()),  # late rows the backfill folded in
+        ("reconciled_batch_id", pa.int64()),  # newest late_events batch folded in (null: none)
+        ("batch_id", pa.int64()),
+        ("config_version", pa.int64()),
+        ("emitted_at_ms", pa.int64()),  # processing time (wall clock)
+    ]
+)
+LATE_SCHEMA = pa.schema(
+    [
+        *RECORD_SCHEMA,  # the valid record's fields
+        ("watermark_ms", pa.int64()),  # the watermark in force when it arrived
+        ("late_by_ms", pa.int64()),  # watermark - event time
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("reconciled", pa.bool_()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("raw", pa.string()),
+        ("reason", pa.string()),
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
+WATERMARK_LOG_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("partition", pa.string()),
+        ("partition_watermark_ms", pa.int64()),
+        ("global_watermark_ms", pa.int64()),
+        ("max_event_time_ms", pa.int64()),
+        ("events", pa.int64()),
+        ("late", pa.int64()),
+        ("stragglers", pa.int64()),
+        ("learned_delay_ms", pa.int64()),
+        ("sensitivity", pa.float64()),
+        ("drifts", pa.int64()),
+        ("holds_back", pa.bool_()),
+        ("active", pa.bool_()),
+        ("strategy", pa.string()),
+        ("config_version", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+        ("processed_at_ms", pa.int64()),  # processing time (wall clock)
+    ]
+)
+#: The arrival history the re-tuning DAG replays: every valid record's partition and times, in arrival order.
+ARRIVALS_SCHEMA = pa.schema(
+    [
+        ("partition", pa.string()),
+        ("event_time_ms", pa.int64()),
+        ("arrival_time_ms", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("ingested_at_ms", pa.int64()),
+    ]
+)
+TABLES: Mapping[str, pa.Schema] = {
+    "aggregates": AGGREGATES_SCHEMA,
+    "late_events": LATE_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+    "watermark_log": WATERMARK_LOG_SCHEMA,
+    "arrivals": ARRIVALS_SCHEMA,
+}
+
+
+def table_path(root: str | os.PathLike[str], table: str) -> str:
+    """Directory of ``table`` under ``root``; ``table`` must be a plain directory name."""
+    if (
+        not isinstance(table, str)
+        or table in ("", ".", "..")
+        or "/" in table
+        or os.sep in table
+        or (os.altsep is not None and os.altsep in table)
+    ):
+        msg = f"table must be a plain directory name, got {table!r}"
+        raise ValueError(msg)
+    return os.path.join(os.path.abspath(os.fspath(root)), table)
+
+
+def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with exactly the columns of ``schema``, in its order and with its types.
+
+    Raises
+    ------
+    ValueError
+        If a column is missing, unexpected or duplicated (the message names them), or a value cannot be cast.
+    TypeError
+        If ``data`` or ``schema`` is not a pyarrow Table or Schema.
+
+    """
+    if not isinstance(data, pa.Table):
+        msg = f"data must be a pyarrow.Table, got {type(data).__name__}"
+        raise TypeError(msg)
+    if not isinstance(schema, pa.Schema):
+        msg = f"schema must be a pyarrow.Schema, got {type(schema).__name__}"
+        raise TypeError(msg)
+    for names, what in ((schema.names, "schema"), (data.column_names, "data")):
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            msg = f"duplicate column(s) in {what}: {', '.join(map(repr, duplicated))}"
+            raise ValueError(msg)
+    missing = [name for name in schema.names if name not in data.column_names]
+    extra = [name for name in data.column_names if name not in schema.names]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
+        if extra:
+            parts.append(f"unexpected column(s) {', '.join(map(repr, extra))}")
+        msg = f"data does not match the schema: {'; '.join(parts)}"
+        raise ValueError(msg)
+    return data.select(schema.names).cast(schema)
+
+
+def _check_batch_id(batch_id: object) -> int:
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int):
+        msg = f"batch_id must be an int, got {type(batch_id).__name__}"
+        raise TypeError(msg)
+    if batch_id < 0:
+        msg = f"batch_id must be >= 0, got {batch_id}"
+        raise ValueError(msg)
+    return int(batch_id)
+
+
+def read_delta(dt: Any, path: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
+    """Rows of the Delta table ``dt`` (at ``path``, local) read by pyarrow from the snapshot's data files.
+
+    delta-rs lists the files of the snapshot; pyarrow reads them through its local file system (not
+    delta-rs's handler, which can abort the process at exit: module docstring) and applies ``where`` with
+    the Parquet files' own statistics. delta-rs's own dataset is not used for filtering: it turns the
+    Delta statistics into guarantees, and for a column delta-spark keeps no min/max of (booleans) it
+    guarantees ``column >= null``, which prunes every file for any filter on that column.
+
+    Raises
+    ------
+    NotImplementedError
+        If the table needs a reader feature this path does not apply (deletion vectors, column mapping).
+
+    """
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    features = set(dt.protocol().reader_features or [])
+    if features - {"timestampNtz"} or dt.metadata().partition_columns:
+        msg = f"{path}: reader features {sorted(features)} / partition columns are not read by read_delta"
+        raise NotImplementedError(msg)
+    local = pafs.LocalFileSystem()
+    schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, local)).schema
+    files = [uri.removeprefix("file://") for uri in dt.file_uris()]
+    dataset = pads.dataset(files, schema=schema, format="parquet", filesystem=local)
+    return dataset.to_table(columns=columns, filter=where)
+
+
+class DeltaTables:
+    """The Delta tables under one root: idempotent per-batch appends through Spark, light reads without.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        Directory holding one Delta table per sub-directory (``root/<table>``); it need not exist yet.
+    app_id : str
+        Delta application id (``txnAppId``) of this writer; batch ids are its ``txnVersion``s.
+    spark : SparkSession, optional
+        Needed to write; readers leave it out.
+
+    """
+
+    def __init__(self, root: str | os.PathLike[str], app_id: str, spark: Any = None) -> None:
+        if not isinstance(app_id, str) or not app_id:
+            msg = f"app_id must be a non-empty string, got {app_id!r}"
+            raise ValueError(msg)
+        self.root = os.path.abspath(os.fspath(root))
+        self.app_id = app_id
+        self.spark = spark
+
+    def __repr__(self) -> str:
+        return f"DeltaTables(root={self.root!r}, app_id={self.app_id!r})"
+
+    def path(self, table: str) -> str:
+        """Directory of ``table``: ``root/<table>``."""
+        return table_path(self.root, table)
+
+    # -- writes (delta-spark) ---------------------------------------------------------------------------
+    def append(self, table: str, data: Any, batch_id: int, *, schema: pa.Schema | None = None) -> bool:
+        """Append ``data`` to ``table`` as batch ``batch_id`` of this writer, exactly once.
+
+        Parameters
+        ----------
+        table : str
+            Table name.
+        data : pyarrow.Table or pyspark.sql.DataFrame
+            The batch's rows. A pyarrow table is conformed to ``schema`` (default: the table's schema in
+            :data:`TABLES`) and handed to Spark; a DataFrame is written as it is.
+        batch_id : int
+            Non-negative micro-batch id: Delta's ``txnVersion`` for this writer's ``txnAppId``.
+        schema : pyarrow.Schema, optional
+            Schema a pyarrow ``data`` is conformed to (default: the table's in :data:`TABLES`).
+
+        Returns
+        -------
+        bool
+            False when there was nothing to write (no rows), else True (Delta itself skips a version it
+            already recorded for this application).
+
+        """
+        batch_id = _check_batch_id(batch_id)
+        if self.spark is None:
+            msg = "DeltaTables.append needs a SparkSession (DeltaTables(root, app_id, spark))"
+            raise ValueError(msg)
+        if isinstance(data, pa.Table):
+            data = conform(data, schema if schema is not None else TABLES[table])
+            if not data.num_rows:
+                return False
+            frame = arrow_frame(self.spark, data)
+        else:
+            frame = data
+        started = time.perf_counter()
+        (
+            frame.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", str(batch_id))
+            .save(self.path(table))
+        )
+        log.debug("appended %s batch %d in %.2f s", table, batch_id, time.perf_counter() - started)
+        return True
+
+    def append_all(
+        self, batch: Mapping[str, Any], batch_id: int, pool: ThreadPoolExecutor | None = None
+    ) -> None:
+        """Append one micro-batch's rows to several tables (side by side when ``pool`` is given)."""
+        if pool is None:
+            for table, data in batch.items():
+                self.append(table, data, batch_id)
+            return
+        futures = [pool.submit(self.append, table, data, batch_id) for table, data in batch.items()]
+        for future in futures:
+            future.result()
+
+    # -- reads (deltalake, no Spark) --------------------------------------------------------------------
+    def _open(self, table: str) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.path(table))
+        except TableNotFoundError:
+            return None
+
+    def exists(self, table: str) -> bool:
+        """Whether ``table`` is a Delta table (it has at least one commit)."""
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(self.path(table)))
+
+    def committed_version(self, table: str) -> int | None:
+        """The newest batch id this writer's application id committed to ``table`` (None: none)."""
+        dt = self._open(table)
+        if dt is None:
+            return None
+        version = dt.transaction_version(self.app_id)
+        return None if version is None else int(version)
+
+    def read(self, table: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+        """Rows of ``table`` (optionally some columns, filtered by a pyarrow expression), without Spark.
+
+        A table that does not exist yet (no batch wrote a row to it) reads as no rows with its schema when
+        it is one of :data:`TABLES`.
+
+        Raises
+        ------
+        FileNotFoundError
+            If ``table`` is not a Delta table and not one of the pipeline's tables.
+
+        """
+        path = self.path(table)
+        dt = self._open(table)
+        if dt is None:
+            if table in TABLES:
+                empty = TABLES[table].empty_table()
+                return empty.select(columns) if columns else empty
+            msg = f"Delta table {table!r} does not exist (no Delta log under {path})"
+            raise FileNotFoundError(msg)
+        return read_delta(dt, path, columns, filters)
+
+    def version(self, table: str) -> int | None:
+        """The table's newest Delta version, or None when it does not exist."""
+        dt = self._open(table)
+        return None if dt is None else int(dt.version())

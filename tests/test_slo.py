@@ -1,0 +1,104 @@
+"""The late-rate SLO strategy: a quantile of recent lateness, regime changes forgotten, no blackout."""
+
+import json
+
+import numpy as np
+
+from watermark.evaluate import WindowSpec, replay
+from watermark.registry import make, restore
+from watermark.slo import LateRateSLO
+from watermark.timeutil import NO_WATERMARK
+
+
+def steady(n, spread, seed=0, step=10):
+    rng = np.random.default_rng(seed)
+    tp = np.arange(n, dtype=np.int64) * step
+    return tp - rng.integers(0, spread, n), tp
+
+
+def test_a_watermark_from_the_second_arrival_on_at_the_safe_default():
+    gen = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=500, warmup=100)
+    wm = gen.process([1_000, 1_010, 1_020], [1_000, 1_010, 1_020])
+    assert wm[0] == NO_WATERMARK
+    assert wm[1:].tolist() == [1_000 - 500, 1_010 - 490]  # the default fades by 1/warmup per arrival
+
+
+def test_the_delay_tightens_to_the_quantile_as_the_sample_fills():
+    te, tp = steady(3_000, 50)
+    gen = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=2_000, warmup=300)
+    gen.process(te, tp)
+    assert gen.delay_ms < 60  # not 2 s: the lateness never exceeds ~50 ms plus the 10 ms arrival step
+
+
+def test_one_outlier_costs_one_late_tuple_not_a_delay_held_for_ever():
+    te, tp = steady(2_000, 20)
+    te = te.copy()
+    te[500] -= 3_000  # one tuple 3 s behind
+    gen = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1)
+    wm = gen.process(te, tp)
+    assert te[500] < wm[500]
+    assert gen.delay_ms < 40
+
+
+def test_a_regime_change_is_forgotten_at_once_not_over_the_sample():
+    high, tp1 = steady(2_000, 800, seed=1)
+    low, tp2 = steady(600, 20, seed=2)
+    te = np.concatenate([high, low + tp1[-1] + 10])
+    tp = np.concatenate([tp1, tp2 + tp1[-1] + 10])
+    gen = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1, sample_size=2_000)
+    gen.process(te, tp)
+    assert gen.n_drifts >= 1
+    assert gen.delay_ms < 60  # 600 low values are a third of the sample: a plain window would still say ~780
+
+
+def test_the_late_share_meets_the_target_on_a_steady_stream():
+    te, tp = steady(20_000, 300, seed=4)
+    gen = LateRateSLO(late_slo_pct=0.5)
+    gen.process(te, tp)
+    assert gen.n_late / te.size <= 0.005
+
+
+def test_after_a_frontier_jump_the_watermark_follows_the_clock_so_held_data_is_on_time():
+    # Until 1_000 the stream is in order; then data from [1_000, 2_000) is held back and fresh data from
+    # 2_000 on arrives first, interleaved with the held tuples (each 1 s behind the fresh one).
+    tp = np.arange(0, 1_000, 10, dtype=np.int64)
+    te = tp.copy()
+    fresh = np.arange(2_000, 3_000, 10, dtype=np.int64)
+    held = fresh - 1_000
+    te = np.concatenate([te, np.ravel(np.column_stack([fresh, held]))])
+    tp = np.concatenate([tp, np.repeat(fresh - 1_000 + 5, 2)])
+    gen = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1)
+    wm = gen.process(te, tp)
+    assert np.count_nonzero(te < wm) == 0
+    assert gen.diagnostics()["jumps"] == 1
+    # Between arrivals the guarded watermark keeps following the clock (a ramp, not a step).
+    assert gen.on_idle(int(tp[-1]) + 500).watermark_ms > int(wm[-1])
+
+
+def test_a_restored_generator_continues_exactly_as_the_saved_one():
+    high, tp1 = steady(1_500, 600, seed=5)
+    low, tp2 = steady(1_500, 30, seed=6)
+    te = np.concatenate([high, low + tp1[-1] + 10])
+    tp = np.concatenate([tp1, tp2 + tp1[-1] + 10])
+    for cut in (700, 1_600, 2_200):  # before, just after and well after the regime change
+        saved = LateRateSLO(late_slo_pct=0.5, sample_size=400)
+        saved.process(te[:cut], tp[:cut])
+        text = json.dumps(saved.snapshot())
+        assert "pickle" not in text
+        copy = restore(json.loads(text))
+        np.testing.assert_array_equal(copy.process(te[cut:], tp[cut:]), saved.process(te[cut:], tp[cut:]))
+        assert copy.snapshot() == saved.snapshot()
+
+
+def test_replay_of_the_slo_strategy_fires_windows_from_the_start():
+    te, tp = steady(5_000, 200, seed=7, step=20)
+    r = replay(te, tp, strategy="slo", params={"late_slo_pct": 1.0}, window=WindowSpec(1_000))
+    s = r.summary()
+    fired = r.windows.fired
+    assert r.windows.start_ms[fired].min() == r.windows.start_ms.min()  # no blackout: the first window fires
+    assert s["dropped_pct"] <= 1.0
+
+
+def test_settings_as_strings_work_like_set_flags():
+    gen = make("slo", {"late_slo_pct": "0.5", "sample_size": "500"})
+    assert gen.params["late_slo_pct"] == 0.5 and gen.params["sample_size"] == 500

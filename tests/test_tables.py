@@ -1,0 +1,147 @@
+"""The Delta tables: delta-spark appends, exactly once per batch; light readers that always exit 0."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jobs.tables import TABLES, DeltaTables, conform
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_row(schema: pa.Schema, i: int = 0) -> pa.Table:
+    """A row of ``schema`` with a value of the right type in every column."""
+    values = {
+        pa.int64(): i,
+        pa.float64(): 1.5,
+        pa.string(): f"s{i}",
+        pa.bool_(): False,
+    }
+    return pa.Table.from_pylist([{f.name: values[f.type] for f in schema}], schema=schema)
+
+
+def commit_infos(table_dir: Path) -> list[dict]:
+    out = []
+    for f in sorted((table_dir / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                out.append(action["commitInfo"])
+    return out
+
+
+def test_an_append_is_written_by_spark_and_a_replayed_batch_is_skipped_by_delta(spark, tmp_path):
+    tables = DeltaTables(tmp_path, "job-1", spark)
+    schema = TABLES["arrivals"]
+    assert tables.append("arrivals", one_row(schema, 1), 0)
+    assert tables.append("arrivals", one_row(schema, 2), 1)
+    tables.append("arrivals", one_row(schema, 3), 1)  # a replay of batch 1: Delta skips it
+    tables.append("arrivals", one_row(schema, 4), 0)  # an older batch too
+    rows = tables.read("arrivals").sort_by("event_time_ms").column("event_time_ms").to_pylist()
+    assert rows == [1, 2]
+    assert tables.committed_version("arrivals") == 1
+    assert DeltaTables(tmp_path, "another-app").committed_version("arrivals") is None
+    infos = commit_infos(tmp_path / "arrivals")
+    assert len(infos) == 2  # the two skipped appends made no commit
+    assert all(info["engineInfo"].startswith("Apache-Spark/") for info in infos)
+    txns = [
+        json.loads(line)["txn"]
+        for f in sorted((tmp_path / "arrivals" / "_delta_log").glob("*.json"))
+        for line in f.read_text().splitlines()
+        if "txn" in json.loads(line)
+    ]
+    assert [(t["appId"], t["version"]) for t in txns] == [("job-1", 0), ("job-1", 1)]
+
+
+def test_a_batch_without_rows_writes_nothing_and_a_missing_table_reads_empty(spark, tmp_path):
+    tables = DeltaTables(tmp_path, "job", spark)
+    assert not tables.append("late_events", TABLES["late_events"].empty_table(), 0)
+    assert not tables.exists("late_events")
+    empty = tables.read("late_events")
+    assert empty.num_rows == 0 and empty.schema == TABLES["late_events"]
+    assert tables.read("late_events", columns=["batch_id"]).column_names == ["batch_id"]
+    with pytest.raises(FileNotFoundError, match="not_a_table"):
+        tables.read("not_a_table")
+
+
+def test_every_row_of_an_arrow_table_with_an_empty_chunk_inside_is_appended(spark, tmp_path):
+    # PySpark 4.1's createDataFrame stops at an empty record batch after a non-empty one (3 rows of 6).
+    schema = TABLES["arrivals"]
+    parts = [one_row(schema, 1), schema.empty_table(), one_row(schema, 2), one_row(schema, 3)]
+    rows = pa.concat_tables(parts)
+    assert [b.num_rows for b in rows.to_batches()] == [1, 0, 1, 1]
+    tables = DeltaTables(tmp_path, "job", spark)
+    tables.append("arrivals", rows, 0)
+    assert sorted(tables.read("arrivals").column("event_time_ms").to_pylist()) == [1, 2, 3]
+
+
+def test_a_dataframe_is_appended_as_it_is(spark, tmp_path):
+    tables = DeltaTables(tmp_path, "native", spark)
+    frame = spark.createDataFrame([("k", 1)], "key STRING, n LONG")
+    assert tables.append("counts", frame, 7)
+    assert tables.append("counts", frame, 7)  # skipped by Delta
+    assert tables.read("counts").to_pylist() == [{"key": "k", "n": 1}]
+    assert tables.committed_version("counts") == 7
+
+
+def test_rows_are_conformed_to_the_schema_with_clear_errors():
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
+    out = conform(pa.table({"b": ["x"], "a": pa.array([1], pa.int32())}), schema)
+    assert out.schema == schema
+    with pytest.raises(ValueError, match="missing column.*'b'"):
+        conform(pa.table({"a": [1]}), schema)
+    with pytest.raises(ValueError, match="unexpected column.*'c'"):
+        conform(pa.table({"a": [1], "b": ["x"], "c": [2]}), schema)
+    with pytest.raises(TypeError, match="pyarrow.Table"):
+        conform({"a": [1]}, schema)
+
+
+def test_bad_arguments_are_refused(spark, tmp_path):
+    with pytest.raises(ValueError, match="app_id"):
+        DeltaTables(tmp_path, "")
+    with pytest.raises(ValueError, match="SparkSession"):
+        DeltaTables(tmp_path, "r").append("arrivals", one_row(TABLES["arrivals"]), 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        DeltaTables(tmp_path, "w", spark).append("arrivals", one_row(TABLES["arrivals"]), -1)
+    with pytest.raises(ValueError, match="plain directory name"):
+        DeltaTables(tmp_path, "r").path("../x")
+
+
+READER = """
+import sys
+from jobs.tables import DeltaTables
+table = DeltaTables(sys.argv[1], "reader").read(sys.argv[2])
+print(table.num_rows)
+"""
+
+
+@pytest.mark.slow
+def test_a_reader_of_every_table_exits_0_every_time_in_a_fresh_process(spark, tmp_path):
+    tables = DeltaTables(tmp_path, "job", spark)
+    for batch in range(3):  # a few commits and files per table, as a running job leaves them
+        tables.append_all({name: one_row(schema, batch) for name, schema in TABLES.items()}, batch)
+    runs = 5
+    procs = [
+        (
+            name,
+            subprocess.Popen(
+                [sys.executable, "-c", READER, str(tmp_path), name],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )  # fmt: skip
+        for name in TABLES
+        for _ in range(runs)
+    ]
+    for name, proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"reader of {name} exited {proc.returncode}: {err[-2000:]}"
+        assert out.strip() == "3"
