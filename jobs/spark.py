@@ -44,7 +44,7 @@ def project_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[str]:
 def arrow_frame(spark: Any, table: Any) -> Any:
     """A Spark DataFrame of every row of the Arrow table ``table``.
 
-    PySpark 4.1's and 4.2's ``createDataFrame(pa.Table)`` silently stops at an empty record batch that follows a
+    PySpark (4.1, 4.2) ``createDataFrame(pa.Table)`` silently stops at an empty record batch after a
     non-empty one: chunks ``[3, 0, 3]`` give 3 rows, not 6. Tables concatenated or filtered by pyarrow
     often hold empty chunks, so every Arrow table goes to Spark through here, without them.
 

@@ -71,7 +71,7 @@ def test_a_batch_without_rows_writes_nothing_and_a_missing_table_reads_empty(spa
 
 
 def test_every_row_of_an_arrow_table_with_an_empty_chunk_inside_is_appended(spark, tmp_path):
-    # PySpark 4.1's and 4.2's createDataFrame stops at an empty record batch after a non-empty one (3 rows of 6).
+    # PySpark 4.1 and 4.2: createDataFrame stops at an empty record batch after a non-empty one (3 rows of 6).
     schema = TABLES["arrivals"]
     parts = [one_row(schema, 1), schema.empty_table(), one_row(schema, 2), one_row(schema, 3)]
     rows = pa.concat_tables(parts)
