@@ -443,6 +443,10 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": 1,
             "group.initial.rebalance.delay.ms": 0,
             "message.max.bytes": 8 * 1024 * 1024,
+            # Replays carry the recorded arrival times (years old) as record timestamps: with the default
+            # 7-day time retention the broker deletes their segments at its first retention check (5 min
+            # after start), and a query then fails with "data may have been lost". Keep everything.
+            "log.retention.ms": -1,
             "num.network.threads": 2,
             "num.io.threads": 4,
         }

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import math
-import pickle
 from collections.abc import Mapping
 from itertools import compress, count, islice
 from typing import Any, ClassVar
@@ -12,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 from river.drift import ADWIN
 
+from watermark.adwin_state import adwin_state, restore_adwin
 from watermark.base import I64, WatermarkGenerator, check_float, check_int, optional_int
 from watermark.timeutil import NO_WATERMARK, running_max, shift_right
 
@@ -306,8 +305,8 @@ class Adaptive(WatermarkGenerator):
             "drifts": self._drifts,
             "emits": self._emits,
             "last_check_tp": self._last_check_tp,
-            # river's ADWIN is compiled Rust without a state API; it pickles exactly.
-            "adwin": base64.b64encode(pickle.dumps(self._adwin)).decode("ascii"),
+            # Its window buckets as plain data (watermark.adwin_state), never a pickle.
+            "adwin": adwin_state(self._adwin),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -323,8 +322,4 @@ class Adaptive(WatermarkGenerator):
         if not math.isfinite(self._delta):
             msg = "snapshot has a non-finite sensitivity"
             raise ValueError(msg)
-        adwin = pickle.loads(base64.b64decode(state["adwin"]))
-        if not isinstance(adwin, ADWIN):
-            msg = "snapshot's ADWIN state is not a river ADWIN"
-            raise ValueError(msg)
-        self._adwin = adwin
+        self._adwin = restore_adwin(state["adwin"])
