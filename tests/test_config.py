@@ -107,3 +107,22 @@ def test_reconfiguring_the_combination_never_regresses_the_watermark():
     assert wm[0] >= before and np.all(wm[1:] >= wm[:-1])
     assert switched.watermark_ms > before
     assert switched.n_seen == tp.size
+
+
+@pytest.mark.parametrize("huge", [2**70, 1e308, float("inf"), float("nan"), -(2**70)])
+def test_every_numeric_setting_out_of_its_real_range_is_refused(huge):
+    # 2**70 ms passed validation once and overflowed int64 in the next batch, for good.
+    from watermark.registry import STRATEGIES, make
+
+    for name in STRATEGIES:
+        required = {"late_slo_pct": 1.0} if name == "slo" else {}
+        for param, default in make(name, required).params.items():
+            finite = isinstance(huge, int) or huge == 1e308
+            if isinstance(default, bool) or (isinstance(default, float) and finite and huge > 0):
+                continue  # flags; a float setting may be large but finite (a rate threshold of 1e308)
+            doc = {"version": 1, "strategy": name, "params": {**required, param: huge}, "window_ms": 1_000}
+            with pytest.raises(ConfigError):
+                PipelineConfig.from_dict(doc)
+    for field in ("window_ms", "slide_ms", "idle_timeout_ms", "straggler_ms", "late_slo_pct", "version"):
+        with pytest.raises(ConfigError, match=field):
+            PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000, field: huge})

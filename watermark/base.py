@@ -26,6 +26,7 @@ The contract, identical for all strategies:
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -63,8 +64,20 @@ class Trace:
     timeline: Timeline | None = None
 
 
-def check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    """Validate an integer parameter and return it as ``int``."""
+#: Largest integer parameter (milliseconds, counts): 2**53, about 285,000 years of milliseconds. Far below
+#: int64, so that epoch times plus or minus any parameter never overflow the int64 arithmetic of the
+#: generators (numpy wraps silently), and exact as a float.
+MAX_INT_PARAM = 2**53
+
+
+def check_int(name: str, value: Any, minimum: int | None = None, maximum: int = MAX_INT_PARAM) -> int:
+    """Validate an integer parameter in ``[minimum, maximum]`` and return it as ``int``.
+
+    >>> check_int("delay_ms", 2**70)
+    Traceback (most recent call last):
+    ...
+    ValueError: delay_ms must be <= 9007199254740992, got 1180591620717411303424
+    """
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -74,6 +87,9 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
     number = int(value)
     if minimum is not None and number < minimum:
         msg = f"{name} must be >= {minimum}, got {number}"
+        raise ValueError(msg)
+    if number > maximum:
+        msg = f"{name} must be <= {maximum}, got {number}"
         raise ValueError(msg)
     return number
 
@@ -94,13 +110,13 @@ def optional_int(value: Any) -> int | None:
 
 
 def check_float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
-    """Validate a float parameter in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
+    """Validate a finite float parameter in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         msg = f"{name} must be a number, got {value!r}"
         raise ValueError(msg)
     number = float(value)
     ok = (low < number if low_open else low <= number) and number <= high
-    if not ok or number != number:
+    if not ok or not math.isfinite(number):
         interval = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
         msg = f"{name} must be in {interval}, got {number}"
         raise ValueError(msg)
