@@ -86,7 +86,7 @@ def _factorize_strings(arr: NDArray[Any]) -> tuple[list[Hashable], NDArray[np.in
 
 
 #: How :class:`PartitionedWatermark` makes the global watermark.
-COMBINATION_MODES = ("min", "global")
+COMBINATION_MODES = ("min", "global", "scoped")
 
 
 class PartitionedWatermark(WatermarkReadout):
@@ -105,8 +105,13 @@ class PartitionedWatermark(WatermarkReadout):
         ``"min"`` (default): one generator per partition, the global watermark their minimum over active
         partitions. ``"global"``: one generator fed by every partition in arrival order (partitions are
         only tracked: last arrival, activity; ``generators`` maps each to that one generator and
-        ``holdback_partition`` is ``None``). The tuner measures both (and partition-scoped firing, which
-        fires each key's windows by ``partition_watermarks`` of a ``"min"`` combination) and chooses.
+        ``holdback_partition`` is ``None``). ``"scoped"``: one generator per partition that sees only its
+        own arrivals, on its own clock (its arrival times), and judges only its own tuples; the windows of
+        the keys living in a partition fire by that partition's watermark (Kafka's keyed partitioning).
+        No partition waits for another, so a scoped stream cut into batches anywhere gives the same
+        decisions even when its partitions are read at different speeds (Kafka batches cut by offsets);
+        the global value (the minimum over partitions) is only reported. The tuner measures all three and
+        chooses.
 
     Examples
     --------
@@ -217,11 +222,45 @@ class PartitionedWatermark(WatermarkReadout):
         self._holdback = None
         return Trace(pre, post, Timeline(clock, pre, post, before, trace.timeline.parts))
 
+    # -- scoped mode: each partition on its own --------------------------------------------------------
+    def _update_scoped(self, key: Hashable, te: int, tp: int) -> Self:
+        gen = self._generator(key).update(te, tp)  # the generator keeps its own clock
+        assert gen.clock_ms is not None
+        self._clock = max(tp, self._clock if self._clock is not None else tp)
+        self._last_tp[key] = gen.clock_ms
+        self._wm_at_arrival = gen.watermark_at_arrival_ms
+        self._n_seen += 1
+        self._n_late += te < self._wm_at_arrival
+        self._settle(list(self._gens))
+        return self
+
+    def _trace_scoped(
+        self, keys: list[Hashable], codes: NDArray[np.intp], te: I64, tp: I64, clock: I64
+    ) -> Trace:
+        """Each partition's generator over its own arrivals; per tuple, its own partition's watermark."""
+        pre = np.empty(te.size, np.int64)
+        post = np.empty(te.size, np.int64)
+        for code, key in enumerate(keys):
+            rows = np.flatnonzero(codes == code)
+            gen = self._generator(key)
+            trace = gen.process_trace(te[rows], tp[rows])  # on the partition's own clock
+            pre[rows], post[rows] = trace.at_arrival, trace.after_arrival
+            assert gen.clock_ms is not None
+            self._last_tp[key] = gen.clock_ms
+        self._clock = int(clock[-1])
+        self._wm_at_arrival = int(pre[-1])
+        self._n_seen += te.size
+        self._n_late += int(np.count_nonzero(te < pre))
+        self._settle(list(self._gens))
+        return Trace(pre, post, None)
+
     # -- scalar path -----------------------------------------------------------------------------------
     def update(self, partition: Hashable, te_ms: int, tp_ms: int) -> Self:
         """One arrival from ``partition`` (reference path; :meth:`process` is the fast equivalent)."""
         key = _plain(partition)
         te, now = int(te_ms), int(tp_ms)
+        if self.mode == "scoped":
+            return self._update_scoped(key, te, now)
         if self._clock is not None and now < self._clock:
             now = self._clock
         if self._shared is not None:
@@ -258,6 +297,9 @@ class PartitionedWatermark(WatermarkReadout):
         if self._shared is not None:
             self._clock = now
             self._wm = max(self._wm, self._shared.on_idle(now).watermark_ms)
+            return self
+        if self.mode == "scoped":  # each partition's time is its own arrivals': nothing to advance
+            self._clock = now
             return self
         self._last_count(now)
         self._clock = now
@@ -319,6 +361,8 @@ class PartitionedWatermark(WatermarkReadout):
             np.maximum(clock, self._clock, out=clock)
         if self._shared is not None:
             return self._trace_global(self._shared, keys, codes, te_a, clock)
+        if self.mode == "scoped":
+            return self._trace_scoped(keys, codes, te_a, tp_a, clock)
         for key in keys:
             self._generator(key)
         small = codes.astype(np.int16) if len(keys) < 2**15 else codes  # 16-bit keys sort by radix, in O(n)
