@@ -62,6 +62,7 @@ PARAMS = {
             "warmup": st.integers(1, 30),
             "sample_size": st.integers(10, 40),
             "adwin_delta": st.sampled_from([0.002, 0.5, 1.0]),
+            "horizon_ms": st.one_of(st.none(), st.integers(1, 200)),
         }
     ),
 }

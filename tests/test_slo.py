@@ -102,3 +102,29 @@ def test_replay_of_the_slo_strategy_fires_windows_from_the_start():
 def test_settings_as_strings_work_like_set_flags():
     gen = make("slo", {"late_slo_pct": "0.5", "sample_size": "500"})
     assert gen.params["late_slo_pct"] == 0.5 and gen.params["sample_size"] == 500
+
+
+def test_a_horizon_forgets_what_arrived_longer_ago_than_it_even_without_a_detected_change():
+    # For 20 s one tuple in fifty trails the frontier by ~1 s, then the stream is calm: with a 5 s horizon the
+    # sample keeps only the calm values once 5 s have passed, without the horizon the tail stays.
+    rng = np.random.default_rng(8)
+    tp = np.arange(3_000, dtype=np.int64) * 10
+    te = tp - rng.integers(0, 20, tp.size)
+    te[:2_000:50] -= 1_000
+    bounded = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1, adwin_delta=1e-9, horizon_ms=5_000)
+    plain = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1, adwin_delta=1e-9)
+    bounded.process(te, tp)
+    plain.process(te, tp)
+    assert bounded.diagnostics()["sample"] <= 501
+    assert bounded.n_drifts == plain.n_drifts == 0
+    assert bounded.delay_ms < 30 and plain.delay_ms >= 900
+
+
+def test_the_horizon_is_part_of_the_snapshot():
+    te, tp = steady(1_000, 200, seed=9)
+    saved = LateRateSLO(late_slo_pct=0.5, horizon_ms=2_000)
+    saved.process(te[:600], tp[:600])
+    copy = restore(json.loads(json.dumps(saved.snapshot())))
+    assert copy.params["horizon_ms"] == 2_000
+    np.testing.assert_array_equal(copy.process(te[600:], tp[600:]), saved.process(te[600:], tp[600:]))
+    assert make("slo", {"late_slo_pct": "1", "horizon_ms": "none"}).params["horizon_ms"] is None
