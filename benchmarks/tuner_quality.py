@@ -1,6 +1,6 @@
 """Tuner quality: tuned on a stream's first half, replayed on its second half, against a hindsight baseline.
 
-    python benchmarks/tuner_quality.py [--target-late-pct 0.5] [--window-ms 1000] [--json] [--quick]
+    python benchmarks/tuner_quality.py [--target-late-pct 0.5] [--window-ms 1000] [--streams NAMES] [--json]
 
 The protocol of issue 14, under the unified latency measure (a window fires at the earliest ingestion-clock
 instant at which ``W >= end``, arrival or timer; :mod:`watermark.timeline`):
