@@ -25,11 +25,12 @@ Exactly once. The only state, ``reconciled_batch_id``, changes in the same commi
 between steps 3 and 4 leaves rows unmarked that are *already folded*: the next run marks them without
 folding them again. Concurrency: open-source Delta checks a MERGE at Serializable isolation, so a
 streaming append that commits between the MERGE's read and its commit makes the MERGE fail with a
-concurrent-modification error; the MERGE is retried (the append never is: it committed), so a backfill and
-the running stream both commit and no write is lost. Another backfill is caught two ways: each corrected row is written only if its window still has the
-``revision`` this run read (compare-and-set; a window to insert must still be absent), and Delta's own
-conflict check (``ConcurrentAppendException`` and its kin) refuses overlapping rewrites. Either way the
-run is recomputed from fresh snapshots, with exponential backoff and jitter. Re-running an interval
+concurrent-modification error; the MERGE is retried (the append never is: it committed), so a backfill
+and the running stream both commit and no write is lost. Another backfill is caught two ways: each
+corrected row is written only if its window still has the ``revision`` this run read (compare-and-set; a
+window to insert must still be absent), and Delta's own conflict check (``ConcurrentAppendException``
+and its kin) refuses overlapping rewrites. Either way the run is recomputed from fresh snapshots, with
+exponential backoff and jitter. Re-running an interval
 changes nothing: every row it would fold is already folded and marked, and no commit is made.
 
 The commits carry the run in their ``userMetadata`` (``awm.backfill.interval``, ``awm.backfill.run_id``).

@@ -126,3 +126,30 @@ def test_every_numeric_setting_out_of_its_real_range_is_refused(huge):
     for field in ("window_ms", "slide_ms", "idle_timeout_ms", "straggler_ms", "late_slo_pct", "version"):
         with pytest.raises(ConfigError, match=field):
             PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000, field: huge})
+
+
+def test_a_rewrite_with_the_same_size_and_modification_time_is_noticed(tmp_path):
+    import os
+
+    path = tmp_path / "watermark.json"
+    doc = {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}
+    path.write_text(json.dumps(doc))
+    stamp = path.stat()
+    watcher = ConfigWatcher(path)
+    path.write_text(json.dumps({**doc, "version": 2, "params": {"delay_ms": 200}}))  # same length
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert path.stat().st_size == stamp.st_size and path.stat().st_mtime_ns == stamp.st_mtime_ns
+    change = watcher.poll()
+    assert change is not None and change.applied is not None and change.applied.params["delay_ms"] == 200
+    assert watcher.poll() is None  # unchanged content: nothing to do
+
+
+def test_an_oversized_or_non_utf8_configuration_is_refused_with_its_reason(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (2 << 20))
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(big)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"version": 1, "note": "\xff"}')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(bad)

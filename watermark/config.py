@@ -28,6 +28,7 @@ Example document::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -160,13 +161,26 @@ class PipelineConfig:
         return PipelineConfig.from_dict(doc, source=self.source)
 
 
+#: A configuration document is a few hundred bytes; anything beyond this is refused unread.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a configuration file; raises :class:`ConfigError` with a one-line message."""
     name = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         msg = f"{name}: cannot read the configuration: {exc.strerror or exc}"
+        raise ConfigError(msg) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        msg = f"{name}: the configuration is larger than {MAX_CONFIG_BYTES:,} bytes"
+        raise ConfigError(msg)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{name}: not UTF-8 text (byte {exc.start})"
         raise ConfigError(msg) from None
     try:
         doc = json.loads(text)
@@ -225,7 +239,7 @@ class ConfigWatcher:
     def __init__(self, path: str | os.PathLike[str], current: PipelineConfig | None = None) -> None:
         self.path = Path(path)
         self._current = current if current is not None else load_config(path)
-        self._seen: tuple[float, int] | None = self._stamp()
+        self._seen: str | None = self._stamp()
         self._last_refusal: str | None = None
 
     @property
@@ -233,12 +247,13 @@ class ConfigWatcher:
         """The configuration in force."""
         return self._current
 
-    def _stamp(self) -> tuple[float, int] | None:
+    def _stamp(self) -> str | None:
+        """A hash of the content: a rewrite with the same size and modification time is a change too."""
         try:
-            st = self.path.stat()
+            with self.path.open("rb") as f:
+                return hashlib.sha256(f.read(MAX_CONFIG_BYTES + 1)).hexdigest()
         except OSError:
             return None
-        return (st.st_mtime, st.st_size)
 
     def poll(self) -> ConfigChange | None:
         """Check the file: ``None`` if unchanged, else the version applied or the reason for refusing it."""
