@@ -77,7 +77,7 @@ class Split:
     """Records of one landing file whose line starts at a byte in ``[start, end)``."""
 
     sid: int  # unique in the batch; record ids are ``sid << 32 | record number in the split``
-    file: int  # index of the file in the batch's sorted files
+    file: int  # index of the file in the batch's files (landing order: modification time, then name)
     path: str  # local path
     start: int
     end: int

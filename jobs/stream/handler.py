@@ -37,7 +37,9 @@ from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
     RecordNumbers,
     kafka_batch_files,
+    landing_order,
     logged_batch_files,
+    modified_ms,
     number_records,
     oldest_input_ms,
 )
@@ -259,7 +261,8 @@ class BatchHandler:
             self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
             return
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
-            files = sorted(r[0] for r in batch.select("file").distinct().collect())
+            uris = [r[0] for r in batch.select("file").distinct().collect()]
+            files = landing_order((uri, modified_ms(uri)) for uri in uris)
         records = number_records(batch, files)
         rows = validate(
             records,

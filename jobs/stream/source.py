@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from jobs.stream.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 def number_records(batch: Any, files: list[str]) -> Any:
     """A micro-batch of the source to ``(file, line, <fields>, <corrupt>)`` with compact record keys.
 
-    ``file`` becomes the index of the record's landing file in ``files`` (the batch's files, sorted by
-    path, so it orders records like the path does) and ``line`` a ``monotonically_increasing_id``: it
+    ``file`` becomes the index of the record's landing file in ``files`` (the batch's files in landing
+    order, :func:`landing_order`, so it orders records as the files landed) and ``line`` a
+    ``monotonically_increasing_id``: it
     increases along each file, since the file source keeps a file's splits in order, and is the same in
     every action and on replay. :class:`RecordNumbers` turns it into the record's 0-based number in its file.
     """
@@ -69,10 +71,31 @@ def logged_batch_files(checkpoint: str, batch_id: int) -> list[str] | None:
         if not path.exists():
             continue
         entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
-        files = [e["path"] for e in entries if int(e.get("batchId", batch_id)) == batch_id]
-        if files:
-            return sorted(files)
+        mine = [e for e in entries if int(e.get("batchId", batch_id)) == batch_id]
+        if mine:
+            return landing_order((e["path"], int(e.get("timestamp", 0))) for e in mine)
     return None
+
+
+def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
+    """Paths of ``(path, modification time)`` pairs in the order the job reads them: by time, then by name.
+
+    Object stores keep whole seconds, so files landed within a second share a modification time, and
+    Spark's file source orders files by modification time alone; the name decides between them here.
+
+    >>> landing_order([("file:///in/b.json", 1_000), ("file:///in/c.json", 0), ("file:///in/a.json", 1_000)])
+    ['file:///in/c.json', 'file:///in/a.json', 'file:///in/b.json']
+    """
+    return [path for path, _ in sorted(files, key=lambda f: (f[1], f[0]))]
+
+
+def modified_ms(uri: str) -> int:
+    """Modification time of a local landing file in epoch ms (0 for a remote or missing file)."""
+    path = local_path(uri)
+    try:
+        return int(os.path.getmtime(path) * 1000) if path is not None else 0
+    except OSError:
+        return 0
 
 
 class RecordNumbers:
