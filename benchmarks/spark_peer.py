@@ -35,7 +35,8 @@ import numpy as np  # noqa: E402
 
 from jobs.feed import feed, records_from_synthetic  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
-from jobs.stream import JobOptions, run_job  # noqa: E402
+from jobs.stream.options import JobOptions  # noqa: E402
+from jobs.stream.run import run_job  # noqa: E402
 from jobs.tables import DeltaTables  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 

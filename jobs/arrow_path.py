@@ -38,7 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from jobs.windows import PARTIAL_SCHEMA
+from jobs.windows import table_partials
+from watermark.evaluate import WindowSpec
 
 #: A clean split's records (the Spark path's names and types for a valid row).
 RECORD_SCHEMA = pa.schema(
@@ -76,7 +77,7 @@ class Split:
     """Records of one landing file whose line starts at a byte in ``[start, end)``."""
 
     sid: int  # unique in the batch; record ids are ``sid << 32 | record number in the split``
-    file: int  # index of the file in the batch's sorted files
+    file: int  # index of the file in the batch's files (landing order: modification time, then name)
     path: str  # local path
     start: int
     end: int
@@ -323,45 +324,6 @@ class LateThresholds:
         return flags
 
 
-def window_partials(records: pa.Table, window_ms: int, step_ms: int) -> pa.Table:
-    """Partial aggregates (count, sum, min, max) per key and window, as the Spark path computes them.
-
-    >>> t = pa.table({"key": ["a", "a", "b"], "event_time_ms": [5, 1_500, 900], "value": [1.0, 2.0, 4.0]})
-    >>> rows = window_partials(t, 1_000, 1_000).to_pylist()
-    >>> sorted((r["key"], r["window_start_ms"], r["count"]) for r in rows)
-    [('a', 0, 1), ('a', 1000, 1), ('b', 0, 1)]
-    """
-    te = records.column("event_time_ms").to_numpy()
-    last_start = te - np.mod(te, step_ms)
-    if step_ms == window_ms:
-        keys, starts, values = records.column("key"), last_start, records.column("value")
-    else:
-        back = -(-window_ms // step_ms) - 1
-        offsets = np.arange(back, -1, -1, dtype=np.int64) * step_ms  # earliest window first, like sequence()
-        candidates = last_start[:, None] - offsets[None, :]
-        keep = candidates > (te - window_ms)[:, None]
-        rows = np.repeat(np.arange(te.size), offsets.size)[keep.ravel()]
-        keys = records.column("key").take(pa.array(rows))
-        starts = candidates.ravel()[keep.ravel()]
-        values = records.column("value").take(pa.array(rows))
-    framed = pa.table({"key": keys, "window_start_ms": pa.array(starts, pa.int64()), "value": values})
-    grouped = framed.group_by(["key", "window_start_ms"], use_threads=False).aggregate(
-        [("value", "count"), ("value", "sum"), ("value", "min"), ("value", "max")]
-    )
-    start = grouped.column("window_start_ms")
-    return pa.table(
-        {
-            "key": grouped.column("key"),
-            "window_start_ms": start,
-            "window_end_ms": pc.add(start, pa.scalar(window_ms, pa.int64())),
-            "count": grouped.column("value_count"),
-            "sum": grouped.column("value_sum"),
-            "min": grouped.column("value_min"),
-            "max": grouped.column("value_max"),
-        }
-    ).cast(PARTIAL_SCHEMA)
-
-
 # -- executor side -----------------------------------------------------------------------------------------
 #: Parsed clean splits a Python worker keeps from the first pass to the second: (job, batch, sid) -> records.
 _CACHE: dict[tuple[str, int, int], pa.Table] = {}
@@ -467,8 +429,7 @@ def aggregate_pass(
     job: str,
     batch_id: int,
     thresholds: LateThresholds,
-    window_ms: int,
-    step_ms: int,
+    window: WindowSpec,
 ) -> Iterator[SplitAggregated]:
     """Second pass (executors): per split, the partials of its on-time rows and its late rows."""
     for split in splits:
@@ -485,7 +446,7 @@ def aggregate_pass(
         tp = records.column("arrival_time_ms").to_numpy()
         late = thresholds.late(te, tp, np.full(n, split.file, np.int64), ids)
         on_time = records.filter(pa.array(~late))
-        partials = window_partials(on_time, window_ms, step_ms)
+        partials = table_partials(on_time, window)
         late_rows = records.filter(pa.array(late))
         late_rows = late_rows.append_column(
             "file", pa.array(np.full(late_rows.num_rows, split.file, np.int32))
@@ -542,8 +503,7 @@ def run_aggregate(
     job: str,
     batch_id: int,
     thresholds: LateThresholds,
-    window_ms: int,
-    step_ms: int,
+    window: WindowSpec,
 ) -> tuple[list[pa.Table], pa.Table, int]:
     """Second pass: the splits' partials (to merge), the batch's late rows, and the splits parsed again.
 
@@ -557,8 +517,7 @@ def run_aggregate(
         job=job,
         batch_id=batch_id,
         thresholds=thresholds,
-        window_ms=window_ms,
-        step_ms=step_ms,
+        window=window,
     )
     result: list[SplitAggregated] = sorted(rdd.mapPartitions(fn).collect(), key=lambda a: a.sid)
     partials = from_blobs(a.partials for a in result)

@@ -68,8 +68,8 @@ from deltalake import DeltaTable  # noqa: E402
 from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
 from jobs.spark import arrow_frame  # noqa: E402
-from jobs.stream import assign_windows  # noqa: E402
 from jobs.tables import AGGREGATES_SCHEMA, read_delta  # noqa: E402
+from jobs.windows import assign_windows  # noqa: E402
 from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
 

@@ -6,7 +6,7 @@ Suites, one per table, plus one on totals across tables:
   counts non-negative, a window (key, start, end) appears once.
 - ``late_events``: keys, event and arrival times not null, the missed watermark above the event time
   (``late_by_ms`` positive), ``reconciled`` set.
-- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.stream.QUARANTINE_REASONS`.
+- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.tables.QUARANTINE_REASONS`.
 - ``conservation`` (one row of totals): every late event the streaming job counted is in ``late_events``
   (the sum of ``late`` in ``watermark_log``); every reconciled late event is counted once in the
   aggregates' ``late_count`` (tumbling windows: a late row is in one window); no window holds more on-time
@@ -27,8 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.stream import QUARANTINE_REASONS
-from jobs.tables import DeltaTables
+from jobs.tables import QUARANTINE_REASONS, DeltaTables
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")

@@ -131,11 +131,15 @@ def ship_code(spark: Any) -> None:
     app = sc.applicationId
     if app in _shipped or sc.master.startswith("local"):
         return
-    folder = Path(tempfile.mkdtemp(prefix="wm-code-"))
+    sc.addPyFile(str(code_archive(Path(tempfile.mkdtemp(prefix="wm-code-")))))
+    _shipped.add(app)
+
+
+def code_archive(folder: Path) -> Path:
+    """A zip of every ``.py`` file of :data:`PACKAGES`, sub-packages (``jobs/stream/``) included."""
     archive = folder / "watermark_pipeline.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         for package in PACKAGES:
             for path in sorted((ROOT / package).rglob("*.py")):
                 zf.write(path, path.relative_to(ROOT).as_posix())
-    sc.addPyFile(str(archive))
-    _shipped.add(app)
+    return archive

@@ -55,10 +55,10 @@ class StageResult:
 
 
 def arrival_order(narrow: pa.Table) -> NDArray[np.intp]:
-    """Rows in arrival order: arrival time, then file name, then line (all ascending, stable).
+    """Rows in arrival order: arrival time, then file, then line (all ascending, stable).
 
-    ``file`` is either the path or, as the job collects it, an integer index into the batch's files sorted
-    by path (already the file's rank).
+    ``file`` is either the path (ranked by name) or, as the job collects it, an integer index into the
+    batch's files in landing order, by modification time then name (already the file's rank).
     """
     tp = narrow.column("arrival_time_ms").to_numpy()
     column = narrow.column("file")

@@ -66,6 +66,24 @@ LATE_SCHEMA = pa.schema(
         ("ingested_at_ms", pa.int64()),
     ]
 )
+#: The ``reason`` of a ``quarantine`` row: why the record is quarantined (the first that applies,
+#: :func:`jobs.stream.validate.validate`).
+QUARANTINE_REASONS = (
+    "record_too_long",
+    "malformed_json",
+    "malformed_csv",
+    "missing_event_id",
+    "missing_key",
+    "missing_event_time",
+    "bad_event_time",
+    "event_time_before_1970",
+    "event_time_in_future",
+    "bad_arrival_time",
+    "arrival_time_before_1970",
+    "missing_value",
+    "bad_value",
+)
+
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("raw", pa.string()),

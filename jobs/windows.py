@@ -1,18 +1,24 @@
-"""Open-window state of the streaming job: merge per-batch partials, fire windows, flush at the end.
+"""Windows of the streaming job: per-batch partials, and the open windows they merge into, fire and flush.
 
-Pure pyarrow/numpy, no Spark: Spark aggregates each micro-batch's on-time rows into *partials* (one row
-per key and window: count, sum, min, max); the driver merges them into the open windows and fires every
-window whose end the watermark has reached. A window fires at the first arrival after which
+Each micro-batch's on-time rows are aggregated into *partials* (one row per key and window: count, sum,
+min, max), by Spark (:func:`window_partials`) or, on the Arrow path, by pyarrow in the executors
+(:func:`table_partials`); both assign windows with :meth:`watermark.evaluate.WindowSpec.start_range`, the
+replay's own definition. The driver merges the partials into the open windows (pure pyarrow/numpy) and
+fires every window whose end the watermark has reached. A window fires at the first arrival after which
 ``W >= end`` (the same rule as the replay evaluation, :mod:`watermark.evaluate`), so its trigger
 watermark and emit latency do not depend on how the input was cut into micro-batches.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
+
+from watermark.evaluate import WindowSpec
 
 PARTIAL_SCHEMA = pa.schema(
     [
@@ -43,6 +49,69 @@ _ORDER = [("window_start_ms", "ascending"), ("key", "ascending")]
 def empty_partials() -> pa.Table:
     """An open-window state with no window."""
     return PARTIAL_SCHEMA.empty_table()
+
+
+def assign_windows(rows: Any, window: WindowSpec) -> Any:
+    """Spark ``rows`` with a ``window_start_ms`` column: one row per window holding the row's event time.
+
+    Windows are aligned to epoch 0; with a slide, a row is repeated for every window that holds it, earliest
+    first (:meth:`WindowSpec.start_range` with Spark's ``pmod``).
+    """
+    from pyspark.sql import functions as F
+
+    first, last = window.start_range(F.col("event_time_ms"), lambda te, step: F.pmod(te, F.lit(step)))
+    if window.tumbling:
+        return rows.withColumn("window_start_ms", last)
+    return rows.withColumn("window_start_ms", F.explode(F.sequence(first, last, F.lit(window.step_ms))))
+
+
+def window_partials(rows: Any, window: WindowSpec) -> Any:
+    """Partial aggregates (count, sum, min, max) of Spark ``rows`` per key and window."""
+    from pyspark.sql import functions as F
+
+    grouped = (
+        assign_windows(rows, window)
+        .groupBy("key", "window_start_ms")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+        )
+    )
+    return grouped.withColumn("window_end_ms", F.col("window_start_ms") + F.lit(window.window_ms)).select(
+        *PARTIAL_SCHEMA.names
+    )
+
+
+def table_partials(records: pa.Table, window: WindowSpec) -> pa.Table:
+    """Partial aggregates of a pyarrow table of records, as :func:`window_partials` computes them in Spark.
+
+    >>> t = pa.table({"key": ["a", "a", "b"], "event_time_ms": [5, 1_500, 900], "value": [1.0, 2.0, 4.0]})
+    >>> rows = table_partials(t, WindowSpec(1_000)).to_pylist()
+    >>> sorted((r["key"], r["window_start_ms"], r["count"]) for r in rows)
+    [('a', 0, 1), ('a', 1000, 1), ('b', 0, 1)]
+    """
+    rows, starts = window.assign(records.column("event_time_ms").to_numpy())
+    keys, values = records.column("key"), records.column("value")
+    if rows.size != records.num_rows:  # sliding windows: a record in several
+        keys, values = keys.take(pa.array(rows)), values.take(pa.array(rows))
+    framed = pa.table({"key": keys, "window_start_ms": pa.array(starts, pa.int64()), "value": values})
+    grouped = framed.group_by(["key", "window_start_ms"], use_threads=False).aggregate(
+        [("value", "count"), ("value", "sum"), ("value", "min"), ("value", "max")]
+    )
+    start = grouped.column("window_start_ms")
+    return pa.table(
+        {
+            "key": grouped.column("key"),
+            "window_start_ms": start,
+            "window_end_ms": pc.add(start, pa.scalar(window.window_ms, pa.int64())),
+            "count": grouped.column("value_count"),
+            "sum": grouped.column("value_sum"),
+            "min": grouped.column("value_min"),
+            "max": grouped.column("value_max"),
+        }
+    ).cast(PARTIAL_SCHEMA)
 
 
 def merge_partials(*tables: pa.Table) -> pa.Table:

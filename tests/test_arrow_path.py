@@ -21,10 +21,11 @@ from jobs.arrow_path import (
     plan_splits,
     read_split,
     spill_dir,
-    window_partials,
 )
 from jobs.stage import label_thresholds, run_stage
+from jobs.windows import table_partials
 from watermark.combine import PartitionedWatermark
+from watermark.evaluate import WindowSpec
 
 INGEST = 1_700_000_100_000
 CHECKS = RecordChecks(
@@ -188,7 +189,7 @@ def test_arrow_window_partials_match_a_plain_loop(window_ms, step_ms):
     table = pa.table({"key": keys, "event_time_ms": te, "value": values})
     got = {
         (r["key"], r["window_start_ms"]): (r["window_end_ms"], r["count"], r["sum"], r["min"], r["max"])
-        for r in window_partials(table, window_ms, step_ms).to_pylist()
+        for r in table_partials(table, WindowSpec(window_ms, step_ms)).to_pylist()
     }
     assert got == reference_partials(keys, te.tolist(), values.tolist(), window_ms, step_ms)
 
@@ -223,7 +224,7 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     )
 
     def second_pass():
-        out = list(aggregate_pass(iter(splits), CHECKS, job, 7, thresholds, 1_000, 1_000))
+        out = list(aggregate_pass(iter(splits), CHECKS, job, 7, thresholds, WindowSpec(1_000)))
         partials = pa.concat_tables(from_blobs(a.partials for a in out))
         late = pa.concat_tables(from_blobs(a.late for a in out))
         return [a.reparsed for a in out], partials, late

@@ -14,7 +14,8 @@ from deltalake import DeltaTable
 from jobs.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
 from jobs.feed import feed
 from jobs.spark import arrow_frame
-from jobs.stream import JobOptions, run_job
+from jobs.stream.options import JobOptions
+from jobs.stream.run import run_job
 from jobs.tables import AGGREGATES_SCHEMA, DeltaTables
 from tests.test_stream import config, iot_records, write_lines
 from watermark.evaluate import WindowSpec

@@ -75,7 +75,7 @@ def test_importing_the_dags_starts_no_spark_and_reads_no_table(airflow_home):
 @pytest.fixture(scope="module")
 def stream_tables(spark, tmp_path_factory):
     """A finished run of the streaming job with an aggressive watermark (many late rows)."""
-    from jobs.stream import run_job
+    from jobs.stream.run import run_job
 
     tmp = tmp_path_factory.mktemp("dags")
     records = one_partition(iot_records(3_000))
@@ -161,7 +161,8 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
     import threading
     import time
 
-    from jobs.stream import JobOptions, run_job
+    from jobs.stream.options import JobOptions
+    from jobs.stream.run import run_job
     from tests.test_stream import config
 
     records = iot_records(4_000)

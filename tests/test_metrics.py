@@ -9,7 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from jobs.feed import feed
-from jobs.stream import JobOptions, main, run_job
+from jobs.stream.cli import main
+from jobs.stream.options import JobOptions
+from jobs.stream.run import run_job
 from jobs.tables import DeltaTables
 from monitoring.metrics import MAX_PARTITION_SERIES, BatchObservation, JobMetrics, PartitionState
 from monitoring.push import outcome_registry

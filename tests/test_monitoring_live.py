@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jobs.stream import JobOptions, run_job
+from jobs.stream.options import JobOptions
+from jobs.stream.run import run_job
 from monitoring import dashboards, rules
 from monitoring.local import prometheus_config, start_prometheus, start_pushgateway
 from monitoring.metrics import JobMetrics

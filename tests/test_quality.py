@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def reconciled_tables(spark, tmp_path_factory):
-    from jobs.stream import run_job
+    from jobs.stream.run import run_job
 
     tmp = tmp_path_factory.mktemp("quality")
     feed(one_partition(iot_records(2_000)), tmp / "in", rows_per_file=500)

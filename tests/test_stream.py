@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from jobs.feed import feed, records_from_file
-from jobs.stream import QUARANTINE_REASONS, JobOptions, run_job
-from jobs.tables import DeltaTables
+from jobs.stream.options import JobOptions
+from jobs.stream.run import run_job
+from jobs.tables import QUARANTINE_REASONS, DeltaTables
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay
 
@@ -192,7 +193,7 @@ def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_pa
 def test_a_new_configuration_version_applies_at_a_batch_boundary_without_restart(spark, tmp_path):
     import threading
 
-    from jobs.stream import run_job
+    from jobs.stream.run import run_job
     from watermark.config import load_config, write_config
 
     records = iot_records(2_000)
@@ -273,7 +274,7 @@ def test_a_malformed_csv_row_is_quarantined_and_the_others_counted(spark, tmp_pa
 
 
 def test_the_rate_source_runs_a_bounded_load_test_and_accounts_for_every_row(spark, tmp_path):
-    from jobs.stream import RateOptions
+    from jobs.stream.options import RateOptions
 
     sink, reports = run(
         spark,
@@ -333,7 +334,7 @@ def test_a_run_killed_while_writing_its_first_offset_restarts(spark, tmp_path):
 @pytest.mark.parametrize("strategy", ["periodic", "ingestion"])
 def test_the_late_expression_selects_exactly_the_stage_late_rows_with_tied_arrival_times(spark, strategy):
     from jobs.stage import run_stage
-    from jobs.stream import late_expression
+    from jobs.stream.labelling import late_expression
     from watermark.combine import PartitionedWatermark
 
     rng = np.random.default_rng(5)

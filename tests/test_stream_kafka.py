@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from jobs.feed import feed_kafka, kafka_partition_map
-from jobs.stream import JobOptions, KafkaOptions, run_job
+from jobs.stream.options import JobOptions, KafkaOptions
+from jobs.stream.run import run_job
 from jobs.tables import DeltaTables
 from tests.test_stream import iot_records
 from watermark.config import PipelineConfig

@@ -1,9 +1,21 @@
-"""Open-window state: merging partials, firing at the exact arrival, flushing; equal to the replay."""
+"""Windows: one definition for replay, Spark and Arrow; merging partials, firing, flushing; replay parity."""
+
+import operator
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from jobs.windows import FIRED_SCHEMA, PARTIAL_SCHEMA, empty_partials, fire, flush, merge_partials
+from jobs.windows import (
+    FIRED_SCHEMA,
+    PARTIAL_SCHEMA,
+    assign_windows,
+    empty_partials,
+    fire,
+    flush,
+    merge_partials,
+    table_partials,
+)
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import LATE, WindowSpec, replay
 
@@ -120,3 +132,40 @@ def test_batch_by_batch_firing_equals_the_replay_evaluation_for_any_batching():
         assert got == exp
         assert np.all(w.arrival_fire_tp_ms[w.fired] >= w.fire_tp_ms[w.fired])
         assert int(np.count_nonzero(expected.classes == LATE)) == n - sum(v[0] for v in got.values())
+
+
+# -- one window definition: replay (numpy), the Spark path (SQL) and the Arrow path (pyarrow) agree -------
+SPECS = [WindowSpec(1_000), WindowSpec(1_000, 300), WindowSpec(900, 300), WindowSpec(10, 5), WindowSpec(7, 3)]
+#: Negative times, exact window boundaries and their neighbours, epoch-ms-sized times.
+TRICKY = sorted(
+    {b + d for b in (-2_000, -1_000, -900, -10, -7, 0, 7, 10, 900, 1_000, 2_700) for d in (-1, 0, 1)}
+    | {1_600_000_000_000, 1_600_000_000_299, 1_600_000_000_300, 1_600_000_000_999}
+)
+
+
+def python_windows(window, te):
+    """Window starts of one event time from the spec's definition on plain ints."""
+    first, last = window.start_range(te, operator.mod)
+    return list(range(first, last + 1, window.step_ms))
+
+
+@pytest.mark.parametrize("window", SPECS, ids=str)
+def test_replay_and_arrow_windows_follow_the_one_definition(window):
+    te = np.array(TRICKY, np.int64)
+    rows, starts = window.assign(te)
+    replayed = sorted(zip(te[rows].tolist(), starts.tolist(), strict=True))
+    expected = sorted((t, s) for t in TRICKY for s in python_windows(window, t))
+    assert replayed == expected
+    assert all(s <= t < s + window.window_ms for t, s in expected)
+    records = pa.table({"key": [str(t) for t in TRICKY], "event_time_ms": te, "value": te.astype(float)})
+    partials = table_partials(records, window).to_pylist()
+    assert sorted((int(r["key"]), r["window_start_ms"]) for r in partials) == expected
+    assert all(r["window_end_ms"] == r["window_start_ms"] + window.window_ms for r in partials)
+
+
+@pytest.mark.spark
+def test_the_spark_expression_follows_the_one_definition(spark):
+    frame = spark.createDataFrame([(t,) for t in TRICKY], "event_time_ms long")
+    for window in SPECS:
+        got = sorted((r[0], r[1]) for r in assign_windows(frame, window).collect())
+        assert got == sorted((t, s) for t in TRICKY for s in python_windows(window, t)), window

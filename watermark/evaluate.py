@@ -19,6 +19,7 @@ Definitions (one convention everywhere, see the README):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +62,40 @@ class WindowSpec:
         """Distance between window starts."""
         return self.window_ms if self.slide_ms is None else self.slide_ms
 
+    @property
+    def tumbling(self) -> bool:
+        """Each event time falls in exactly one window (no slide, or a slide equal to the window)."""
+        return self.slide_ms is None or self.slide_ms == self.window_ms
+
+    def start_range(self, te: Any, mod: Callable[[Any, int], Any] = np.mod) -> tuple[Any, Any]:
+        """First and last start of the windows holding event time ``te``: ``(first, last)``.
+
+        The windows holding ``te`` start at every multiple of :attr:`step_ms` in ``(te - window_ms, te]``.
+        ``mod`` is a floor modulo (its result in ``[0, step)``, negative times included) of ``te``'s kind:
+        ``np.mod`` for arrays (the default), ``operator.mod`` for ints, Spark's ``pmod`` for columns. The
+        replay (:meth:`assign`), the job's Spark path (:func:`jobs.windows.assign_windows`) and its Arrow
+        path all derive their windows from this one definition.
+
+        Examples
+        --------
+        >>> import operator
+        >>> WindowSpec(10, 5).start_range(12, operator.mod), WindowSpec(10, 5).start_range(-3, operator.mod)
+        ((5, 10), (-10, -5))
+        >>> WindowSpec(10).start_range(-10, operator.mod)
+        (-10, -10)
+
+        """
+        step = self.step_ms
+        last = te - mod(te, step)
+        if self.tumbling:
+            return last, last
+        earliest = te - self.window_ms  # the windows start after it
+        return earliest - mod(earliest, step) + step, last
+
     def assign(self, te: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
         """Windows of each event time: ``(row, start)`` pairs, one per window a row belongs to.
+
+        Rows keep their order, and a row's windows come earliest first.
 
         Examples
         --------
@@ -72,15 +105,16 @@ class WindowSpec:
         ([0, 0, 1, 1], [5, 10, -10, -5])
 
         """
+        first: NDArray[np.int64]
+        last: NDArray[np.int64]
+        first, last = self.start_range(te)
+        if self.tumbling:
+            return np.arange(te.size), last
         step = self.step_ms
-        if self.slide_ms is None or self.slide_ms == self.window_ms:
-            return np.arange(te.size), te - np.mod(te, step)
-        k_hi = np.floor_divide(te, step)
-        k_lo = np.floor_divide(te - self.window_ms, step) + 1
-        count = k_hi - k_lo + 1
+        count = (last - first) // step + 1
         rows = np.repeat(np.arange(te.size), count)
         offsets = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
-        return rows, (k_lo[rows] + offsets) * step
+        return rows, first[rows] + offsets * step
 
 
 def classify(te: ArrayLike, wm: ArrayLike, straggler_ms: int = DEFAULT_STRAGGLER_MS) -> NDArray[np.int8]:

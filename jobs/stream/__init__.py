@@ -1,0 +1,109 @@
+"""``python -m jobs.stream``: windowed aggregates through the adaptive watermark stage, into Delta tables.
+
+A PySpark Structured Streaming job over a landing directory of JSON-lines (the embedded default), CSV or
+Parquet files, a Kafka topic, or Spark's rate source for load tests (:mod:`jobs.stream.source`). Each
+micro-batch, in ``foreachBatch`` (:mod:`jobs.stream.handler`):
+
+1. **Validate** (:mod:`jobs.stream.validate`). Landing files are read by Spark's reader with every field as
+   text (every record keeps its file and record number); each field is checked and typed with native Spark
+   expressions. Bad records go to the ``quarantine`` table with a reason from :data:`QUARANTINE_REASONS`;
+   the job never crashes on them and never drops them. Clean JSON batches take the Arrow path instead
+   (:mod:`jobs.arrow_path`).
+2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
+   line) are collected to the driver as Arrow, put in arrival order (arrival time, file, line) and run
+   through the per-partition generators (:mod:`jobs.stage`). Rows are labelled in Spark with a short
+   ``CASE`` over the compressed lateness thresholds (:mod:`jobs.stream.labelling`): no row-id join, no
+   Python UDF.
+3. **Windows.** Spark aggregates the on-time rows per (key, window); the driver merges those partials into
+   the open windows and fires those the watermark closed (:mod:`jobs.windows`), into ``aggregates``.
+4. **Late rows** go to ``late_events`` with the watermark they missed and by how much.
+5. **Watermark log**: one row per partition per batch, into ``watermark_log``.
+
+Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.tables.DeltaTables`), and the
+batch's ingestion time, configuration and the stage's state (generator snapshots, open windows) are
+checkpointed per batch under ``CHECKPOINT/stage`` (:mod:`jobs.stream.state`), so a batch replayed after a
+crash recomputes exactly the same rows. The query itself is run by :mod:`jobs.stream.run`, its options are
+:mod:`jobs.stream.options` and its command line :mod:`jobs.stream.cli`.
+
+This package re-exports the names other code imports from ``jobs.stream``.
+"""
+
+from jobs.stream.cli import build_parser, main, options_from_args, summarize
+from jobs.stream.handler import ArrowRows, BatchHandler, BatchReport, SparkRows, aggregate_rows, observation
+from jobs.stream.labelling import MAX_THRESHOLD_PIECES, late_expression
+from jobs.stream.options import (
+    DEFAULT_METRICS_PORT,
+    FORMATS,
+    RATE_FILE,
+    Fields,
+    JobOptions,
+    KafkaOptions,
+    RateOptions,
+)
+from jobs.stream.run import clear_interrupted_log_writes, flush_open_windows, run_job, serve_metrics
+from jobs.stream.source import (
+    RecordNumbers,
+    csv_columns,
+    kafka_batch_files,
+    kafka_stream,
+    logged_batch_files,
+    number_records,
+    oldest_input_ms,
+    rate_stream,
+    source_stream,
+)
+from jobs.stream.state import SavedStage, StageStore
+from jobs.stream.validate import (
+    QUARANTINE_REASONS,
+    SOURCE_COLUMNS,
+    text_schema,
+    typed_json_schema,
+    validate,
+    validation_steps,
+)
+from jobs.windows import assign_windows, window_partials
+
+__all__ = [
+    "DEFAULT_METRICS_PORT",
+    "FORMATS",
+    "MAX_THRESHOLD_PIECES",
+    "QUARANTINE_REASONS",
+    "RATE_FILE",
+    "SOURCE_COLUMNS",
+    "ArrowRows",
+    "BatchHandler",
+    "BatchReport",
+    "Fields",
+    "JobOptions",
+    "KafkaOptions",
+    "RateOptions",
+    "RecordNumbers",
+    "SavedStage",
+    "SparkRows",
+    "StageStore",
+    "aggregate_rows",
+    "assign_windows",
+    "build_parser",
+    "clear_interrupted_log_writes",
+    "csv_columns",
+    "flush_open_windows",
+    "kafka_batch_files",
+    "kafka_stream",
+    "late_expression",
+    "logged_batch_files",
+    "main",
+    "number_records",
+    "observation",
+    "oldest_input_ms",
+    "options_from_args",
+    "rate_stream",
+    "run_job",
+    "serve_metrics",
+    "source_stream",
+    "summarize",
+    "text_schema",
+    "typed_json_schema",
+    "validate",
+    "validation_steps",
+    "window_partials",
+]

@@ -1,0 +1,253 @@
+"""The command line: ``python -m jobs.stream`` flags, their validation, and the run's summary."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jobs.stream.options import DEFAULT_METRICS_PORT, FORMATS, Fields, JobOptions, KafkaOptions, RateOptions
+from jobs.stream.run import run_job, serve_metrics
+from jobs.tables import TABLES, DeltaTables
+from watermark.config import ConfigError, PipelineConfig, load_config, write_config
+
+
+def summarize(output: str) -> dict[str, Any]:
+    """Figures of a finished run read back from its Delta tables."""
+    tables = DeltaTables(output, "jobs.stream.summary")
+    out: dict[str, Any] = {"output": os.path.abspath(output)}
+    agg = tables.read("aggregates")
+    late = tables.read("late_events", columns=["batch_id"]).num_rows
+    quarantined = tables.read("quarantine", columns=["batch_id"]).num_rows
+    counted = int(np.asarray(agg.column("count").to_numpy()).sum()) if agg.num_rows else 0
+    flushed = np.asarray(agg.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
+    latency = np.asarray(agg.column("emit_latency_ms").to_numpy(zero_copy_only=False), dtype=float)[~flushed]
+    events = counted + late
+    out |= {
+        "events": events,
+        "late": late,
+        "late_pct": round(100.0 * late / events, 4) if events else 0.0,
+        "windows": agg.num_rows,
+        "windows_flushed": int(flushed.sum()),
+        "emit_latency_ms": {
+            "p50": round(float(np.percentile(latency, 50)), 1) if latency.size else None,
+            "p99": round(float(np.percentile(latency, 99)), 1) if latency.size else None,
+        },
+        "quarantined": quarantined,
+        "tables": {name: tables.path(name) for name in TABLES},
+    }
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.stream`` argument parser."""
+    import jobs.stream as package
+    from watermark.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m jobs.stream", description=package.__doc__.splitlines()[0])
+    p.add_argument("--input", help="landing directory (not with --format rate or kafka)")
+    p.add_argument(
+        "--format",
+        default="json",
+        choices=FORMATS,
+        help="landing file format (JSON lines, CSV with a header, Parquet), rate: Spark's rate source, "
+        "or kafka: a Kafka topic of JSON values",
+    )
+    p.add_argument("--kafka-bootstrap-servers", metavar="HOST:PORT", help="Kafka brokers (--format kafka)")
+    p.add_argument("--topic", help="Kafka topic to read (--format kafka)")
+    p.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default=KafkaOptions.starting_offsets,
+        help="where a new query starts reading the topic (a restart resumes from its checkpoint)",
+    )
+    p.add_argument(
+        "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
+    )
+    p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
+    p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
+    p.add_argument("--rate-partitions", type=int, default=RateOptions.partitions)
+    p.add_argument(
+        "--rate-max-delay-ms", type=int, default=RateOptions.max_delay_ms, help="event time = arrival - delay"
+    )
+    p.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+    p.add_argument("--output", required=True, help="directory of the Delta tables")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory (query offsets and stage state)")
+    p.add_argument(
+        "--config", help="versioned watermark configuration (JSON); created from the flags if absent"
+    )
+    p.add_argument("--strategy", default="adaptive", help="watermark strategy (without --config)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
+    p.add_argument("--window-ms", type=int, default=1_000)
+    p.add_argument("--slide-ms", type=int)
+    p.add_argument("--late-slo-pct", type=float, default=1.0)
+    p.add_argument("--idle-timeout-ms", type=int)
+    p.add_argument("--trigger", default="available-now", help="available-now or interval=5s")
+    p.add_argument("--max-files-per-trigger", type=int)
+    p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
+    p.add_argument(
+        "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
+    )
+    p.add_argument(
+        "--max-field-bytes",
+        type=int,
+        default=65_536,
+        help="quarantine records with a longer field (record_too_long)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics while running "
+        f"(default {DEFAULT_METRICS_PORT}; 0 serves none)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics server binds (default 127.0.0.1)"
+    )
+    p.add_argument(
+        "--no-arrival-history",
+        action="store_true",
+        help="do not write the arrivals table (every record's partition and times: the re-tuning input)",
+    )
+    p.add_argument(
+        "--reader",
+        choices=("arrow", "spark"),
+        default="arrow",
+        help="JSON files: arrow = parsed by pyarrow in the executors (batches with an invalid record fall "
+        "back to Spark's reader), spark = always Spark's reader (default arrow)",
+    )
+    for name, default in vars(Fields()).items():
+        p.add_argument(
+            f"--{name.replace('_', '-')}-field", default=default, help=f"input field (default {default})"
+        )
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> JobOptions:
+    """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
+    from watermark.registry import parse_settings
+
+    flags = PipelineConfig.from_dict(
+        {
+            "version": 1,
+            "strategy": args.strategy,
+            "params": parse_settings(args.set),
+            "window_ms": args.window_ms,
+            "slide_ms": args.slide_ms,
+            "late_slo_pct": args.late_slo_pct,
+            "idle_timeout_ms": args.idle_timeout_ms,
+        }
+    )
+    config = flags
+    if args.config:
+        if Path(args.config).exists():
+            config = load_config(args.config)
+        else:
+            write_config(args.config, flags)
+    fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
+    if args.format not in ("rate", "kafka") and not args.input:
+        msg = f"--input is required with --format {args.format}"
+        raise ValueError(msg)
+    if args.format in ("rate", "kafka") and args.input:
+        msg = f"--format {args.format} reads no --input"
+        raise ValueError(msg)
+    if args.format == "kafka" and not (args.kafka_bootstrap_servers and args.topic):
+        msg = "--format kafka needs --kafka-bootstrap-servers HOST:PORT and --topic NAME"
+        raise ValueError(msg)
+    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic):
+        msg = "--kafka-bootstrap-servers and --topic are for --format kafka"
+        raise ValueError(msg)
+    if args.format == "rate" and args.trigger == "available-now":
+        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
+        raise ValueError(msg)
+    if not 0 <= args.metrics_port <= 65_535:
+        msg = f"--metrics-port must be a port number (0 serves none), got {args.metrics_port}"
+        raise ValueError(msg)
+    for flag in (
+        "rate_rows_per_second",
+        "rate_keys",
+        "rate_partitions",
+        "max_batches",
+        "max_offsets_per_trigger",
+    ):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            msg = f"--{flag.replace('_', '-')} must be at least 1, got {value}"
+            raise ValueError(msg)
+    if args.rate_max_delay_ms < 0:
+        msg = f"--rate-max-delay-ms must be >= 0, got {args.rate_max_delay_ms}"
+        raise ValueError(msg)
+    rate = RateOptions(
+        rows_per_second=args.rate_rows_per_second,
+        keys=args.rate_keys,
+        partitions=args.rate_partitions,
+        max_delay_ms=args.rate_max_delay_ms,
+    )
+    kafka = KafkaOptions(
+        bootstrap_servers=args.kafka_bootstrap_servers or "",
+        topic=args.topic or "",
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+    return JobOptions(
+        input=args.input or "",
+        format=args.format,
+        rate=rate,
+        kafka=kafka,
+        max_batches=args.max_batches,
+        output=args.output,
+        checkpoint=args.checkpoint,
+        config=config,
+        config_path=args.config,
+        trigger=args.trigger,
+        max_files_per_trigger=args.max_files_per_trigger,
+        flush_at_end=args.flush_at_end,
+        fields=fields,
+        future_bound_ms=args.future_bound_ms,
+        max_field_bytes=args.max_field_bytes,
+        reader=args.reader,
+        metrics_port=args.metrics_port or None,
+        metrics_host=args.metrics_host,
+        arrival_history=not args.no_arrival_history,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; prints the run's summary as JSON."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from jobs.spark import build_session
+    from monitoring.server import MetricsPortBusy
+
+    metrics, server = None, None
+    if options.metrics_port is not None:  # bound before Spark starts, so a busy port fails at once
+        try:
+            metrics, server = serve_metrics(options)
+        except MetricsPortBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    spark = build_session("jobs.stream")
+    try:
+        run_job(spark, options, metrics)
+    except KeyboardInterrupt:
+        for query in spark.streams.active:
+            query.stop()
+        print(
+            "interrupted: restart with the same --checkpoint to continue exactly where it stopped",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        spark.stop()
+        if server is not None:
+            server.stop()

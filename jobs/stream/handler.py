@@ -1,0 +1,598 @@
+"""The ``foreachBatch`` handler: one micro-batch through validation, the watermark stage, windows and tables.
+
+A batch's rows come either from Spark's reader (:class:`SparkRows`: validated in Spark) or from the Arrow
+path (:class:`ArrowRows`: clean JSON parsed by pyarrow in the executors, :mod:`jobs.arrow_path`); either
+way the driver runs the stage on the narrow columns, merges and fires the windows, and writes every table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.arrow_path import (
+    NARROW_SCHEMA,
+    LateThresholds,
+    RecordChecks,
+    local_path,
+    plan_splits,
+    run_aggregate,
+    run_collect,
+    spill_dir,
+    splits_rdd,
+)
+from jobs.spark import arrow_frame
+from jobs.stage import label_thresholds, run_stage
+from jobs.stream.labelling import late_expression
+from jobs.stream.options import RATE_FILE, JobOptions
+from jobs.stream.source import (
+    RecordNumbers,
+    kafka_batch_files,
+    landing_order,
+    logged_batch_files,
+    modified_ms,
+    number_records,
+    oldest_input_ms,
+)
+from jobs.stream.state import StageStore
+from jobs.stream.validate import validate
+from jobs.tables import (
+    AGGREGATES_SCHEMA,
+    LATE_SCHEMA,
+    QUARANTINE_SCHEMA,
+    TABLES,
+    WATERMARK_LOG_SCHEMA,
+    DeltaTables,
+)
+from jobs.windows import empty_partials, fire, flush, merge_partials, window_partials
+from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
+from watermark.combine import PartitionedWatermark
+from watermark.config import ConfigWatcher, PipelineConfig
+from watermark.evaluate import WindowSpec
+from watermark.timeutil import NO_WATERMARK
+
+log = logging.getLogger("jobs.stream")
+
+
+class SparkRows:
+    """A batch read by Spark's reader: validated in Spark, typed columns cached for the batch's actions."""
+
+    path = "spark"
+    collect_seconds = 0.0  # the collect happens in narrow()
+
+    def __init__(self, spark: Any, rows: Any, parsed: Any, pool: ThreadPoolExecutor) -> None:
+        self.spark, self.rows, self.parsed, self.pool = spark, rows, parsed, pool
+
+    def narrow(self) -> pa.Table:
+        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record."""
+        parsed = self.parsed
+        return parsed.select(
+            "file",
+            "line",
+            parsed.reason.isNull().alias("valid"),
+            "partition",
+            "event_time_ms",
+            "arrival_time_ms",
+        ).toArrow()
+
+    def quarantined(self) -> pa.Table:
+        """``raw, reason, file, line`` of the invalid records."""
+        rows = self.rows
+        return rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
+
+    def aggregate(
+        self, narrow: pa.Table, result: Any, window: WindowSpec, report: BatchReport, tick: float
+    ) -> tuple[list[pa.Table], pa.Table, float]:
+        """Partials of the on-time rows and the late rows in full (Spark labels them by thresholds)."""
+        parsed = self.parsed
+        valid = parsed.filter(parsed.reason.isNull())
+        te = narrow.column("event_time_ms").to_numpy()
+        late_expr = (
+            late_expression(narrow, result.order, result.late, te, result.wm_at_arrival)
+            if result.n_late
+            else None
+        )
+        late_keys = None
+        if result.n_late and late_expr is None:
+            keys = narrow.select(["file", "line"]).filter(pa.array(result.late))
+            late_keys = arrow_frame(self.spark, keys)
+        on_time = valid
+        if late_expr is not None:
+            on_time = valid.filter(~late_expr)
+        elif late_keys is not None:
+            from pyspark.sql import functions as F
+
+            on_time = valid.join(F.broadcast(late_keys), ["file", "line"], "left_anti")
+        tick = report.mark("label", tick)
+        # The late rows are collected while Spark aggregates the on-time ones: two jobs at once keep the
+        # cores busy through each other's scheduling gaps.
+        late_rows = self.pool.submit(_collect_late, valid, late_expr, late_keys) if result.n_late else None
+        partials = window_partials(on_time, window).toArrow()
+        tick = report.mark("partials", tick)
+        late = late_rows.result() if late_rows is not None else LATE_SCHEMA.empty_table()
+        tick = report.mark("late", tick)
+        return [partials], late, tick
+
+
+def _collect_late(valid: Any, late_expr: Any, late_keys: Any) -> pa.Table:
+    cols = ["event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value", "file", "line"]
+    if late_expr is not None:
+        return valid.filter(late_expr).select(*cols).toArrow()
+    return valid.join(late_keys, ["file", "line"], "inner").select(*cols).toArrow()
+
+
+class ArrowRows:
+    """A clean JSON batch on the Arrow path (:mod:`jobs.arrow_path`), after its first pass."""
+
+    path = "arrow"
+
+    def __init__(
+        self, rdd: Any, checks: RecordChecks, job: str, batch_id: int, narrow: pa.Table | None
+    ) -> None:
+        self.rdd, self.checks, self.job, self.batch_id = rdd, checks, job, batch_id
+        self._narrow = narrow
+        self.collect_seconds = 0.0  # the first pass, before the handler's phases start
+
+    def narrow(self) -> pa.Table:
+        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record (all valid)."""
+        narrow = self._narrow
+        if narrow is None:
+            return NARROW_SCHEMA.empty_table()
+        return narrow.add_column(2, "valid", pa.array(np.ones(narrow.num_rows, bool)))
+
+    def quarantined(self) -> pa.Table:
+        """Never called: a batch on the Arrow path has no invalid record."""
+        msg = "a batch on the Arrow path has no invalid record"
+        raise AssertionError(msg)
+
+    def aggregate(
+        self, narrow: pa.Table, result: Any, window: WindowSpec, report: BatchReport, tick: float
+    ) -> tuple[list[pa.Table], pa.Table, float]:
+        """Second pass: executors label rows by the stage's thresholds and aggregate the on-time ones."""
+        te = narrow.column("event_time_ms").to_numpy()
+        th = label_thresholds(te[result.order], result.late[result.order], result.wm_at_arrival)
+        thresholds = LateThresholds.from_stage(narrow, result.order, th.starts, th.values)
+        tick = report.mark("label", tick)
+        partials, late, report.reparsed = run_aggregate(
+            self.rdd, self.checks, self.job, self.batch_id, thresholds, window
+        )
+        tick = report.mark("partials", tick)
+        return partials, late, tick
+
+
+# -- the foreachBatch handler ----------------------------------------------------------------------------
+@dataclass
+class BatchReport:
+    """What one micro-batch did (for the progress line and tests)."""
+
+    batch_id: int
+    rows: int = 0
+    quarantined: int = 0
+    late: int = 0
+    fired: int = 0
+    open_windows: int = 0
+    watermark_ms: int = NO_WATERMARK
+    config_version: int = 0
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
+    reparsed: int = 0  # Arrow path: splits the second pass had to parse again
+    path: str = ""  # "arrow" (JSON parsed by pyarrow in the executors) or "spark" (Spark's reader)
+
+    def mark(self, phase: str, since: float) -> float:
+        """Add the time since ``since`` to ``phase``; returns now."""
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - since
+        return now
+
+
+class BatchHandler:
+    """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch."""
+
+    def __init__(self, spark: Any, options: JobOptions, metrics: JobMetrics | None = None) -> None:
+        self.spark = spark
+        self.options = options
+        self.metrics = metrics
+        self.tables = DeltaTables(options.output, options.app_id, spark)
+        self._writers = ThreadPoolExecutor(max_workers=len(TABLES), thread_name_prefix="delta-writes")
+        self.store = StageStore(options.checkpoint)
+        self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
+        self.reports: list[BatchReport] = []
+        self._files: list[str] = []
+        self._closed_until = NO_WATERMARK
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
+        self._numbers: RecordNumbers | None = None
+        self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
+        self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
+
+    def _config(self) -> PipelineConfig:
+        if self.watcher is None:
+            return self.options.config
+        change = self.watcher.poll()
+        if change is not None and change.refused_reason:
+            log.warning("configuration refused: %s", change.refused_reason)
+            if self.metrics is not None:
+                self.metrics.config_refused.inc()
+        elif change is not None and change.applied is not None:
+            log.warning("configuration version %d applies from the next batch", change.applied.version)
+        return self.watcher.current
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
+        started = time.time()
+        tick = time.perf_counter()
+        ingest_ms, config = self.store.batch_meta(batch_id, self._config())
+        saved = self.store.load_before(batch_id)
+        if saved is None:
+            watermark = PartitionedWatermark(
+                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+            )
+            open_windows, version = empty_partials(), config.version
+            self._closed_until = NO_WATERMARK
+        else:
+            watermark, open_windows, version = saved.watermark, saved.open_windows, saved.config_version
+            self._closed_until = saved.closed_until_ms
+        if version != config.version:
+            watermark = watermark.reconfigured(
+                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+            )
+            log.warning(
+                "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
+            )
+        opts = self.options
+        if opts.format == "rate":
+            files: list[str] | None = [RATE_FILE]
+        elif opts.format == "kafka":
+            files = kafka_batch_files(batch)
+        else:
+            files = logged_batch_files(opts.checkpoint, batch_id)
+        if self.metrics is not None:
+            self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
+        arrow = self._arrow_rows(files, batch_id, ingest_ms)
+        if arrow is not None:
+            self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
+            return
+        if files is None:  # not in the source log (another source layout): ask Spark, at one more action
+            uris = [r[0] for r in batch.select("file").distinct().collect()]
+            files = landing_order((uri, modified_ms(uri)) for uri in uris)
+        records = number_records(batch, files)
+        rows = validate(
+            records,
+            opts.fields,
+            ingest_ms=ingest_ms,
+            future_bound_ms=opts.future_bound_ms,
+            max_field_bytes=opts.max_field_bytes,
+            malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
+            reread_corrupt=opts.format in ("json", "kafka"),
+            plans=self._plans,
+        )
+        # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
+        # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
+        parsed = rows.drop("raw").persist()
+        try:
+            source = SparkRows(self.spark, rows, parsed, self._pool)
+            self._process(source, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
+        finally:
+            parsed.unpersist()
+
+    def _arrow_rows(self, files: list[str] | None, batch_id: int, ingest_ms: int) -> ArrowRows | None:
+        """The batch on the Arrow path after its first pass, or None when Spark's reader must read it."""
+        opts = self.options
+        if opts.reader != "arrow" or opts.format != "json" or not files or self._arrow_off:
+            return None
+        names = list(vars(opts.fields).values())
+        if len(set(names)) != len(names):
+            return None  # a field name shared by two slots: the Spark path's typing rules apply
+        paths = [local_path(f) for f in files]
+        if any(p is None for p in paths):
+            return None
+        try:
+            sizes = [os.path.getsize(p) for p in paths if p is not None]
+        except OSError:
+            return None
+        f = opts.fields
+        checks = RecordChecks(
+            f.event_id,
+            f.key,
+            f.partition,
+            f.event_time,
+            f.arrival_time,
+            f.value,
+            ingest_ms=ingest_ms,
+            future_bound_ms=opts.future_bound_ms,
+            max_field_bytes=opts.max_field_bytes,
+        )
+        splits = plan_splits(
+            [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
+        )
+        rdd = splits_rdd(self.spark, splits)
+        tick = time.perf_counter()
+        try:
+            collected = run_collect(rdd, splits, checks, opts.checkpoint, batch_id)
+        except Exception as exc:  # the executors cannot run the Arrow path (say, no pyarrow there)
+            self._arrow_off = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+            log.warning(
+                "the Arrow path failed (%s); this run reads JSON with Spark's reader from now on",
+                self._arrow_off,
+            )
+            return None
+        if not collected.clean:
+            log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
+            shutil.rmtree(spill_dir(opts.checkpoint), ignore_errors=True)  # this machine's kept splits
+            return None
+        rows = ArrowRows(rdd, checks, opts.checkpoint, batch_id, collected.narrow)
+        rows.collect_seconds = time.perf_counter() - tick
+        return rows
+
+    def _process(
+        self,
+        source: SparkRows | ArrowRows,
+        files: list[str],
+        batch_id: int,
+        ingest_ms: int,
+        config: PipelineConfig,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        started: float,
+        prepared: float,
+    ) -> None:
+        opts = self.options
+        tick = time.perf_counter()
+        prepare = tick - prepared
+        narrow_all = source.narrow()
+        if narrow_all.column("file").null_count:
+            msg = (
+                f"batch {batch_id}: records whose landing file is not among the batch's files {files[:3]}..."
+            )
+            raise RuntimeError(msg)
+        valid_mask = np.asarray(narrow_all.column("valid").to_numpy(zero_copy_only=False), dtype=bool)
+        narrow = narrow_all.filter(pa.array(valid_mask)).drop_columns(["valid"])
+        self._files = files
+        self._numbers = RecordNumbers(
+            narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy()
+        )
+        report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
+        report.phases["prepare"] = prepare - source.collect_seconds
+        report.phases["collect"] = source.collect_seconds
+        tick = report.mark("collect", tick)
+        report.quarantined = int((~valid_mask).sum())
+        rows_out: dict[str, Any] = {
+            "quarantine": self._quarantine_rows(source, report.quarantined, batch_id, ingest_ms)
+        }
+        tick = report.mark("quarantine", tick)
+
+        if narrow.num_rows:
+            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until)
+            tick = report.mark("stage", tick)
+            partials, late, tick = source.aggregate(narrow, result, config.window, report, tick)
+            if late.num_rows != result.n_late:
+                msg = f"batch {batch_id}: {late.num_rows} late rows labelled, the stage found {result.n_late}"
+                raise RuntimeError(msg)
+            open_windows = merge_partials(open_windows, *partials)
+            fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
+            tick = report.mark("windows", tick)
+            report.late = result.n_late
+            rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
+            log_rows = self._log_rows(watermark, narrow, result, batch_id, config, ingest_ms)
+            rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
+            if opts.arrival_history:
+                rows_out["arrivals"] = self._arrival_rows(
+                    narrow.take(pa.array(result.order)), batch_id, ingest_ms
+                )
+        else:
+            result, log_rows = None, []
+            fired = flush(empty_partials())
+        rows_out["aggregates"] = aggregate_rows(fired, batch_id, config.version)
+        # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
+        # makes idempotent (txnAppId = the job's application id, txnVersion = the batch id).
+        self.tables.append_all(rows_out, batch_id, self._writers)
+        self.store.save(batch_id, watermark, open_windows, config.version, self._closed_until)
+        report.mark("write", tick)
+        report.path = source.path
+        report.fired = fired.num_rows
+        report.open_windows = open_windows.num_rows
+        report.watermark_ms = watermark.watermark_ms
+        report.seconds = time.time() - started
+        self.reports.append(report)
+        if self.metrics is not None:
+            self.metrics.batch_done(observation(report, result, narrow, fired, log_rows, config))
+        if opts.progress:
+            wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
+            print(
+                f"batch {batch_id}: {report.rows:,} rows ({report.path} reader), "
+                f"{report.quarantined:,} quarantined, "
+                f"{report.late:,} late, "
+                f"{report.fired:,} windows fired, {report.open_windows:,} open, watermark {wm}, "
+                f"config v{report.config_version}, {report.seconds:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _record_keys(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """``(file path, record number)`` columns for the compact record keys of ``table``."""
+        assert self._numbers is not None
+        paths = pa.array(self._files, pa.string()).take(table.column("file").combine_chunks())
+        if self.options.format == "kafka":  # a record's number is its offset in its partition
+            return paths, table.column("line").combine_chunks().cast(pa.int64())
+        return paths, pa.array(self._numbers.lookup(table.column("line").to_numpy()), pa.int64())
+
+    def _quarantine_rows(
+        self, source: SparkRows | ArrowRows, count: int, batch_id: int, ingest_ms: int
+    ) -> pa.Table:
+        if count:
+            bad = source.quarantined()
+            n = bad.num_rows
+            paths, lines = self._record_keys(bad)
+            bad = pa.table(
+                {
+                    "raw": bad.column("raw"),
+                    "reason": bad.column("reason"),
+                    "file": paths,
+                    "line": lines,
+                    "batch_id": np.full(n, batch_id, np.int64),
+                    "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+                }
+            )
+        else:
+            bad = QUARANTINE_SCHEMA.empty_table()
+        return bad
+
+    def _late_rows(
+        self, late: pa.Table, narrow: pa.Table, result: Any, batch_id: int, ingest_ms: int
+    ) -> pa.Table:
+        if not late.num_rows:
+            return LATE_SCHEMA.empty_table()
+        cols = late.schema.names
+        # The watermark each late row missed, by its record id (ids are unique within the batch).
+        ids = narrow.column("line").to_numpy()
+        by_id = np.argsort(ids, kind="stable")
+        pos = by_id[np.searchsorted(ids[by_id], late.column("line").to_numpy())]
+        wm = result.wm_missed[pos]
+        te = late.column("event_time_ms").to_numpy()
+        n = late.num_rows
+        paths, lines = self._record_keys(late)
+        return pa.table(
+            {
+                **{c: late.column(c) for c in cols[:6]},
+                "watermark_ms": wm,
+                "late_by_ms": wm - te,
+                "file": paths,
+                "line": lines,
+                "batch_id": np.full(n, batch_id, np.int64),
+                "reconciled": np.zeros(n, bool),
+                "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+            }
+        )
+
+    def _arrival_rows(self, ordered: pa.Table, batch_id: int, ingest_ms: int) -> pa.Table:
+        n = ordered.num_rows
+        return pa.table(
+            {
+                "partition": ordered.column("partition"),
+                "event_time_ms": ordered.column("event_time_ms"),
+                "arrival_time_ms": ordered.column("arrival_time_ms"),
+                "batch_id": np.full(n, batch_id, np.int64),
+                "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+            }
+        )
+
+    def _log_rows(
+        self,
+        watermark: PartitionedWatermark,
+        narrow: pa.Table,
+        result: Any,
+        batch_id: int,
+        config: PipelineConfig,
+        ingest_ms: int,
+    ) -> list[dict[str, Any]]:
+        encoded = narrow.column("partition").combine_chunks().dictionary_encode()
+        part = encoded.indices.to_numpy()
+        index = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
+        te = narrow.column("event_time_ms").to_numpy()
+        active = set(watermark.active_partitions())
+        rows = []
+        now = int(time.time() * 1000)
+        for key, gen in watermark.generators.items():
+            mine = part == index.get(key, -1)
+            diag = gen.diagnostics()
+            rows.append(
+                {
+                    "batch_id": batch_id,
+                    "partition": str(key),
+                    "partition_watermark_ms": gen.watermark_ms,
+                    "global_watermark_ms": watermark.watermark_ms,
+                    "max_event_time_ms": int(te[mine].max()) if mine.any() else None,
+                    "events": int(mine.sum()),
+                    "late": int((result.late & mine).sum()),
+                    "stragglers": int(((result.classes == 1) & mine).sum()),
+                    "learned_delay_ms": diag.get("delay_ms"),
+                    "sensitivity": diag.get("sensitivity"),
+                    "drifts": diag.get("drifts"),
+                    "holds_back": key == watermark.holdback_partition,
+                    "active": key in active,
+                    "strategy": config.strategy,
+                    "config_version": config.version,
+                    "ingested_at_ms": ingest_ms,
+                    "processed_at_ms": now,
+                }
+            )
+        return rows
+
+
+def observation(
+    report: BatchReport,
+    result: Any,
+    narrow: pa.Table,
+    fired: pa.Table,
+    log_rows: list[dict[str, Any]],
+    config: PipelineConfig,
+) -> BatchObservation:
+    """What the metrics need from a finished batch (every row in exactly one outcome)."""
+    on_time = straggler = 0
+    ingestion_clock = NO_WATERMARK
+    if result is not None:
+        straggler = result.n_stragglers
+        on_time = narrow.num_rows - result.n_late - straggler
+        if result.arrival_ms.size:
+            ingestion_clock = int(result.arrival_ms[-1])
+    by_watermark = ~np.asarray(fired.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
+    partitions = [
+        PartitionState(
+            partition=row["partition"],
+            watermark_ms=row["partition_watermark_ms"],
+            learned_delay_ms=row["learned_delay_ms"],
+            sensitivity=row["sensitivity"],
+            drifts=row["drifts"],
+            holds_back=row["holds_back"],
+            active=row["active"],
+        )
+        for row in log_rows
+    ]
+    return BatchObservation(
+        batch_id=report.batch_id,
+        on_time=on_time,
+        straggler=straggler,
+        late=report.late,
+        quarantined=report.quarantined,
+        watermark_ms=report.watermark_ms,
+        ingestion_clock_ms=ingestion_clock,
+        partitions=partitions,
+        emit_latency_ms=fired.column("emit_latency_ms").to_numpy(zero_copy_only=False)[by_watermark].tolist(),
+        trigger_delay_ms=fired.column("trigger_delay_ms")
+        .to_numpy(zero_copy_only=False)[by_watermark]
+        .tolist(),
+        flushed_windows=int((~by_watermark).sum()),
+        open_windows=report.open_windows,
+        config_version=config.version,
+        strategy=config.strategy,
+        late_slo_pct=config.late_slo_pct,
+    )
+
+
+def aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:
+    """Rows of the ``aggregates`` table for windows fired (or flushed) by batch ``batch_id``."""
+    n = fired.num_rows
+    now = int(time.time() * 1000)
+    return (
+        pa.table(
+            {
+                **{name: fired.column(name) for name in fired.schema.names},
+                "revision": np.zeros(n, np.int64),
+                "late_count": np.zeros(n, np.int64),
+                "reconciled_batch_id": pa.nulls(n, pa.int64()),
+                "batch_id": np.full(n, batch_id, np.int64),
+                "config_version": np.full(n, version, np.int64),
+                "emitted_at_ms": np.full(n, now, np.int64),
+            }
+        )
+        .select(AGGREGATES_SCHEMA.names)
+        .cast(AGGREGATES_SCHEMA)
+    )

@@ -1,0 +1,74 @@
+"""What a run of the job needs: the input field names, the source's options, and :class:`JobOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from watermark.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Input field names (each renameable by a flag)."""
+
+    event_id: str = "event_id"
+    key: str = "key"
+    partition: str = "partition"
+    event_time: str = "event_time_ms"
+    arrival_time: str = "arrival_time_ms"
+    value: str = "value"
+
+
+FORMATS = ("json", "csv", "parquet", "rate", "kafka")
+RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
+DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
+
+
+@dataclass(frozen=True)
+class RateOptions:
+    """Spark's rate source for load tests (``--format rate``)."""
+
+    rows_per_second: int = 10_000
+    keys: int = 1_000
+    partitions: int = 8
+    max_delay_ms: int = 2_000  # event time = arrival time - a hashed delay in [0, max_delay_ms]
+    num_partitions: int = 2  # Spark partitions of the source
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The Kafka source (``--format kafka``): one watermark partition per Kafka partition."""
+
+    bootstrap_servers: str = ""
+    topic: str = ""
+    starting_offsets: str = "earliest"  # or "latest"; a restart resumes from the checkpoint's offsets
+    max_offsets_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything a run of the job needs."""
+
+    input: str
+    output: str
+    checkpoint: str
+    config: PipelineConfig
+    config_path: str | None = None
+    format: str = "json"
+    rate: RateOptions = field(default_factory=RateOptions)
+    kafka: KafkaOptions = field(default_factory=KafkaOptions)
+    max_batches: int | None = None  # stop after this many micro-batches (for the rate source)
+    trigger: str = "available-now"
+    max_files_per_trigger: int | None = None
+    flush_at_end: bool = False
+    fields: Fields = field(default_factory=Fields)
+    future_bound_ms: int = 86_400_000
+    max_field_bytes: int = 65_536
+    reader: str = (
+        "arrow"  # JSON: "arrow" (pyarrow in executors; Spark's reader for unclean batches) or "spark"
+    )
+    app_id: str = "jobs.stream"
+    progress: bool = True
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
+    metrics_host: str = "127.0.0.1"
+    arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)

@@ -1,0 +1,148 @@
+"""Running the streaming query: the source, the handler, the trigger, metrics, and the flush at the end."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from jobs.arrow_path import spill_dir
+from jobs.spark import ship_code
+from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
+from jobs.stream.options import JobOptions
+from jobs.stream.source import source_stream
+from jobs.stream.state import StageStore
+from jobs.tables import DeltaTables
+from jobs.windows import empty_partials, flush
+from monitoring.metrics import JobMetrics
+
+log = logging.getLogger("jobs.stream")
+
+
+def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
+    """Remove the temporary files a killed query left in its offset and commit logs; returns them.
+
+    Spark writes a log entry to ``.N.<uuid>.tmp`` and renames it into place, so such a file is never
+    state. A SIGKILL between the two leaves it behind, and Spark 4.2 then refuses to start a query whose
+    offset log has a file but no batch 0 (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``).
+    """
+    removed = []
+    for log_dir in ("offsets", "commits"):
+        folder = query_checkpoint / log_dir
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.is_file() and path.name.startswith(".") and (path.name.endswith((".tmp", ".tmp.crc"))):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) -> list[BatchReport]:
+    """Run the streaming query until the input is exhausted (``available-now``) or forever (``interval=``).
+
+    With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
+    ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
+    """
+    if options.format == "rate" and options.trigger == "available-now":
+        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
+        raise ValueError(msg)
+    server = None
+    if metrics is None and options.metrics_port is not None:
+        metrics, server = serve_metrics(options)
+    try:
+        return _run_query(spark, options, metrics)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
+    """A fresh registry of the job's metrics, served on ``options.metrics_host:metrics_port``.
+
+    Raises :class:`monitoring.server.MetricsPortBusy` when the port is taken.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from monitoring.server import serve
+
+    assert options.metrics_port is not None
+    metrics = JobMetrics(CollectorRegistry())
+    server = serve(metrics.registry, options.metrics_port, options.metrics_host)
+    print(f"metrics at {server.url}", file=sys.stderr, flush=True)
+    return metrics, server
+
+
+def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
+    if options.format not in ("rate", "kafka"):
+        Path(options.input).mkdir(parents=True, exist_ok=True)
+    for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
+        log.warning("removed %s, left by an interrupted run", path)
+    files = source_stream(spark, options)
+    if options.format == "json" and options.reader == "arrow":
+        ship_code(spark)
+    handler = BatchHandler(spark, options, metrics)
+    listener = None
+    if metrics is not None:
+        from monitoring.listener import MetricsListener
+
+        config = handler.watcher.current if handler.watcher is not None else options.config
+        metrics.config_applied(config.version, config.strategy, config.late_slo_pct)
+        listener = MetricsListener(metrics)
+        spark.streams.addListener(listener)
+    writer = files.writeStream.foreachBatch(handler).option(
+        "checkpointLocation", str(Path(options.checkpoint) / "query")
+    )
+    if options.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    elif options.trigger.startswith("interval="):
+        writer = writer.trigger(processingTime=options.trigger.split("=", 1)[1])
+    else:
+        msg = f"--trigger must be available-now or interval=<duration>, got {options.trigger!r}"
+        raise ValueError(msg)
+    query = writer.start()
+    if listener is not None:
+        listener.follow(query.id)
+    try:
+        if options.max_batches is None:
+            query.awaitTermination()
+        else:
+            while query.isActive and len(handler.reports) < options.max_batches:
+                query.awaitTermination(0.2)
+            query.stop()
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+    finally:
+        if listener is not None:
+            spark.streams.removeListener(listener)
+    shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
+    if options.flush_at_end:
+        flushed = flush_open_windows(spark, options)
+        if metrics is not None:
+            metrics.windows.labels("flush").inc(flushed)
+    return handler.reports
+
+
+def flush_open_windows(spark: Any, options: JobOptions) -> int:
+    """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch.
+
+    The last batch's state is then rewritten with no open window and a watermark floor at the end of the
+    last flushed window, so a later run on the same checkpoint treats rows of flushed windows as late
+    instead of reopening the windows.
+    """
+    store = StageStore(options.checkpoint)
+    last = store.latest_batch()
+    if last is None:
+        return 0
+    saved = store.load_before(last + 1)
+    assert saved is not None
+    flushed = flush(saved.open_windows)
+    tables = DeltaTables(options.output, options.app_id + ".flush", spark)
+    tables.append("aggregates", aggregate_rows(flushed, last, saved.config_version), last)
+    if flushed.num_rows:
+        ends = flushed.column("window_end_ms").to_numpy()
+        closed_until = max(saved.closed_until_ms, int(ends.max()))
+        store.save(last, saved.watermark, empty_partials(), saved.config_version, closed_until)
+    return flushed.num_rows

@@ -1,0 +1,113 @@
+"""The watermark stage's state per micro-batch under ``CHECKPOINT/stage`` (generators, open windows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.windows import PARTIAL_SCHEMA
+from watermark.combine import PartitionedWatermark
+from watermark.config import PipelineConfig
+from watermark.timeutil import NO_WATERMARK
+
+
+@dataclass
+class SavedStage:
+    """The stage's state after a batch."""
+
+    watermark: PartitionedWatermark
+    open_windows: pa.Table
+    config_version: int
+    closed_until_ms: int = NO_WATERMARK  # end of the last window --flush-at-end closed (a watermark floor)
+
+
+class StageStore:
+    """Batch-versioned stage state under ``CHECKPOINT/stage``.
+
+    ``batch-N.json`` (ingestion time, configuration) is written before batch N is processed, ``state-N/``
+    (generator snapshots, open windows) after it.
+    """
+
+    keep = 3
+
+    def __init__(self, checkpoint: str) -> None:
+        self.root = Path(checkpoint) / "stage"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _meta_path(self, batch_id: int) -> Path:
+        return self.root / f"batch-{batch_id:012d}.json"
+
+    def batch_meta(self, batch_id: int, config: PipelineConfig) -> tuple[int, PipelineConfig]:
+        """The batch's ingestion time and configuration: fixed at its first attempt, reused on replays."""
+        path = self._meta_path(batch_id)
+        if path.exists():
+            meta = json.loads(path.read_text())
+            return int(meta["ingest_ms"]), PipelineConfig.from_dict(meta["config"])
+        ingest_ms = int(time.time() * 1000)
+        tmp = path.with_name("." + path.name)
+        tmp.write_text(json.dumps({"ingest_ms": ingest_ms, "config": config.to_dict()}))
+        os.replace(tmp, path)
+        return ingest_ms, config
+
+    def _states(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.root.glob("state-*"):
+            if p.is_dir() and (p / "wm.json").exists():
+                out.append((int(p.name.split("-")[1]), p))
+        return sorted(out)
+
+    def latest_batch(self) -> int | None:
+        """Batch id of the newest saved state."""
+        states = self._states()
+        return states[-1][0] if states else None
+
+    def load_before(self, batch_id: int) -> SavedStage | None:
+        """State of the newest batch before ``batch_id``."""
+        candidates = [(b, p) for b, p in self._states() if b < batch_id]
+        if not candidates:
+            return None
+        _, path = candidates[-1]
+        snap = json.loads((path / "wm.json").read_text())
+        open_windows = pq.read_table(path / "open.parquet").cast(PARTIAL_SCHEMA)
+        return SavedStage(
+            PartitionedWatermark.from_snapshot(snap["watermark"]),
+            open_windows,
+            int(snap["config_version"]),
+            int(snap.get("closed_until_ms", NO_WATERMARK)),
+        )
+
+    def save(
+        self,
+        batch_id: int,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        version: int,
+        closed_until_ms: int = NO_WATERMARK,
+    ) -> None:
+        """Write batch ``batch_id``'s state atomically (a directory renamed into place); keep the last few."""
+        final = self.root / f"state-{batch_id:012d}"
+        tmp = self.root / f".state-{batch_id:012d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / "wm.json").write_text(
+            json.dumps(
+                {
+                    "watermark": watermark.snapshot(),
+                    "config_version": version,
+                    "closed_until_ms": closed_until_ms,
+                }
+            )
+        )
+        pq.write_table(open_windows, tmp / "open.parquet")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        states = self._states()
+        for _, old in states[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,258 @@
+"""Validation: each record's fields checked and typed with native Spark expressions, or a quarantine reason.
+
+The source gives every record as ``(file, line, <fields>, <corrupt record>)`` with each field as text (or,
+for JSON, times as integers and the value as a number: :func:`typed_json_schema`). :func:`validate` trims,
+parses and types the fields and gives the first of :data:`QUARANTINE_REASONS` that applies, or null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.stream.options import Fields
+from jobs.tables import QUARANTINE_REASONS
+
+__all__ = [
+    "CORRUPT",
+    "QUARANTINE_REASONS",
+    "SOURCE_COLUMNS",
+    "text_schema",
+    "typed_json_schema",
+    "validate",
+    "validation_steps",
+]
+
+#: The corrupt-record column: a record Spark could not parse with the schema, whole.
+CORRUPT = "__corrupt_record__"
+#: Columns of a source record that give a slot's value instead of the record's own field (Kafka).
+SOURCE_COLUMNS = {"partition": "_source_partition", "tp": "_source_arrival_ms"}
+
+
+#: Slots whose values are epoch milliseconds, and the slot whose value is a double.
+_TIME_SLOTS = ("event_time", "arrival_time")
+_VALUE_SLOT = "value"
+
+
+def typed_json_schema(fields: Fields) -> Any:
+    """The schema JSON landing files are read with: times as LONG, the value as DOUBLE, the rest as text.
+
+    A field name shared by slots of different kinds (say key and partition both ``device``) stays text. A
+    record whose fields do not parse with these types lands whole in the corrupt-record column, and
+    :func:`validate` re-reads it as text (:func:`text_schema`) to accept ISO-8601 times and give reasons.
+    """
+    from pyspark.sql import types as T
+
+    kinds: dict[str, set[str]] = {}
+    for slot, name in vars(fields).items():
+        kinds.setdefault(name, set()).add(
+            "long" if slot in _TIME_SLOTS else "double" if slot == _VALUE_SLOT else "text"
+        )
+    types = {"long": T.LongType(), "double": T.DoubleType(), "text": T.StringType()}
+    return T.StructType(
+        [T.StructField(n, types[next(iter(k))] if len(k) == 1 else T.StringType()) for n, k in kinds.items()]
+        + [T.StructField(CORRUPT, T.StringType())]
+    )
+
+
+def text_schema(names: list[str]) -> Any:
+    """Every field as text, plus the corrupt-record column."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(n, T.StringType()) for n in [*names, CORRUPT]])
+
+
+def validate(
+    records: Any,
+    fields: Fields,
+    *,
+    ingest_ms: int,
+    future_bound_ms: int,
+    max_field_bytes: int,
+    malformed: str = "malformed_json",
+    reread_corrupt: bool = False,
+    plans: dict[Any, list[list[Any]]] | None = None,
+) -> Any:
+    """Typed columns and ``reason`` (null for a valid row) from records.
+
+    A field read as text is checked here (trimmed, then parsed, with a reason when it does not parse). A
+    time field read as an integer, or a value read as a number, is taken as it is. With
+    ``reread_corrupt`` (JSON read with :func:`typed_json_schema`), a record in the corrupt-record column is
+    parsed again with every field as text, and validated as text: only a record that is not JSON at all is
+    ``malformed``. The work is split in projections (re-read, text, typed values, reason) so that each
+    expression is evaluated once per row. ``raw`` is the line of a malformed or re-read record and the
+    record's fields re-serialised as JSON otherwise (only the quarantine action computes it).
+
+    Building the expressions takes a few thousand calls into the JVM; ``plans``, a dict the caller keeps
+    across batches, holds them for the next batch with the same input types and options.
+    """
+    from pyspark.sql import functions as F
+
+    types = tuple((f.name, f.dataType.simpleString()) for f in records.schema.fields)
+    key = (types, fields, future_bound_ms, max_field_bytes, malformed, reread_corrupt)
+    steps = plans.get(key) if plans is not None else None
+    if steps is None:
+        steps = validation_steps(
+            dict(types),
+            fields,
+            future_bound_ms=future_bound_ms,
+            max_field_bytes=max_field_bytes,
+            malformed=malformed,
+            reread_corrupt=reread_corrupt,
+        )
+        if plans is not None:
+            plans[key] = steps
+    frame = records.select("*", F.lit(ingest_ms).alias("_ingest_ms"))
+    for step in steps:
+        frame = frame.select(*step)
+    return frame
+
+
+def validation_steps(
+    types: dict[str, str],
+    fields: Fields,
+    *,
+    future_bound_ms: int,
+    max_field_bytes: int,
+    malformed: str,
+    reread_corrupt: bool,
+) -> list[list[Any]]:
+    """The projections :func:`validate` applies to records whose columns have these Spark types.
+
+    ``types`` maps each column to its type's simple string; the ingestion time is the column ``_ingest_ms``.
+    """
+    from pyspark.sql import functions as F
+
+    names = list(dict.fromkeys(vars(fields).values()))
+    slots = {
+        "event_id": fields.event_id,
+        "key": fields.key,
+        "partition": fields.partition,
+        "te": fields.event_time,
+        "tp": fields.arrival_time,
+        "value": fields.value,
+    }
+    integral = ("tinyint", "smallint", "int", "bigint")
+    typed_ok = {"te": integral, "tp": integral, "value": (*integral, "float", "double", "decimal")}
+    # Slots the source itself gives (Kafka: the partition and the record timestamp), whatever the record says.
+    sourced = {slot: column for slot, column in SOURCE_COLUMNS.items() if column in types}
+
+    def is_text(name: str) -> bool:
+        return types.get(name) == "string"
+
+    def is_typed(slot: str) -> bool:
+        return types.get(slots[slot], "").split("(")[0] in typed_ok.get(slot, ())
+
+    def col(name: str) -> Any:
+        return F.col(f"`{name}`")
+
+    steps: list[list[Any]] = []
+    retyped = F.col(CORRUPT).isNotNull()
+    if reread_corrupt:
+        options = {"columnNameOfCorruptRecord": CORRUPT}
+        again = F.when(retyped, F.from_json(F.col(CORRUPT), text_schema(names), options))
+        steps.append([*[col(n) for n in types], F.col("_ingest_ms"), again.alias("_again")])
+
+    def source_text(name: str) -> Any:
+        """The field as text, when there is a text form (None for a typed field of a plain read)."""
+        if not reread_corrupt:
+            return col(name) if is_text(name) else None
+        again = F.col("_again").getField(name)
+        return F.when(retyped, again).otherwise(col(name)) if is_text(name) else again
+
+    def text(value: Any) -> Any:
+        value = F.trim(value)
+        return F.when(value != "", value)
+
+    lengths = [F.coalesce(F.octet_length(c), F.lit(0)) for c in map(source_text, names) if c is not None]
+    too_long = (F.greatest(*lengths) if len(lengths) > 1 else lengths[0] if lengths else F.lit(0)) > F.lit(
+        max_field_bytes
+    )
+    corrupt = F.col("_again").getField(CORRUPT).isNotNull() if reread_corrupt else retyped
+    raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))
+    projected = [
+        F.col("file"),
+        F.col("line"),
+        F.col("_ingest_ms"),
+        raw.alias("raw"),
+        too_long.alias("_too_long"),
+        F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
+    ]
+    fast_slots = [slot for slot in typed_ok if is_typed(slot) or slot in sourced]
+    for slot, name in slots.items():
+        if slot in sourced:
+            given_col = col(sourced[slot])
+            projected.append(given_col.alias(f"_{slot}_v" if slot in fast_slots else f"_{slot}"))
+            if slot in fast_slots:
+                projected.append(F.lit(None).cast("string").alias(f"_{slot}"))
+            continue
+        source = source_text(name)
+        if slot in fast_slots:
+            projected.append(
+                (F.when(~retyped, col(name)) if reread_corrupt else col(name)).alias(f"_{slot}_v")
+            )
+        elif source is None:
+            source = col(name).cast("string")
+        text_value = text(source) if source is not None else F.lit(None).cast("string")
+        projected.append(text_value.alias(f"_{slot}"))
+    steps.append(projected)
+
+    def epoch_ms(value: Any) -> Any:
+        """Epoch milliseconds from integral text, else from an ISO-8601 timestamp."""
+        return F.coalesce(value.try_cast("long"), F.unix_millis(value.try_cast("timestamp")))
+
+    def typed_value(slot: str, parse: Any) -> Any:
+        """The typed value of ``slot``: as read when typed, else parsed from its text."""
+        parsed = parse(F.col(f"_{slot}"))
+        if slot not in fast_slots:
+            return parsed
+        return F.coalesce(F.col(f"_{slot}_v").cast("double" if slot == "value" else "long"), parsed)
+
+    def given(slot: str) -> Any:
+        """The field is there (not absent, null or blank)."""
+        has_text = F.col(f"_{slot}").isNotNull()
+        return has_text | F.col(f"_{slot}_v").isNotNull() if slot in fast_slots else has_text
+
+    carried = ["file", "line", "_ingest_ms", "raw", "_too_long", "_corrupt", *[f"_{s}" for s in slots]]
+    steps.append(
+        [
+            *[F.col(c) for c in carried],
+            typed_value("te", epoch_ms).alias("event_time_ms"),
+            F.coalesce(typed_value("tp", epoch_ms), F.when(~given("tp"), F.col("_ingest_ms"))).alias(
+                "arrival_time_ms"
+            ),
+            typed_value("value", lambda v: v.try_cast("double")).alias("value"),
+            given("te").alias("_te_given"),
+            given("value").alias("_value_given"),
+        ]
+    )
+    te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
+    finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
+    reason = F.coalesce(
+        F.when(F.col("_too_long"), F.lit("record_too_long")),
+        F.when(F.col("_corrupt"), F.lit(malformed)),
+        F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
+        F.when(F.col("_key").isNull(), F.lit("missing_key")),
+        F.when(~F.col("_te_given"), F.lit("missing_event_time")),
+        F.when(te.isNull(), F.lit("bad_event_time")),
+        F.when(te < 0, F.lit("event_time_before_1970")),
+        F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
+        F.when(tp.isNull(), F.lit("bad_arrival_time")),
+        F.when(tp < 0, F.lit("arrival_time_before_1970")),
+        F.when(~F.col("_value_given"), F.lit("missing_value")),
+        F.when(~finite, F.lit("bad_value")),
+    )
+    steps.append(
+        [
+            F.col("file"),
+            F.col("line"),
+            F.col("raw"),
+            F.col("_event_id").alias("event_id"),
+            F.col("_key").alias("key"),
+            F.coalesce(F.col("_partition"), F.lit("")).alias("partition"),
+            te,
+            tp,
+            value,
+            reason.alias("reason"),
+        ]
+    )
+    return steps
