@@ -73,12 +73,19 @@ def arrival_order(narrow: pa.Table) -> NDArray[np.intp]:
 
 
 def run_stage(
-    watermark: PartitionedWatermark, narrow: pa.Table, straggler_ms: int, floor_ms: int = NO_WATERMARK
+    watermark: PartitionedWatermark,
+    narrow: pa.Table,
+    straggler_ms: int,
+    floor_ms: int = NO_WATERMARK,
+    foreign: NDArray[np.bool_] | None = None,
 ) -> StageResult:
     """Run the generators over one batch's valid rows; ``watermark`` advances (its state is the stage's).
 
     ``floor_ms`` is a lower bound on the watermark in force: the end of the last window a
     ``--flush-at-end`` closed, so that a later run on the same checkpoint treats those windows as closed.
+    ``foreign`` (per narrow row) marks rows that are late whatever their event time: in partition-scoped
+    mode, rows whose key another partition owns (:mod:`jobs.scoped`); they are judged against at least
+    their event time + 1.
 
     Examples
     --------
@@ -99,6 +106,8 @@ def run_stage(
     trace = watermark.process_trace(part, te, tp)
     at_arrival = np.maximum(trace.at_arrival, floor_ms)
     after_arrival = np.maximum(trace.after_arrival, floor_ms)
+    if foreign is not None and foreign.any():
+        at_arrival = np.where(foreign[order], np.maximum(at_arrival, te + 1), at_arrival)
     sorted_classes = classify(te, at_arrival, straggler_ms)
     classes = np.empty(order.size, np.int8)
     classes[order] = sorted_classes

@@ -135,7 +135,7 @@ def comparable(tables):
     )
 
 
-def test_a_scoped_kafka_stream_cut_into_any_micro_batches_gives_identical_tables(spark, tmp_path, kafka_broker):
+def test_a_scoped_kafka_stream_cut_into_any_batches_gives_identical_tables(spark, tmp_path, kafka_broker):
     # Batches cut by offsets end each partition at a different time. In partition-scoped mode no partition
     # waits for another, so each Kafka partition's decisions depend on its own records only.
     servers = kafka_broker.bootstrap_servers

@@ -30,8 +30,9 @@ from jobs.arrow_path import (
     spill_dir,
     splits_rdd,
 )
+from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
-from jobs.stage import label_thresholds, run_stage
+from jobs.stage import arrival_order, label_thresholds, run_stage
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
@@ -69,11 +70,14 @@ class SparkRows:
     path = "spark"
     collect_seconds = 0.0  # the collect happens in narrow()
 
-    def __init__(self, spark: Any, rows: Any, parsed: Any, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, spark: Any, rows: Any, parsed: Any, pool: ThreadPoolExecutor, *, with_key: bool = False
+    ) -> None:
         self.spark, self.rows, self.parsed, self.pool = spark, rows, parsed, pool
+        self.with_key = with_key
 
     def narrow(self) -> pa.Table:
-        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` of every record."""
+        """``file, line, valid, partition, event_time_ms, arrival_time_ms`` (and ``key``) of every record."""
         parsed = self.parsed
         return parsed.select(
             "file",
@@ -82,6 +86,7 @@ class SparkRows:
             "partition",
             "event_time_ms",
             "arrival_time_ms",
+            *(["key"] if self.with_key else []),
         ).toArrow()
 
     def quarantined(self) -> pa.Table:
@@ -208,6 +213,7 @@ class BatchHandler:
         self.reports: list[BatchReport] = []
         self._files: list[str] = []
         self._closed_until = NO_WATERMARK
+        self._owners = OWNERS_SCHEMA.empty_table()  # partition-scoped mode: the partition owning each key
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
@@ -233,16 +239,24 @@ class BatchHandler:
         saved = self.store.load_before(batch_id)
         if saved is None:
             watermark = PartitionedWatermark(
-                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+                config.strategy,
+                config.params,
+                idle_timeout_ms=config.idle_timeout_ms,
+                mode=config.partition_mode,
             )
             open_windows, version = empty_partials(), config.version
             self._closed_until = NO_WATERMARK
+            self._owners = OWNERS_SCHEMA.empty_table()
         else:
             watermark, open_windows, version = saved.watermark, saved.open_windows, saved.config_version
             self._closed_until = saved.closed_until_ms
+            self._owners = saved.owners if saved.owners is not None else OWNERS_SCHEMA.empty_table()
         if version != config.version:
             watermark = watermark.reconfigured(
-                config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms
+                config.strategy,
+                config.params,
+                idle_timeout_ms=config.idle_timeout_ms,
+                mode=config.partition_mode,
             )
             log.warning(
                 "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
@@ -256,7 +270,9 @@ class BatchHandler:
             files = logged_batch_files(opts.checkpoint, batch_id)
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
-        arrow = self._arrow_rows(files, batch_id, ingest_ms)
+        scoped = config.partition_mode == "scoped"
+        # The Arrow path collects no keys, which partition-scoped firing needs: Spark's reader then.
+        arrow = None if scoped else self._arrow_rows(files, batch_id, ingest_ms)
         if arrow is not None:
             self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
             return
@@ -278,7 +294,7 @@ class BatchHandler:
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
         try:
-            source = SparkRows(self.spark, rows, parsed, self._pool)
+            source = SparkRows(self.spark, rows, parsed, self._pool, with_key=scoped)
             self._process(source, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
         finally:
             parsed.unpersist()
@@ -369,15 +385,39 @@ class BatchHandler:
         }
         tick = report.mark("quarantine", tick)
 
+        scoped = config.partition_mode == "scoped"
         if narrow.num_rows:
-            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until)
+            foreign = None
+            if scoped:
+                order = arrival_order(narrow)
+                self._owners, foreign_sorted = claim(
+                    self._owners,
+                    narrow.column("key").take(pa.array(order)),
+                    narrow.column("partition").take(pa.array(order)),
+                )
+                foreign = np.empty(order.size, bool)
+                foreign[order] = foreign_sorted
+                if foreign.any():
+                    log.warning(
+                        "batch %d: %d rows of keys that another partition owns are late (partition-scoped "
+                        "mode needs each key in one partition)",
+                        batch_id,
+                        int(foreign.sum()),
+                    )
+            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until, foreign)
             tick = report.mark("stage", tick)
             partials, late, tick = source.aggregate(narrow, result, config.window, report, tick)
             if late.num_rows != result.n_late:
                 msg = f"batch {batch_id}: {late.num_rows} late rows labelled, the stage found {result.n_late}"
                 raise RuntimeError(msg)
             open_windows = merge_partials(open_windows, *partials)
-            fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
+            if scoped:
+                parts = np.asarray(narrow.column("partition").to_numpy(zero_copy_only=False), dtype=object)
+                fired, open_windows = fire_scoped(
+                    open_windows, self._owners, parts[result.order], result.wm_after, result.arrival_ms
+                )
+            else:
+                fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
             tick = report.mark("windows", tick)
             report.late = result.n_late
             rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
@@ -394,7 +434,14 @@ class BatchHandler:
         # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
         # makes idempotent (txnAppId = the job's application id, txnVersion = the batch id).
         self.tables.append_all(rows_out, batch_id, self._writers)
-        self.store.save(batch_id, watermark, open_windows, config.version, self._closed_until)
+        self.store.save(
+            batch_id,
+            watermark,
+            open_windows,
+            config.version,
+            self._closed_until,
+            self._owners if scoped else None,
+        )
         report.mark("write", tick)
         report.path = source.path
         report.fired = fired.num_rows
@@ -451,11 +498,15 @@ class BatchHandler:
         if not late.num_rows:
             return LATE_SCHEMA.empty_table()
         cols = late.schema.names
-        # The watermark each late row missed, by its record id (ids are unique within the batch).
-        ids = narrow.column("line").to_numpy()
-        by_id = np.argsort(ids, kind="stable")
-        pos = by_id[np.searchsorted(ids[by_id], late.column("line").to_numpy())]
-        wm = result.wm_missed[pos]
+        # The watermark each late row missed, by its record key (file, line): a Kafka record's line is its
+        # offset, unique only within its partition (its file).
+        rows = narrow.select(["file", "line"]).append_column("row", pa.array(np.arange(narrow.num_rows)))
+        keys = late.select(["file", "line"]).append_column("at", pa.array(np.arange(late.num_rows)))
+        found = keys.join(rows, ["file", "line"], join_type="left outer", use_threads=False).sort_by("at")
+        if found.num_rows != late.num_rows or found.column("row").null_count:
+            msg = "late rows that are not among the batch's records"
+            raise RuntimeError(msg)
+        wm = result.wm_missed[found.column("row").to_numpy()]
         te = late.column("event_time_ms").to_numpy()
         n = late.num_rows
         paths, lines = self._record_keys(late)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.scoped import OWNERS_SCHEMA
 from jobs.windows import PARTIAL_SCHEMA
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
@@ -26,6 +27,7 @@ class SavedStage:
     open_windows: pa.Table
     config_version: int
     closed_until_ms: int = NO_WATERMARK  # end of the last window --flush-at-end closed (a watermark floor)
+    owners: pa.Table | None = None  # partition-scoped mode: the partition owning each key (jobs.scoped)
 
 
 class StageStore:
@@ -76,11 +78,14 @@ class StageStore:
         _, path = candidates[-1]
         snap = json.loads((path / "wm.json").read_text())
         open_windows = pq.read_table(path / "open.parquet").cast(PARTIAL_SCHEMA)
+        owners_file = path / "owners.parquet"
+        owners = pq.read_table(owners_file).cast(OWNERS_SCHEMA) if owners_file.exists() else None
         return SavedStage(
             PartitionedWatermark.from_snapshot(snap["watermark"]),
             open_windows,
             int(snap["config_version"]),
             int(snap.get("closed_until_ms", NO_WATERMARK)),
+            owners,
         )
 
     def save(
@@ -90,6 +95,7 @@ class StageStore:
         open_windows: pa.Table,
         version: int,
         closed_until_ms: int = NO_WATERMARK,
+        owners: pa.Table | None = None,
     ) -> None:
         """Write batch ``batch_id``'s state atomically (a directory renamed into place); keep the last few."""
         final = self.root / f"state-{batch_id:012d}"
@@ -106,6 +112,8 @@ class StageStore:
             )
         )
         pq.write_table(open_windows, tmp / "open.parquet")
+        if owners is not None:
+            pq.write_table(owners, tmp / "owners.parquet")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         states = self._states()
