@@ -8,7 +8,7 @@ can state, the share of late tuples they accept, and meets it online.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -23,6 +23,12 @@ from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
 #: Arrivals over which an excess of late tuples is won back (the online SLO's horizon).
 _PAYBACK = 1_000
 
+#: Lateness values a sample needs before its scale sets a straggler cap.
+_MIN_SCALE_SAMPLE = 50
+
+#: Recent arrivals whose second largest lateness sets the guard after an upward regime change.
+_SURGE_WINDOW = 50
+
 #: ``offset`` of a gap in which the watermark does not move (a step that never happens).
 _STEP = -(2**62)
 
@@ -30,6 +36,10 @@ _STEP = -(2**62)
 def _scaled(lateness_ms: int) -> float:
     """What ADWIN sees of a lateness: its logarithm, so a regime is a level whatever its scale."""
     return math.log1p(lateness_ms)
+
+
+def _mean_log(values: list[int]) -> float:
+    return sum(math.log1p(v) for v in values) / len(values)
 
 
 class LateRateSLO(WatermarkGenerator):
@@ -131,6 +141,9 @@ class LateRateSLO(WatermarkGenerator):
         "sample_size": int,
         "adwin_delta": float,
         "horizon_ms": optional_int,
+        "straggler_factor": float,
+        "surge_factor": float,
+        "surge_arrivals": int,
     }
 
     def __init__(
@@ -141,6 +154,9 @@ class LateRateSLO(WatermarkGenerator):
         sample_size: int = 10_000,
         adwin_delta: float = 0.002,
         horizon_ms: int | None = None,
+        straggler_factor: float = 3.0,
+        surge_factor: float = 2.0,
+        surge_arrivals: int = 300,
     ) -> None:
         self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
         if self.late_slo_pct >= 100.0:
@@ -151,6 +167,9 @@ class LateRateSLO(WatermarkGenerator):
         self.sample_size = check_int("sample_size", sample_size, 10)
         self.adwin_delta = check_float("adwin_delta", adwin_delta, 0.0, 1.0, low_open=True)
         self.horizon_ms = None if horizon_ms is None else check_int("horizon_ms", horizon_ms, 1)
+        self.straggler_factor = check_float("straggler_factor", straggler_factor, 1.0, 1e9)
+        self.surge_factor = check_float("surge_factor", surge_factor, 0.0, 1e3)
+        self.surge_arrivals = check_int("surge_arrivals", surge_arrivals, 0)
         super().__init__()
 
     def _reset_state(self) -> None:
@@ -167,6 +186,8 @@ class LateRateSLO(WatermarkGenerator):
         self._release = 0  # ingestion time from which the next arrival ends the guard
         self._drifts = 0
         self._jumps = 0
+        self._extreme = 0  # arrivals whose lateness was beyond the straggler cap when they arrived
+        self._surge_until = 0  # arrivals count up to which the guard after an upward change holds
 
     # -- read-only internals ---------------------------------------------------------------------------
     @property
@@ -224,7 +245,18 @@ class LateRateSLO(WatermarkGenerator):
         self._delay = self._estimate()
         self._raise(self._target(tp))
 
+    def _cap(self) -> int | None:
+        """Lateness beyond which a value is a straggler: ``straggler_factor`` times the sample's scale."""
+        k = len(self._sorted)
+        if k < _MIN_SCALE_SAMPLE:
+            return None
+        level = max(0.5, 1.0 - 2.0 * self.late_slo_pct / 100.0)
+        scale = self._sorted[min(k - 1, int(level * (k - 1)))]
+        return None if scale == 0 else math.ceil(self.straggler_factor * scale)
+
     def _learn(self, lateness: int, tp: int) -> None:
+        cap = self._cap()
+        self._extreme += cap is not None and lateness > cap
         self._recent.append(lateness)
         self._recent_tp.append(tp)
         insort(self._sorted, lateness)
@@ -239,6 +271,9 @@ class LateRateSLO(WatermarkGenerator):
         if self._adwin.drift_detected:
             self._drifts += 1
             keep = max(1, min(len(self._recent), int(self._adwin.width)))
+            old = list(self._recent)
+            if keep < len(old) and _mean_log(old[-keep:]) > _mean_log(old[:-keep]):
+                self._surge_until = self._arrivals + self.surge_arrivals  # the regime rose
             while len(self._recent) > keep:
                 self._drop_oldest()
             self._rebuild(self._clipped(list(self._recent)))
@@ -275,8 +310,20 @@ class LateRateSLO(WatermarkGenerator):
         horizon = _PAYBACK
         allowed = target * (self._arrivals + horizon) - self._late
         level = min(target, max(target / 4.0, allowed / horizon))
+        share = self._extreme / max(1, self._arrivals - 1)
+        cap = self._cap()
+        if cap is not None and share < target:
+            # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
+            k = bisect_right(self._sorted, cap)
+            level = max(target / 10.0, (level - share) / (1.0 - share))
         rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
-        return max(floor, self._sorted[rank])
+        delay = self._sorted[rank]
+        if self._arrivals <= self._surge_until:
+            # Just after a rise the regime may still be rising: headroom over the recent high values.
+            last = sorted(self._recent[i] for i in range(max(0, len(self._recent) - _SURGE_WINDOW), len(self._recent)))
+            high = last[-2] if len(last) >= 2 else last[-1]
+            delay = max(delay, math.ceil(self.surge_factor * high))
+        return max(floor, delay)
 
     # -- vectorised path (the per-tuple rule, run once over the batch) ---------------------------------
     def _run_timed(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64, I64, I64 | None]:
@@ -318,6 +365,8 @@ class LateRateSLO(WatermarkGenerator):
             "release": self._release,
             "drifts": self._drifts,
             "jumps": self._jumps,
+            "extreme": self._extreme,
+            "surge_until": self._surge_until,
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -334,3 +383,5 @@ class LateRateSLO(WatermarkGenerator):
         self._release = int(state["release"])
         self._drifts = int(state["drifts"])
         self._jumps = int(state["jumps"])
+        self._extreme = int(state["extreme"])
+        self._surge_until = int(state["surge_until"])
