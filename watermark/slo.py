@@ -29,6 +29,10 @@ _MIN_SCALE_SAMPLE = 50
 #: Recent arrivals whose second largest lateness sets the guard after an upward regime change.
 _SURGE_WINDOW = 50
 
+#: Prior of the straggler share: this many arrivals at half the target, so a few early stragglers do not
+#: lift the cap.
+_PRIOR_ARRIVALS = 2_000
+
 #: ``offset`` of a gap in which the watermark does not move (a step that never happens).
 _STEP = -(2**62)
 
@@ -188,6 +192,9 @@ class LateRateSLO(WatermarkGenerator):
         self._jumps = 0
         self._extreme = 0  # arrivals whose lateness was beyond the straggler cap when they arrived
         self._surge_until = 0  # arrivals count up to which the guard after an upward change holds
+        self._burst_until = 0  # arrivals count up to which the straggler cap is lifted (a burst)
+        self._last_extreme = -(2**62)  # arrivals count at the last value beyond the cap
+        self._prev_extreme = -(2**62)  # and at the one before
 
     # -- read-only internals ---------------------------------------------------------------------------
     @property
@@ -256,7 +263,13 @@ class LateRateSLO(WatermarkGenerator):
 
     def _learn(self, lateness: int, tp: int) -> None:
         cap = self._cap()
-        self._extreme += cap is not None and lateness > cap
+        if cap is not None and lateness > cap:
+            self._extreme += 1
+            if self._arrivals - self._prev_extreme <= _SURGE_WINDOW:
+                # Three values beyond the cap close together are a burst, not stragglers: cover them.
+                self._burst_until = self._arrivals + self.surge_arrivals
+            self._prev_extreme = self._last_extreme
+            self._last_extreme = self._arrivals
         self._recent.append(lateness)
         self._recent_tp.append(tp)
         insort(self._sorted, lateness)
@@ -310,9 +323,9 @@ class LateRateSLO(WatermarkGenerator):
         horizon = _PAYBACK
         allowed = target * (self._arrivals + horizon) - self._late
         level = min(target, max(target / 4.0, allowed / horizon))
-        share = self._extreme / max(1, self._arrivals - 1)
+        share = (self._extreme + target / 2 * _PRIOR_ARRIVALS) / (self._arrivals + _PRIOR_ARRIVALS)
         cap = self._cap()
-        if cap is not None and share < target:
+        if cap is not None and share < target and self._arrivals > self._burst_until:
             # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
             k = bisect_right(self._sorted, cap)
             level = max(target / 10.0, (level - share) / (1.0 - share))
@@ -367,6 +380,9 @@ class LateRateSLO(WatermarkGenerator):
             "jumps": self._jumps,
             "extreme": self._extreme,
             "surge_until": self._surge_until,
+            "burst_until": self._burst_until,
+            "last_extreme": self._last_extreme,
+            "prev_extreme": self._prev_extreme,
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -385,3 +401,6 @@ class LateRateSLO(WatermarkGenerator):
         self._jumps = int(state["jumps"])
         self._extreme = int(state["extreme"])
         self._surge_until = int(state["surge_until"])
+        self._burst_until = int(state["burst_until"])
+        self._last_extreme = int(state["last_extreme"])
+        self._prev_extreme = int(state["prev_extreme"])
