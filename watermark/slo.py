@@ -11,6 +11,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,6 +33,15 @@ _SURGE_WINDOW = 50
 #: Prior of the straggler share: this many arrivals at half the target, so a few early stragglers do not
 #: lift the cap.
 _PRIOR_ARRIVALS = 2_000
+
+#: How the regular late budget is shared between regimes: a regime whose scale is ``x`` times the long-run
+#: (geometric) average gets ``x ** _ALLOCATION`` times the budget (within 1/4 and 4, normalised by the
+#: long-run average weight): a delay costs more latency per late tuple saved in a wide regime than in a
+#: narrow one, so the wide one gets more of the budget.
+_ALLOCATION = 1.0
+
+#: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
+_LONG_RUN = 10_000
 
 #: ``offset`` of a gap in which the watermark does not move (a step that never happens).
 _STEP = -(2**62)
@@ -72,9 +82,28 @@ class LateRateSLO(WatermarkGenerator):
       (such as the tuples still in flight when a congested regime ends, whose lateness is large but few)
       is forgotten within the horizon instead of within ``sample_size`` arrivals. ``None`` (the default):
       only ``sample_size`` bounds the sample. The tuner searches both.
+    * **Stragglers are budgeted, not chased.** A lateness beyond ``straggler_factor`` times the sample's
+      scale (its ``1 - 2 * late_slo_pct / 100`` quantile, at least its median) is a straggler: a stationary
+      tail no sane delay covers (a tuple delayed 25 times its regime's delay). The long-run share of
+      stragglers (counted at their arrival, with a prior of 2,000 arrivals at half the target) is taken
+      out of the budget, and the rest is spent on a quantile of the regular values only, so the delay is
+      never above the cap. When the stragglers do not fit in the budget, or three of them come within 50
+      arrivals (a burst, which is a regime, not stragglers), the quantile is over all values as before
+      (for ``surge_arrivals`` arrivals after a burst).
+    * **The budget follows the regime's width.** A delay costs more latency per late tuple saved in a wide
+      regime (lateness in seconds) than in a narrow one (tens of ms), so a regime whose scale is ``x``
+      times the long-run geometric average gets ``x`` times the regular late share (within 1/4 and 4,
+      normalised by the long-run average of that weight, over about 10,000 arrivals): narrow regimes are
+      covered more tightly, wide ones more loosely, for the same late share overall.
     * **Meeting the SLO online.** The quantile level tightens when the late share so far exceeds the
       target: the level aims at the late share the next 1,000 tuples may have for the whole stream to be
-      back at the target (at most the target, at least a quarter of it).
+      back at the target (at most the target, at least a quarter of it; for the regular values, at least
+      a tenth).
+    * **A guard after an upward change.** When ADWIN cuts and the kept values are larger (on the log
+      scale) than the dropped ones, the regime is rising and may still be rising (a congestion builds up
+      over seconds): for ``surge_arrivals`` arrivals the delay is at least ``surge_factor`` times the
+      second largest lateness of the last 50 arrivals (the second, so that one straggler does not set
+      it). Without it each new record of a rising lateness is a late tuple.
     * **Warm-up without blackout.** From the first arrival on the delay is at least
       ``initial_delay_ms * (1 - k / warmup)`` after ``k`` arrivals: a safe default that fades as the
       sample fills, never a period without watermark.
@@ -111,6 +140,12 @@ class LateRateSLO(WatermarkGenerator):
         ADWIN's confidence ``delta`` in ``(0, 1]``: smaller detects fewer, surer changes.
     horizon_ms
         Ingestion time the sample reaches back, >= 1, or ``None`` (only ``sample_size`` bounds it).
+    straggler_factor
+        A lateness beyond this many times the sample's scale is a straggler, >= 1 (very large: no cap).
+    surge_factor
+        Headroom over the recent second largest lateness after an upward change, >= 0 (0: no guard).
+    surge_arrivals
+        Arrivals the guard after an upward change (and the lifted cap after a burst) lasts, >= 0.
 
     Examples
     --------
@@ -129,11 +164,11 @@ class LateRateSLO(WatermarkGenerator):
     >>> 300 <= gen.delay_ms <= 400, gen.n_drifts > 0
     (True, True)
 
-    The switch costs a burst of late tuples before the new regime is learnt (17 of the 100 tuples after it);
-    the target then tightens the quantile level to win the excess back over the next 1,000 tuples.
+    The switch costs a burst of late tuples before the new regime is learnt; the target then tightens the
+    quantile level to win the excess back over the next 1,000 tuples.
 
     >>> round(100 * gen.n_late / len(te), 2)
-    1.18
+    1.0
 
     """
 
@@ -195,6 +230,9 @@ class LateRateSLO(WatermarkGenerator):
         self._burst_until = 0  # arrivals count up to which the straggler cap is lifted (a burst)
         self._last_extreme = -(2**62)  # arrivals count at the last value beyond the cap
         self._prev_extreme = -(2**62)  # and at the one before
+        self._log_scale_avg = 0.0
+        self._weight = 1.0
+        self._weight_avg = 1.0
 
     # -- read-only internals ---------------------------------------------------------------------------
     @property
@@ -257,9 +295,13 @@ class LateRateSLO(WatermarkGenerator):
         k = len(self._sorted)
         if k < _MIN_SCALE_SAMPLE:
             return None
-        level = max(0.5, 1.0 - 2.0 * self.late_slo_pct / 100.0)
-        scale = self._sorted[min(k - 1, int(level * (k - 1)))]
+        scale = self._scale()
         return None if scale == 0 else math.ceil(self.straggler_factor * scale)
+
+    def _scale(self) -> int:
+        k = len(self._sorted)
+        level = max(0.5, 1.0 - 2.0 * self.late_slo_pct / 100.0)
+        return self._sorted[min(k - 1, int(level * (k - 1)))]
 
     def _learn(self, lateness: int, tp: int) -> None:
         cap = self._cap()
@@ -273,6 +315,13 @@ class LateRateSLO(WatermarkGenerator):
         self._recent.append(lateness)
         self._recent_tp.append(tp)
         insort(self._sorted, lateness)
+        scale = self._scale()
+        if scale:
+            n = min(self._arrivals, _LONG_RUN)
+            log_scale = math.log1p(scale)
+            self._log_scale_avg += (log_scale - self._log_scale_avg) / n
+            self._weight = min(4.0, max(0.25, math.exp(_ALLOCATION * (log_scale - self._log_scale_avg))))
+            self._weight_avg += (self._weight - self._weight_avg) / n
         if len(self._recent) > self.sample_size:
             self._drop_oldest()
         if self.horizon_ms is not None:
@@ -329,11 +378,12 @@ class LateRateSLO(WatermarkGenerator):
             # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
             k = bisect_right(self._sorted, cap)
             level = max(target / 10.0, (level - share) / (1.0 - share))
+            level = min(target, level * self._weight / self._weight_avg)
         rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
         delay = self._sorted[rank]
         if self._arrivals <= self._surge_until:
             # Just after a rise the regime may still be rising: headroom over the recent high values.
-            last = sorted(self._recent[i] for i in range(max(0, len(self._recent) - _SURGE_WINDOW), len(self._recent)))
+            last = sorted(islice(reversed(self._recent), _SURGE_WINDOW))
             high = last[-2] if len(last) >= 2 else last[-1]
             delay = max(delay, math.ceil(self.surge_factor * high))
         return max(floor, delay)
@@ -383,6 +433,9 @@ class LateRateSLO(WatermarkGenerator):
             "burst_until": self._burst_until,
             "last_extreme": self._last_extreme,
             "prev_extreme": self._prev_extreme,
+            "log_scale_avg": self._log_scale_avg,
+            "weight": self._weight,
+            "weight_avg": self._weight_avg,
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -404,3 +457,6 @@ class LateRateSLO(WatermarkGenerator):
         self._burst_until = int(state["burst_until"])
         self._last_extreme = int(state["last_extreme"])
         self._prev_extreme = int(state["prev_extreme"])
+        self._log_scale_avg = float(state["log_scale_avg"])
+        self._weight = float(state["weight"])
+        self._weight_avg = float(state["weight_avg"])
