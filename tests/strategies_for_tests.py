@@ -63,6 +63,9 @@ PARAMS = {
             "sample_size": st.integers(10, 40),
             "adwin_delta": st.sampled_from([0.002, 0.5, 1.0]),
             "horizon_ms": st.one_of(st.none(), st.integers(1, 200)),
+            "straggler_factor": st.sampled_from([1.0, 3.0, 1e9]),
+            "surge_factor": st.sampled_from([0.0, 2.0]),
+            "surge_arrivals": st.integers(0, 50),
         }
     ),
 }

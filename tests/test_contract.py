@@ -144,6 +144,8 @@ INVALID = [
     ("slo", {"late_slo_pct": 100}, "late_slo_pct must be below 100"),
     ("slo", {"late_slo_pct": 1, "sample_size": 5}, "sample_size must be >= 10"),
     ("slo", {"late_slo_pct": 1, "horizon_ms": 0}, "horizon_ms must be >= 1"),
+    ("slo", {"late_slo_pct": 1, "straggler_factor": 0.5}, "straggler_factor must be in [1.0, 1000000000.0]"),
+    ("slo", {"late_slo_pct": 1, "surge_arrivals": -1}, "surge_arrivals must be >= 0"),
     ("periodic", {"delay_ms": -1}, "delay_ms must be >= 0"),
     ("periodic", {"period_ms": 0}, "period_ms must be >= 1"),
     ("periodic", {"delay_ms": 1.5}, "delay_ms must be an integer"),

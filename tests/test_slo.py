@@ -111,8 +111,10 @@ def test_a_horizon_forgets_what_arrived_longer_ago_than_it_even_without_a_detect
     tp = np.arange(3_000, dtype=np.int64) * 10
     te = tp - rng.integers(0, 20, tp.size)
     te[:2_000:50] -= 1_000
-    bounded = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1, adwin_delta=1e-9, horizon_ms=5_000)
-    plain = LateRateSLO(late_slo_pct=1.0, initial_delay_ms=0, warmup=1, adwin_delta=1e-9)
+    common = {"late_slo_pct": 1.0, "initial_delay_ms": 0, "warmup": 1, "adwin_delta": 1e-9}
+    common |= {"straggler_factor": 1e9}  # no straggler cap: the tail is 2 %, above the target anyway
+    bounded = LateRateSLO(**common, horizon_ms=5_000)
+    plain = LateRateSLO(**common)
     bounded.process(te, tp)
     plain.process(te, tp)
     assert bounded.diagnostics()["sample"] <= 501
@@ -128,3 +130,50 @@ def test_the_horizon_is_part_of_the_snapshot():
     assert copy.params["horizon_ms"] == 2_000
     np.testing.assert_array_equal(copy.process(te[600:], tp[600:]), saved.process(te[600:], tp[600:]))
     assert make("slo", {"late_slo_pct": "1", "horizon_ms": "none"}).params["horizon_ms"] is None
+
+
+def test_stragglers_within_the_budget_are_left_late_instead_of_setting_the_delay():
+    # 0.2 % of the tuples trail by 3 s, the rest by up to 50 ms: the delay covers the regular values only.
+    te, tp = steady(20_000, 50, seed=10)
+    te = te.copy()
+    te[1_000::500] -= 3_000
+    capped = LateRateSLO(late_slo_pct=0.5)
+    wm = capped.process(te, tp)
+    assert capped.delay_ms < 100
+    assert capped.n_late / te.size <= 0.005
+    assert int(np.min(wm[2_000:] - np.maximum.accumulate(te)[2_000:])) >= -200  # never chased the tail
+
+
+def test_a_burst_beyond_the_cap_is_covered_like_a_regime():
+    # Thirty tuples in a row trail by 2 s: not stragglers, the cap is lifted and the delay follows.
+    te, tp = steady(5_000, 50, seed=11)
+    te = te.copy()
+    te[4_000:4_030] -= 2_000
+    gen = LateRateSLO(late_slo_pct=0.5)
+    gen.process(te[:4_030], tp[:4_030])
+    assert gen.delay_ms >= 1_900
+
+
+def test_after_an_upward_change_the_guard_keeps_headroom_over_the_rising_lateness():
+    # The lateness ramps up from ~50 ms to ~1 s over 2,000 arrivals: the guard saves late tuples.
+    rng = np.random.default_rng(12)
+    tp = np.arange(8_000, dtype=np.int64) * 10
+    spread = np.concatenate([np.full(4_000, 50), np.linspace(50, 1_000, 2_000), np.full(2_000, 1_000)])
+    te = tp - (rng.random(tp.size) * spread).astype(np.int64)
+    guarded = LateRateSLO(late_slo_pct=0.5)
+    bare = LateRateSLO(late_slo_pct=0.5, surge_factor=0)
+    guarded.process(te, tp)
+    bare.process(te, tp)
+    assert guarded.n_late < bare.n_late
+
+
+def test_the_new_settings_are_in_the_snapshot():
+    te, tp = steady(3_000, 200, seed=13)
+    te = te.copy()
+    te[500::300] -= 2_000
+    saved = LateRateSLO(late_slo_pct=0.5, straggler_factor=2.5, surge_factor=1.5, surge_arrivals=100)
+    saved.process(te[:1_700], tp[:1_700])
+    copy = restore(json.loads(json.dumps(saved.snapshot())))
+    assert copy.params["straggler_factor"] == 2.5 and copy.params["surge_arrivals"] == 100
+    np.testing.assert_array_equal(copy.process(te[1_700:], tp[1_700:]), saved.process(te[1_700:], tp[1_700:]))
+    assert copy.snapshot() == saved.snapshot()

@@ -8,9 +8,10 @@ can state, the share of late tuples they accept, and meets it online.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,6 +24,25 @@ from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
 #: Arrivals over which an excess of late tuples is won back (the online SLO's horizon).
 _PAYBACK = 1_000
 
+#: Lateness values a sample needs before its scale sets a straggler cap.
+_MIN_SCALE_SAMPLE = 50
+
+#: Recent arrivals whose second largest lateness sets the guard after an upward regime change.
+_SURGE_WINDOW = 50
+
+#: Prior of the straggler share: this many arrivals at half the target, so a few early stragglers do not
+#: lift the cap.
+_PRIOR_ARRIVALS = 2_000
+
+#: How the regular late budget is shared between regimes: a regime whose scale is ``x`` times the long-run
+#: (geometric) average gets ``x ** _ALLOCATION`` times the budget (within 1/4 and 4, normalised by the
+#: long-run average weight): a delay costs more latency per late tuple saved in a wide regime than in a
+#: narrow one, so the wide one gets more of the budget.
+_ALLOCATION = 1.0
+
+#: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
+_LONG_RUN = 10_000
+
 #: ``offset`` of a gap in which the watermark does not move (a step that never happens).
 _STEP = -(2**62)
 
@@ -30,6 +50,10 @@ _STEP = -(2**62)
 def _scaled(lateness_ms: int) -> float:
     """What ADWIN sees of a lateness: its logarithm, so a regime is a level whatever its scale."""
     return math.log1p(lateness_ms)
+
+
+def _mean_log(values: list[int]) -> float:
+    return sum(math.log1p(v) for v in values) / len(values)
 
 
 class LateRateSLO(WatermarkGenerator):
@@ -58,9 +82,28 @@ class LateRateSLO(WatermarkGenerator):
       (such as the tuples still in flight when a congested regime ends, whose lateness is large but few)
       is forgotten within the horizon instead of within ``sample_size`` arrivals. ``None`` (the default):
       only ``sample_size`` bounds the sample. The tuner searches both.
+    * **Stragglers are budgeted, not chased.** A lateness beyond ``straggler_factor`` times the sample's
+      scale (its ``1 - 2 * late_slo_pct / 100`` quantile, at least its median) is a straggler: a stationary
+      tail no sane delay covers (a tuple delayed 25 times its regime's delay). The long-run share of
+      stragglers (counted at their arrival, with a prior of 2,000 arrivals at half the target) is taken
+      out of the budget, and the rest is spent on a quantile of the regular values only, so the delay is
+      never above the cap. When the stragglers do not fit in the budget, or three of them come within 50
+      arrivals (a burst, which is a regime, not stragglers), the quantile is over all values as before
+      (for ``surge_arrivals`` arrivals after a burst).
+    * **The budget follows the regime's width.** A delay costs more latency per late tuple saved in a wide
+      regime (lateness in seconds) than in a narrow one (tens of ms), so a regime whose scale is ``x``
+      times the long-run geometric average gets ``x`` times the regular late share (within 1/4 and 4,
+      normalised by the long-run average of that weight, over about 10,000 arrivals): narrow regimes are
+      covered more tightly, wide ones more loosely, for the same late share overall.
     * **Meeting the SLO online.** The quantile level tightens when the late share so far exceeds the
       target: the level aims at the late share the next 1,000 tuples may have for the whole stream to be
-      back at the target (at most the target, at least a quarter of it).
+      back at the target (at most the target, at least a quarter of it; for the regular values, at least
+      a tenth).
+    * **A guard after an upward change.** When ADWIN cuts and the kept values are larger (on the log
+      scale) than the dropped ones, the regime is rising and may still be rising (a congestion builds up
+      over seconds): for ``surge_arrivals`` arrivals the delay is at least ``surge_factor`` times the
+      second largest lateness of the last 50 arrivals (the second, so that one straggler does not set
+      it). Without it each new record of a rising lateness is a late tuple.
     * **Warm-up without blackout.** From the first arrival on the delay is at least
       ``initial_delay_ms * (1 - k / warmup)`` after ``k`` arrivals: a safe default that fades as the
       sample fills, never a period without watermark.
@@ -97,6 +140,12 @@ class LateRateSLO(WatermarkGenerator):
         ADWIN's confidence ``delta`` in ``(0, 1]``: smaller detects fewer, surer changes.
     horizon_ms
         Ingestion time the sample reaches back, >= 1, or ``None`` (only ``sample_size`` bounds it).
+    straggler_factor
+        A lateness beyond this many times the sample's scale is a straggler, >= 1 (very large: no cap).
+    surge_factor
+        Headroom over the recent second largest lateness after an upward change, >= 0 (0: no guard).
+    surge_arrivals
+        Arrivals the guard after an upward change (and the lifted cap after a burst) lasts, >= 0.
 
     Examples
     --------
@@ -115,11 +164,11 @@ class LateRateSLO(WatermarkGenerator):
     >>> 300 <= gen.delay_ms <= 400, gen.n_drifts > 0
     (True, True)
 
-    The switch costs a burst of late tuples before the new regime is learnt (17 of the 100 tuples after it);
-    the target then tightens the quantile level to win the excess back over the next 1,000 tuples.
+    The switch costs a burst of late tuples before the new regime is learnt; the target then tightens the
+    quantile level to win the excess back over the next 1,000 tuples.
 
     >>> round(100 * gen.n_late / len(te), 2)
-    1.18
+    1.0
 
     """
 
@@ -131,6 +180,9 @@ class LateRateSLO(WatermarkGenerator):
         "sample_size": int,
         "adwin_delta": float,
         "horizon_ms": optional_int,
+        "straggler_factor": float,
+        "surge_factor": float,
+        "surge_arrivals": int,
     }
 
     def __init__(
@@ -141,6 +193,9 @@ class LateRateSLO(WatermarkGenerator):
         sample_size: int = 10_000,
         adwin_delta: float = 0.002,
         horizon_ms: int | None = None,
+        straggler_factor: float = 3.0,
+        surge_factor: float = 2.0,
+        surge_arrivals: int = 300,
     ) -> None:
         self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
         if self.late_slo_pct >= 100.0:
@@ -151,6 +206,9 @@ class LateRateSLO(WatermarkGenerator):
         self.sample_size = check_int("sample_size", sample_size, 10)
         self.adwin_delta = check_float("adwin_delta", adwin_delta, 0.0, 1.0, low_open=True)
         self.horizon_ms = None if horizon_ms is None else check_int("horizon_ms", horizon_ms, 1)
+        self.straggler_factor = check_float("straggler_factor", straggler_factor, 1.0, 1e9)
+        self.surge_factor = check_float("surge_factor", surge_factor, 0.0, 1e3)
+        self.surge_arrivals = check_int("surge_arrivals", surge_arrivals, 0)
         super().__init__()
 
     def _reset_state(self) -> None:
@@ -167,6 +225,14 @@ class LateRateSLO(WatermarkGenerator):
         self._release = 0  # ingestion time from which the next arrival ends the guard
         self._drifts = 0
         self._jumps = 0
+        self._extreme = 0  # arrivals whose lateness was beyond the straggler cap when they arrived
+        self._surge_until = 0  # arrivals count up to which the guard after an upward change holds
+        self._burst_until = 0  # arrivals count up to which the straggler cap is lifted (a burst)
+        self._last_extreme = -(2**62)  # arrivals count at the last value beyond the cap
+        self._prev_extreme = -(2**62)  # and at the one before
+        self._log_scale_avg = 0.0
+        self._weight = 1.0
+        self._weight_avg = 1.0
 
     # -- read-only internals ---------------------------------------------------------------------------
     @property
@@ -224,10 +290,38 @@ class LateRateSLO(WatermarkGenerator):
         self._delay = self._estimate()
         self._raise(self._target(tp))
 
+    def _cap(self) -> int | None:
+        """Lateness beyond which a value is a straggler: ``straggler_factor`` times the sample's scale."""
+        k = len(self._sorted)
+        if k < _MIN_SCALE_SAMPLE:
+            return None
+        scale = self._scale()
+        return None if scale == 0 else math.ceil(self.straggler_factor * scale)
+
+    def _scale(self) -> int:
+        k = len(self._sorted)
+        level = max(0.5, 1.0 - 2.0 * self.late_slo_pct / 100.0)
+        return self._sorted[min(k - 1, int(level * (k - 1)))]
+
     def _learn(self, lateness: int, tp: int) -> None:
+        cap = self._cap()
+        if cap is not None and lateness > cap:
+            self._extreme += 1
+            if self._arrivals - self._prev_extreme <= _SURGE_WINDOW:
+                # Three values beyond the cap close together are a burst, not stragglers: cover them.
+                self._burst_until = self._arrivals + self.surge_arrivals
+            self._prev_extreme = self._last_extreme
+            self._last_extreme = self._arrivals
         self._recent.append(lateness)
         self._recent_tp.append(tp)
         insort(self._sorted, lateness)
+        scale = self._scale()
+        if scale:
+            n = min(self._arrivals, _LONG_RUN)
+            log_scale = math.log1p(scale)
+            self._log_scale_avg += (log_scale - self._log_scale_avg) / n
+            self._weight = min(4.0, max(0.25, math.exp(_ALLOCATION * (log_scale - self._log_scale_avg))))
+            self._weight_avg += (self._weight - self._weight_avg) / n
         if len(self._recent) > self.sample_size:
             self._drop_oldest()
         if self.horizon_ms is not None:
@@ -239,6 +333,9 @@ class LateRateSLO(WatermarkGenerator):
         if self._adwin.drift_detected:
             self._drifts += 1
             keep = max(1, min(len(self._recent), int(self._adwin.width)))
+            old = list(self._recent)
+            if keep < len(old) and _mean_log(old[-keep:]) > _mean_log(old[:-keep]):
+                self._surge_until = self._arrivals + self.surge_arrivals  # the regime rose
             while len(self._recent) > keep:
                 self._drop_oldest()
             self._rebuild(self._clipped(list(self._recent)))
@@ -275,8 +372,21 @@ class LateRateSLO(WatermarkGenerator):
         horizon = _PAYBACK
         allowed = target * (self._arrivals + horizon) - self._late
         level = min(target, max(target / 4.0, allowed / horizon))
+        share = (self._extreme + target / 2 * _PRIOR_ARRIVALS) / (self._arrivals + _PRIOR_ARRIVALS)
+        cap = self._cap()
+        if cap is not None and share < target and self._arrivals > self._burst_until:
+            # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
+            k = bisect_right(self._sorted, cap)
+            level = max(target / 10.0, (level - share) / (1.0 - share))
+            level = min(target, level * self._weight / self._weight_avg)
         rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
-        return max(floor, self._sorted[rank])
+        delay = self._sorted[rank]
+        if self._arrivals <= self._surge_until:
+            # Just after a rise the regime may still be rising: headroom over the recent high values.
+            last = sorted(islice(reversed(self._recent), _SURGE_WINDOW))
+            high = last[-2] if len(last) >= 2 else last[-1]
+            delay = max(delay, math.ceil(self.surge_factor * high))
+        return max(floor, delay)
 
     # -- vectorised path (the per-tuple rule, run once over the batch) ---------------------------------
     def _run_timed(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64, I64, I64 | None]:
@@ -318,6 +428,14 @@ class LateRateSLO(WatermarkGenerator):
             "release": self._release,
             "drifts": self._drifts,
             "jumps": self._jumps,
+            "extreme": self._extreme,
+            "surge_until": self._surge_until,
+            "burst_until": self._burst_until,
+            "last_extreme": self._last_extreme,
+            "prev_extreme": self._prev_extreme,
+            "log_scale_avg": self._log_scale_avg,
+            "weight": self._weight,
+            "weight_avg": self._weight_avg,
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -334,3 +452,11 @@ class LateRateSLO(WatermarkGenerator):
         self._release = int(state["release"])
         self._drifts = int(state["drifts"])
         self._jumps = int(state["jumps"])
+        self._extreme = int(state["extreme"])
+        self._surge_until = int(state["surge_until"])
+        self._burst_until = int(state["burst_until"])
+        self._last_extreme = int(state["last_extreme"])
+        self._prev_extreme = int(state["prev_extreme"])
+        self._log_scale_avg = float(state["log_scale_avg"])
+        self._weight = float(state["weight"])
+        self._weight_avg = float(state["weight_avg"])

@@ -50,7 +50,9 @@ from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
 SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
     "slo": [{"sample_size": 2_000}]
-    + [{"sample_size": 10_000, "horizon_ms": h} for h in (None, 20_000, 60_000)],
+    + [{"sample_size": 10_000, "horizon_ms": h} for h in (None, 20_000, 60_000)]
+    # the rule without the straggler cap and the guard after a rise, in case the stream's tail is no straggler
+    + [{"sample_size": 10_000, "straggler_factor": 1e9, "surge_factor": 0.0}],
     "periodic": [{"delay_ms": d, "period_ms": p} for p in (10, 50, 200) for d in range(0, 5_001, 10)],
     "ingestion": [{"max_event_time_lag_ms": lag} for lag in range(0, 5_001, 50)],
     "band": [
