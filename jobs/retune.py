@@ -161,11 +161,14 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             window=running.window,
             strategies=list(options.strategies) if options.strategies else None,
             partition=part,
+            # The arrival history keeps no keys: windows are measured per partition. In the scoped mode a
+            # partition's keys fire together by its watermark, so its late share is exact and its latency
+            # is measured over (partition, window) pairs instead of (key, window) pairs.
+            key=part,
             straggler_ms=running.straggler_ms,
             idle_timeout_ms=running.idle_timeout_ms,
             recent_fraction=1.0,
-            # Only combinations the job runs (PartitionedWatermark's modes; it has no per-key firing yet).
-            partition_modes=("min", "global"),
+            partition_modes=("min", "global", "scoped"),
         )
     except TuneError as exc:
         outcome.reason = f"no setting meets the target: {exc}"
