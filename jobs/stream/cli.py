@@ -81,11 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", help="versioned watermark configuration (JSON); created from the flags if absent"
     )
-    p.add_argument("--strategy", default="adaptive", help="watermark strategy (without --config)")
+    p.add_argument(
+        "--strategy",
+        default="slo",
+        help="watermark strategy (without --config; default slo, the late-rate SLO watermark)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
     p.add_argument("--window-ms", type=int, default=1_000)
     p.add_argument("--slide-ms", type=int)
-    p.add_argument("--late-slo-pct", type=float, default=1.0)
+    p.add_argument(
+        "--late-slo-pct", type=float, default=1.0, help="target late share, %% (the slo strategy's target)"
+    )
+    p.add_argument(
+        "--partition-mode",
+        choices=("min", "global", "scoped"),
+        help="how partitions make the watermark (default: scoped for Kafka, each partition on its own; "
+        "min over partitions otherwise)",
+    )
     p.add_argument("--idle-timeout-ms", type=int)
     p.add_argument("--trigger", default="available-now", help="available-now or interval=5s")
     p.add_argument("--max-files-per-trigger", type=int)
@@ -141,6 +153,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
             "slide_ms": args.slide_ms,
             "late_slo_pct": args.late_slo_pct,
             "idle_timeout_ms": args.idle_timeout_ms,
+            "partition_mode": args.partition_mode or ("scoped" if args.format == "kafka" else "min"),
         }
     )
     config = flags
