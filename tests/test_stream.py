@@ -283,7 +283,7 @@ def test_the_rate_source_runs_a_bounded_load_test_and_accounts_for_every_row(spa
         config(params={"delay_ms": 500, "period_ms": 100}),
         format="rate",
         rate=RateOptions(rows_per_second=2_000, keys=50, partitions=4, max_delay_ms=1_000),
-        trigger="interval=1 second",
+        trigger="interval=1s",
         max_batches=3,
         flush_at_end=True,
     )
@@ -429,3 +429,28 @@ def test_a_batch_with_a_record_to_judge_is_read_by_spark_and_the_others_by_arrow
     assert [(q["reason"], q["line"]) for q in quarantine] == [("bad_event_time", 400)]
     for table, order in [("aggregates", ["window_start_ms", "key"]), ("late_events", ["event_id"])]:
         assert stable(mixed.read(table), order) == stable(plain.read(table), order), table
+
+
+@pytest.mark.parametrize(
+    ("trigger", "ms"),
+    [
+        ("interval=1s", 1_000),
+        ("interval=500ms", 500),
+        ("interval=2 seconds", 2_000),
+        ("interval=1.5min", 90_000),
+    ],
+)
+def test_a_trigger_interval_takes_a_compact_or_spelled_out_duration(trigger, ms):
+    from jobs.stream.options import trigger_interval_ms
+
+    assert trigger_interval_ms(trigger) == ms
+
+
+@pytest.mark.parametrize(
+    "trigger", ["interval=", "interval=5", "interval=5 fortnights", "interval=0s", "every=5s"]
+)
+def test_a_bad_trigger_is_a_clear_error(trigger):
+    from jobs.stream.options import trigger_interval_ms
+
+    with pytest.raises(ValueError, match="--trigger"):
+        trigger_interval_ms(trigger)

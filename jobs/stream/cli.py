@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from jobs.stream.options import DEFAULT_METRICS_PORT, FORMATS, Fields, JobOptions, KafkaOptions, RateOptions
+from jobs.stream.options import (
+    DEFAULT_METRICS_PORT,
+    FORMATS,
+    Fields,
+    JobOptions,
+    KafkaOptions,
+    RateOptions,
+    trigger_interval_ms,
+)
 from jobs.stream.run import run_job, serve_metrics
 from jobs.tables import TABLES, DeltaTables
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config
@@ -99,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
         "min over partitions otherwise)",
     )
     p.add_argument("--idle-timeout-ms", type=int)
-    p.add_argument("--trigger", default="available-now", help="available-now or interval=5s")
+    p.add_argument(
+        "--trigger",
+        default="available-now",
+        help="available-now, or interval=DURATION (5s, 500ms, 2 minutes)",
+    )
     p.add_argument("--max-files-per-trigger", type=int)
     p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
     p.add_argument(
@@ -175,7 +187,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic):
         msg = "--kafka-bootstrap-servers and --topic are for --format kafka"
         raise ValueError(msg)
-    if args.format == "rate" and args.trigger == "available-now":
+    if trigger_interval_ms(args.trigger) is None and args.format == "rate":  # a bad --trigger: its error
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
     if not 0 <= args.metrics_port <= 65_535:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from watermark.config import PipelineConfig
@@ -72,3 +73,52 @@ class JobOptions:
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"
     arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)
+
+
+_UNITS_MS = {
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1_000,
+    "sec": 1_000,
+    "second": 1_000,
+    "seconds": 1_000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+}
+
+
+def trigger_interval_ms(trigger: str) -> int | None:
+    """The micro-batch interval of ``--trigger`` in ms, or None for ``available-now``; ValueError otherwise.
+
+    ``interval=`` takes a number and a unit, with or without a space: ``1s``, ``500ms``, ``2 seconds``,
+    ``1.5min``, ``1h``.
+
+    >>> triggers = ("available-now", "interval=1s", "interval=2 seconds", "interval=1.5min")
+    >>> [trigger_interval_ms(t) for t in triggers]
+    [None, 1000, 2000, 90000]
+    >>> trigger_interval_ms("interval=soon")
+    Traceback (most recent call last):
+    ...
+    ValueError: --trigger interval needs a number and a unit (ms, s, min, h), e.g. interval=5s; got 'soon'
+    """
+    if trigger == "available-now":
+        return None
+    if not trigger.startswith("interval="):
+        msg = f"--trigger must be available-now or interval=<duration> (e.g. interval=5s), got {trigger!r}"
+        raise ValueError(msg)
+    text = trigger.split("=", 1)[1].strip().lower()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text)
+    if match is None or match.group(2) not in _UNITS_MS:
+        msg = f"--trigger interval needs a number and a unit (ms, s, min, h), e.g. interval=5s; got {text!r}"
+        raise ValueError(msg)
+    ms = round(float(match.group(1)) * _UNITS_MS[match.group(2)])
+    if not 1 <= ms <= 86_400_000:
+        msg = f"--trigger interval must be between 1 ms and 1 day, got {text!r}"
+        raise ValueError(msg)
+    return ms

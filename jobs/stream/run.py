@@ -11,7 +11,7 @@ from typing import Any
 from jobs.arrow_path import spill_dir
 from jobs.spark import ship_code
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
-from jobs.stream.options import JobOptions
+from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.source import source_stream
 from jobs.stream.state import StageStore
 from jobs.tables import DeltaTables
@@ -46,7 +46,7 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
     ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
     """
-    if options.format == "rate" and options.trigger == "available-now":
+    if trigger_interval_ms(options.trigger) is None and options.format == "rate":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
     server = None
@@ -95,13 +95,11 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
     writer = files.writeStream.foreachBatch(handler).option(
         "checkpointLocation", str(Path(options.checkpoint) / "query")
     )
-    if options.trigger == "available-now":
+    interval_ms = trigger_interval_ms(options.trigger)
+    if interval_ms is None:
         writer = writer.trigger(availableNow=True)
-    elif options.trigger.startswith("interval="):
-        writer = writer.trigger(processingTime=options.trigger.split("=", 1)[1])
     else:
-        msg = f"--trigger must be available-now or interval=<duration>, got {options.trigger!r}"
-        raise ValueError(msg)
+        writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
     query = writer.start()
     if listener is not None:
         listener.follow(query.id)
