@@ -61,3 +61,24 @@ def test_thresholds_reproduce_every_label(data):
     t = label_thresholds(te, late, wm)
     # never more pieces than the watermark has distinct values
     assert t.starts.size <= max(1, np.unique(wm).size) if n else t.starts.size == 0
+
+
+def test_the_stage_store_keeps_a_bounded_number_of_files_however_many_batches_run(tmp_path):
+    from jobs.stream.state import StageStore
+    from jobs.windows import empty_partials
+    from watermark.combine import PartitionedWatermark
+    from watermark.config import PipelineConfig
+
+    config = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000})
+    store = StageStore(str(tmp_path))
+    pw = PartitionedWatermark("periodic")
+    counts = []
+    for batch in range(40):
+        store.batch_meta(batch, config)
+        pw.process(["p"], [1_000 * batch], [1_000 * batch])
+        store.save(batch, pw, empty_partials(), 1)
+        counts.append(sum(1 for _ in store.root.iterdir()))
+    assert counts[-1] == counts[10] <= 2 * StageStore.keep
+    # What a restart needs stays: the newest state and the meta of every batch after the oldest kept one.
+    assert store.latest_batch() == 39 and store.load_before(40) is not None
+    assert store.batch_meta(39, config)[1] == config and (store.root / "batch-000000000037.json").exists()

@@ -119,3 +119,10 @@ class StageStore:
         states = self._states()
         for _, old in states[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+        # A restart replays batches after the newest state; a meta file older than the oldest kept state is
+        # never read again (one file per batch would otherwise grow without bound).
+        oldest = states[-self.keep :][0][0]
+        for meta in self.root.glob("batch-*.json"):
+            number = meta.stem.split("-", 1)[1]
+            if number.isdigit() and int(number) < oldest:
+                meta.unlink(missing_ok=True)
