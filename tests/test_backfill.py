@@ -273,8 +273,9 @@ def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_c
     assert not worker.is_alive()
 
     # Every batch of the stream is in the tables, and a final backfill makes them exact.
-    stream_batches = len(list((tmp_path / "ck" / "stage").glob("batch-*.json")))
-    assert DeltaTables(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
+    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
+    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
+    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
     backfill(spark, out, 0, FAR_FUTURE_MS)
     assert table_aggregates(out) == batch_aggregation(spark, records)
 
@@ -307,8 +308,9 @@ def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit
     reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
 
     # Every stream batch committed, every backfill committed its MERGEs, and nothing was lost.
-    stream_batches = len(list((tmp_path / "ck" / "stage").glob("batch-*.json")))
-    assert DeltaTables(str(out), "jobs.stream").committed_version("aggregates") == stream_batches - 1
+    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
+    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
+    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
     merges = merge_commits(out / "aggregates")
     assert len(merges) >= 2 and sum(r.folded_events > 0 for r in reports) == len(merges)
     assert all(json.loads(m["userMetadata"])["awm.backfill.interval"] for m in merges)

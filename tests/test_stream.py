@@ -454,3 +454,35 @@ def test_a_bad_trigger_is_a_clear_error(trigger):
 
     with pytest.raises(ValueError, match="--trigger"):
         trigger_interval_ms(trigger)
+
+
+def test_a_new_checkpoint_gets_its_own_delta_application_id_and_refuses_tables_of_another(tmp_path):
+    from jobs.stream.state import checkpoint_app_id
+
+    out = tmp_path / "out"
+    first = checkpoint_app_id(str(tmp_path / "ck1"), str(out))
+    assert first.startswith("jobs.stream-") and first == checkpoint_app_id(str(tmp_path / "ck1"), str(out))
+    assert checkpoint_app_id(str(tmp_path / "ck2"), str(tmp_path / "other")) != first
+    # Tables written (from ck1) meet a fresh checkpoint: refused with what to do, never batches skipped.
+    log = out / "aggregates" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{}\n")
+    with pytest.raises(ValueError, match="restart with the checkpoint that wrote them, or write to a new"):
+        checkpoint_app_id(str(tmp_path / "ck3"), str(out))
+    assert checkpoint_app_id(str(tmp_path / "ck1"), str(out)) == first  # its own checkpoint goes on
+    # A checkpoint from before the id file (query offsets, no app-id) keeps the id it wrote with.
+    legacy = tmp_path / "ck4"
+    (legacy / "query" / "offsets").mkdir(parents=True)
+    (legacy / "query" / "offsets" / "0").write_text("v1\n")
+    assert checkpoint_app_id(str(legacy), str(out)) == "jobs.stream"
+
+
+def test_a_checkpoint_reset_against_existing_tables_is_refused_by_the_job(spark, tmp_path):
+    inp = tmp_path / "in"
+    write_lines(inp / "a.json", [good(i, 1_000 * i, 1_000 * i + 5) for i in range(20)])
+    opts = dict(input=str(inp), output=str(tmp_path / "out"), config=config(), progress=False)
+    run_job(spark, JobOptions(checkpoint=str(tmp_path / "ck"), **opts))
+    before = DeltaTables(str(tmp_path / "out"), "reader").read("arrivals").num_rows
+    with pytest.raises(ValueError, match="new checkpoint"):
+        run_job(spark, JobOptions(checkpoint=str(tmp_path / "ck-reset"), **opts))
+    assert DeltaTables(str(tmp_path / "out"), "reader").read("arrivals").num_rows == before == 20

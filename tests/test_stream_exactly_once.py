@@ -76,7 +76,10 @@ def kill_after(tmp: Path, inp: Path | list[str], seconds: float) -> bool:
 
 
 def batches_done(tmp: Path) -> int:
-    return len(list((tmp / "ck" / "stage").glob("batch-*.json"))) if (tmp / "ck" / "stage").exists() else 0
+    """Batches started so far: one past the highest ``batch-N.json`` (older ones are pruned)."""
+    stage = tmp / "ck" / "stage"
+    ids = [int(p.stem.split("-")[1]) for p in stage.glob("batch-*.json")] if stage.exists() else []
+    return max(ids) + 1 if ids else 0
 
 
 def test_sigkill_three_times_then_restart_gives_identical_tables(tmp_path):

@@ -21,6 +21,7 @@ from jobs.stream.options import (
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
+from jobs.stream.state import checkpoint_app_id
 from jobs.tables import TABLES, DeltaTables
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config
 
@@ -219,7 +220,9 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
+    app_id = checkpoint_app_id(args.checkpoint, args.output)  # a reset checkpoint is refused here
     return JobOptions(
+        app_id=app_id,
         input=args.input or "",
         format=args.format,
         rate=rate,

@@ -44,7 +44,7 @@ from jobs.stream.source import (
     number_records,
     oldest_input_ms,
 )
-from jobs.stream.state import StageStore
+from jobs.stream.state import StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
 from jobs.tables import (
     AGGREGATES_SCHEMA,
@@ -206,7 +206,8 @@ class BatchHandler:
         self.spark = spark
         self.options = options
         self.metrics = metrics
-        self.tables = DeltaTables(options.output, options.app_id, spark)
+        app_id = options.app_id or checkpoint_app_id(options.checkpoint, options.output)
+        self.tables = DeltaTables(options.output, app_id, spark)
         self._writers = ThreadPoolExecutor(max_workers=len(TABLES), thread_name_prefix="delta-writes")
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None

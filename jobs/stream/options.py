@@ -68,7 +68,7 @@ class JobOptions:
     reader: str = (
         "arrow"  # JSON: "arrow" (pyarrow in executors; Spark's reader for unclean batches) or "spark"
     )
-    app_id: str = "jobs.stream"
+    app_id: str | None = None  # Delta txnAppId; None: the checkpoint's own (state.checkpoint_app_id)
     progress: bool = True
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from jobs.spark import ship_code
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
 from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.source import source_stream
-from jobs.stream.state import StageStore
+from jobs.stream.state import StageStore, checkpoint_app_id
 from jobs.tables import DeltaTables
 from jobs.windows import empty_partials, flush
 from monitoring.metrics import JobMetrics
@@ -46,6 +47,8 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
     ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
     """
+    if options.app_id is None:
+        options = replace(options, app_id=checkpoint_app_id(options.checkpoint, options.output))
     if trigger_interval_ms(options.trigger) is None and options.format == "rate":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
@@ -137,6 +140,7 @@ def flush_open_windows(spark: Any, options: JobOptions) -> int:
     saved = store.load_before(last + 1)
     assert saved is not None
     flushed = flush(saved.open_windows)
+    assert options.app_id is not None  # run_job resolved it
     tables = DeltaTables(options.output, options.app_id + ".flush", spark)
     tables.append("aggregates", aggregate_rows(flushed, last, saved.config_version), last)
     if flushed.num_rows:

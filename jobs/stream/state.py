@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +127,50 @@ class StageStore:
             number = meta.stem.split("-", 1)[1]
             if number.isdigit() and int(number) < oldest:
                 meta.unlink(missing_ok=True)
+
+
+APP_ID_FILE = "app-id"
+
+
+def checkpoint_app_id(checkpoint: str, output: str) -> str:
+    """The Delta application id (``txnAppId``) of the job writing ``output`` from ``checkpoint``.
+
+    Delta skips a batch whose ``txnVersion`` its application already committed, so the id must belong to
+    the checkpoint: after a checkpoint reset Spark numbers batches from 0 again, and under the old id every
+    batch up to the old highest would be skipped as written. The id is created with the checkpoint and
+    stored in it (``CHECKPOINT/app-id``). A checkpoint from before the file existed, which already has
+    query offsets, keeps the id it wrote with (``jobs.stream``).
+
+    Raises
+    ------
+    ValueError
+        For a new checkpoint whose ``output`` already holds the pipeline's tables: they were written from
+        another checkpoint, and starting over would write its input a second time.
+
+    """
+    root = Path(checkpoint)
+    path = root / APP_ID_FILE
+    if path.exists():
+        text = path.read_text(encoding="utf-8").strip()
+        if not text or len(text) > 200 or not text.isprintable():
+            msg = f"{path}: not an application id; restore it from a backup, or start a new checkpoint"
+            raise ValueError(msg)
+        return text
+    offsets = root / "query" / "offsets"
+    if offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir()):
+        app_id = "jobs.stream"
+    else:
+        written = sorted(p.parent.name for p in Path(output).glob("*/_delta_log") if any(p.iterdir()))
+        if written:
+            msg = (
+                f"{checkpoint} is a new checkpoint, but {output} already holds tables written from another "
+                f"one ({', '.join(written)}): restart with the checkpoint that wrote them, or write to a new "
+                "--output (a new checkpoint reads its input from the start)"
+            )
+            raise ValueError(msg)
+        app_id = f"jobs.stream-{uuid.uuid4().hex}"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{APP_ID_FILE}.tmp"
+    tmp.write_text(app_id + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return app_id
