@@ -225,8 +225,9 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
     if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.future_bound_ms:
         return None, f"{c.event_time} before 1970 or beyond the future bound"
     tp = pc.fill_null(table.column(c.arrival_time).chunk(0), pa.scalar(c.ingest_ms, pa.int64()))
-    if pc.min(tp).as_py() < 0:
-        return None, f"{c.arrival_time} before 1970"
+    low, high = pc.min_max(tp).values()
+    if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.future_bound_ms:
+        return None, f"{c.arrival_time} before 1970 or beyond the future bound"
     value = table.column(c.value).chunk(0)
     if value.null_count or not _all(pc.is_finite(value)):
         return None, f"a missing or non-finite {c.value}"

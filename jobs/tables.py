@@ -80,6 +80,7 @@ QUARANTINE_REASONS = (
     "event_time_in_future",
     "bad_arrival_time",
     "arrival_time_before_1970",
+    "arrival_time_in_future",
     "missing_value",
     "bad_value",
 )

@@ -486,3 +486,20 @@ def test_a_checkpoint_reset_against_existing_tables_is_refused_by_the_job(spark,
     with pytest.raises(ValueError, match="new checkpoint"):
         run_job(spark, JobOptions(checkpoint=str(tmp_path / "ck-reset"), **opts))
     assert DeltaTables(str(tmp_path / "out"), "reader").read("arrivals").num_rows == before == 20
+
+
+def test_an_arrival_time_in_the_year_10000_is_quarantined_and_windows_go_on_firing(spark, tmp_path):
+    base = 1_600_000_000_000
+    year_10000 = 253_402_300_800_000
+    first = [good(i, base + 100 * i, base + 100 * i + 5) for i in range(30)]
+    bad = json.dumps(
+        {"event_id": "far", "key": "k", "event_time_ms": base, "arrival_time_ms": year_10000, "value": 1}
+    )
+    later = [good(100 + i, base + 3_000 + 100 * i, base + 3_000 + 100 * i + 5) for i in range(30)]
+    write_lines(tmp_path / "in" / "a.json", [*first, bad])
+    write_lines(tmp_path / "in" / "b.json", later)
+    cfg = config(params={"delay_ms": 0, "period_ms": 10})
+    sink, reports = run(spark, tmp_path, tmp_path / "in", cfg, max_files_per_trigger=1)
+    assert [r["reason"] for r in sink.read("quarantine").to_pylist()] == ["arrival_time_in_future"]
+    assert reports[-1].fired > 0  # the ingestion clock was not moved: the second file's windows fire
+    assert reports[-1].watermark_ms < year_10000

@@ -238,6 +238,8 @@ def validation_steps(
         F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
         F.when(tp.isNull(), F.lit("bad_arrival_time")),
         F.when(tp < 0, F.lit("arrival_time_before_1970")),
+        # One arrival far ahead would move the ingestion clock for good (no window would fire again).
+        F.when(tp > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("arrival_time_in_future")),
         F.when(~F.col("_value_given"), F.lit("missing_value")),
         F.when(~finite, F.lit("bad_value")),
     )
