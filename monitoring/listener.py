@@ -41,7 +41,9 @@ class MetricsListener(StreamingQueryListener):  # type: ignore[misc]
             self.metrics.query_progress(float(progress.batchDuration) / 1000)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-        """No new input: nothing to count (the processing-time lag is already 0 with nothing in flight)."""
+        """A trigger found no new input: the job is caught up now (the processing-time lag restarts)."""
+        if self._ours(event.id):
+            self.metrics.query_idle()
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         """The query ended; an exception counts as a failure."""

@@ -207,3 +207,20 @@ def test_a_job_run_counts_every_row_once_as_its_tables_do(spark, tmp_path):
         time.sleep(0.2)
     assert value("awm_batch_duration_seconds_count") == 4
     assert value("awm_input_rows_total") == 1_503
+
+
+def test_spark_s_idle_event_of_the_followed_query_tells_the_metrics_the_job_is_caught_up():
+    from types import SimpleNamespace
+
+    from monitoring.listener import MetricsListener
+
+    registry, metrics, clock = fresh(1_000.0)
+    metrics.batch_done(BatchObservation(batch_id=0))
+    clock.now = 1_030.0
+    listener = MetricsListener(metrics)
+    listener.follow("q-1")
+    listener.onQueryIdle(SimpleNamespace(id="another-query"))  # not ours: nothing changes
+    assert registry.get_sample_value("awm_processing_time_watermark_lag_seconds") == 30.0
+    listener.onQueryIdle(SimpleNamespace(id="q-1"))
+    clock.now = 1_032.0
+    assert registry.get_sample_value("awm_processing_time_watermark_lag_seconds") == 2.0
