@@ -1,5 +1,6 @@
 """Exactly once: a job killed with SIGKILL at random points and restarted writes the same tables."""
 
+import json
 import os
 import random
 import signal
@@ -55,6 +56,8 @@ def run_to_end(tmp: Path, inp: Path | list[str]) -> None:
     )
     errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Exception" in line]
     assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the command prints its summary
+    assert summary["events"] > 0 and set(summary["tables"]) >= {"aggregates", "late_events"}
 
 
 def kill_after(tmp: Path, inp: Path | list[str], seconds: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -279,3 +280,5 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         if server is not None:
             server.stop()
+    print(json.dumps(summarize(options.output)))
+    return 0
