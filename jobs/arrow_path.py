@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -331,48 +332,77 @@ _CACHE: dict[tuple[str, int, int], pa.Table] = {}
 
 
 def spill_dir(job: str) -> Path:
-    """Node-local folder where the first pass leaves a job's parsed splits for any worker of the second."""
-    digest = hashlib.sha1(job.encode(), usedforsecurity=False).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "wm-arrow-splits" / digest
+    """Node-local folder where the first pass leaves a job's parsed splits for any worker of the second.
+
+    It lies in a folder private to the user running the workers (``wm-arrow-splits-<uid>``, mode 0700):
+    another local user can neither read the parsed rows nor plant files that the second pass would take
+    for them (:func:`_private` checks it before every write and read).
+    """
+    digest = hashlib.sha256(job.encode()).hexdigest()[:32]
+    return Path(tempfile.gettempdir()) / f"wm-arrow-splits-{os.getuid()}" / digest
+
+
+def _private(folder: Path) -> Path:
+    """``folder`` (created 0700 with its parent), or OSError when it or its parent is not ours alone."""
+    for level in (folder.parent, folder):
+        level.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(level)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            msg = f"{level} is not a folder private to this user: parsed splits are not kept"
+            raise OSError(msg)
+    return folder
+
+
+def _split_tag(split: Split) -> dict[bytes, bytes]:
+    """What a kept split must say it is: the file, byte range and size it was parsed from."""
+    return {b"awm.split": f"{split.path}\0{split.start}\0{split.end}\0{split.size}".encode()}
 
 
 def _spill_path(job: str, batch_id: int, sid: int) -> Path:
     return spill_dir(job) / f"b{batch_id}-s{sid}.arrow"
 
 
-def _keep(job: str, batch_id: int, sid: int, records: pa.Table) -> None:
+def _keep(job: str, batch_id: int, split: Split, records: pa.Table) -> None:
     """Keep a parsed split for the second pass: in this worker's memory and as a node-local Arrow file.
 
     The second pass of a split may run in another Python worker (Spark hands tasks to idle workers), which
     then reads the file instead of parsing again. Splits of the job's earlier batches are dropped.
     """
+    sid = split.sid
     for key in [k for k in _CACHE if k[0] == job and k[1] != batch_id]:
         del _CACHE[key]
     if sum(t.num_rows for t in _CACHE.values()) + records.num_rows <= CACHE_MAX_ROWS:
         _CACHE[(job, batch_id, sid)] = records
-    folder = spill_dir(job)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = _private(spill_dir(job))
         for old in folder.glob("b*-s*.arrow"):
             if not old.name.startswith(f"b{batch_id}-"):
                 old.unlink(missing_ok=True)
         target = _spill_path(job, batch_id, sid)
         temporary = target.with_suffix(f".{os.getpid()}.tmp")
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, records.schema) as writer:
-            writer.write_table(records)
+        tagged = records.replace_schema_metadata(_split_tag(split))
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, tagged.schema) as writer:
+            writer.write_table(tagged)
         os.replace(temporary, target)
     except OSError:
-        pass  # no room: the second pass parses the split again
+        pass  # no room, or no private folder: the second pass parses the split again
 
 
-def _take(job: str, batch_id: int, sid: int) -> pa.Table | None:
-    """A split kept by :func:`_keep` (memory first, then the file), or None; the file is removed."""
-    records = _CACHE.pop((job, batch_id, sid), None)
-    path = _spill_path(job, batch_id, sid)
+def _take(job: str, batch_id: int, split: Split) -> pa.Table | None:
+    """A split kept by :func:`_keep` (memory first, then the file), or None; the file is removed.
+
+    A file is taken only from the private folder and only if it names this very split (path, byte range,
+    size); anything else is ignored and the split is parsed again.
+    """
+    records = _CACHE.pop((job, batch_id, split.sid), None)
+    path = _spill_path(job, batch_id, split.sid)
     try:
         if records is None and path.exists():
+            _private(spill_dir(job))
             with pa.OSFile(str(path), "rb") as source:
-                records = pa.ipc.open_file(source).read_all()
+                kept = pa.ipc.open_file(source).read_all()
+            if kept.schema.metadata == _split_tag(split):
+                records = kept.replace_schema_metadata(None)
         path.unlink(missing_ok=True)
     except (OSError, pa.ArrowInvalid):
         records = None
@@ -419,7 +449,7 @@ def collect_pass(
         if records is None:
             yield SplitCollected(split.sid, False, why or "unclean records", 0, None)
             continue
-        _keep(job, batch_id, split.sid, records)
+        _keep(job, batch_id, split, records)
         narrow = records.select(["partition", "event_time_ms", "arrival_time_ms"])
         yield SplitCollected(split.sid, True, "", records.num_rows, to_blob(narrow))
 
@@ -434,7 +464,7 @@ def aggregate_pass(
 ) -> Iterator[SplitAggregated]:
     """Second pass (executors): per split, the partials of its on-time rows and its late rows."""
     for split in splits:
-        records = _take(job, batch_id, split.sid)
+        records = _take(job, batch_id, split)
         reparsed = records is None
         if records is None:
             records, why = parse_clean(read_split(split), checks)

@@ -237,3 +237,37 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     assert partials_again.equals(partials) and late_again.equals(late)
     assert late.column("event_id").to_pylist() == [str(i) for i in range(25, 40)]
     assert sum(partials.column("count").to_pylist()) == 35
+
+
+def test_kept_splits_live_in_a_private_folder_and_only_a_file_naming_its_split_is_taken(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "in.json"
+    path.write_text(
+        "\n".join(
+            line(
+                event_id=str(i),
+                key="k",
+                event_time_ms=1_700_000_000_000 + i,
+                arrival_time_ms=1_700_000_000_005 + i,
+                value=1.0,
+            )
+            for i in range(20)
+        )
+        + "\n"
+    )
+    size = path.stat().st_size
+    split = Split(0, 0, str(path), 0, size, size)
+    job = str(tmp_path / "ck-private")
+    assert [c.clean for c in collect_pass(iter([split]), CHECKS, job, 3)] == [True]
+    folder = spill_dir(job)
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 == stat.S_IMODE(os.stat(folder.parent).st_mode)
+    assert os.stat(folder.parent).st_uid == os.getuid()
+    arrow_path._CACHE.clear()  # the second pass runs in another worker: it reads the kept file
+    assert arrow_path._take(job, 3, split).num_rows == 20
+    # A file in the folder that does not name this split (planted, or left from other input) is ignored.
+    assert [c.clean for c in collect_pass(iter([split]), CHECKS, job, 4)] == [True]
+    arrow_path._CACHE.clear()
+    other = Split(0, 0, str(path), 0, size // 2, size)
+    assert arrow_path._take(job, 4, other) is None
