@@ -78,6 +78,7 @@ def run_stage(
     straggler_ms: int,
     floor_ms: int = NO_WATERMARK,
     foreign: NDArray[np.bool_] | None = None,
+    order: NDArray[np.intp] | None = None,
 ) -> StageResult:
     """Run the generators over one batch's valid rows; ``watermark`` advances (its state is the stage's).
 
@@ -85,7 +86,7 @@ def run_stage(
     ``--flush-at-end`` closed, so that a later run on the same checkpoint treats those windows as closed.
     ``foreign`` (per narrow row) marks rows that are late whatever their event time: in partition-scoped
     mode, rows whose key another partition owns (:mod:`jobs.scoped`); they are judged against at least
-    their event time + 1.
+    their event time + 1. ``order`` is :func:`arrival_order` of ``narrow`` when the caller has it already.
 
     Examples
     --------
@@ -99,7 +100,8 @@ def run_stage(
     ([False, True, False], [-9223372036854775808, 99, 199])
 
     """
-    order = arrival_order(narrow)
+    if order is None:
+        order = arrival_order(narrow)
     part = narrow.column("partition").to_numpy(zero_copy_only=False)[order]
     te = narrow.column("event_time_ms").to_numpy()[order]
     tp = narrow.column("arrival_time_ms").to_numpy()[order]

@@ -388,7 +388,7 @@ class BatchHandler:
 
         scoped = config.partition_mode == "scoped"
         if narrow.num_rows:
-            foreign = None
+            foreign, order = None, None
             if scoped:
                 order = arrival_order(narrow)
                 self._owners, foreign_sorted = claim(
@@ -405,7 +405,7 @@ class BatchHandler:
                         batch_id,
                         int(foreign.sum()),
                     )
-            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until, foreign)
+            result = run_stage(watermark, narrow, config.straggler_ms, self._closed_until, foreign, order)
             tick = report.mark("stage", tick)
             partials, late, tick = source.aggregate(narrow, result, config.window, report, tick)
             if late.num_rows != result.n_late:
