@@ -20,7 +20,7 @@ PARTITIONS = 4
 PARAMS = {"delay_ms": 100, "period_ms": 50}
 
 
-def run_kafka(spark, tmp, servers, topic, mode="min", **kw):
+def run_kafka(spark, tmp, servers, topic, mode="min", stage_in="auto", **kw):
     cfg = PipelineConfig.from_dict(
         {"version": 1, "strategy": "periodic", "params": PARAMS, "window_ms": 1_000, "partition_mode": mode}
     )
@@ -33,6 +33,7 @@ def run_kafka(spark, tmp, servers, topic, mode="min", **kw):
         kafka=KafkaOptions(bootstrap_servers=servers, topic=topic, **kw),
         progress=False,
         flush_at_end=True,
+        stage_in=stage_in,
     )
     reports = run_job(spark, opts)
     return DeltaTables(opts.output, "test-reader"), reports
@@ -143,11 +144,22 @@ def test_a_scoped_kafka_stream_cut_into_any_batches_gives_identical_tables(spark
     kafka_broker.create_topic("cut", PARTITIONS)
     feed_kafka(records, servers, "cut", partitions=PARTITIONS)
     runs = []
-    for n, per_trigger in enumerate([None, 700, 233]):
+    # The stage runs in the executors (the default for scoped Kafka), then on the driver as a peer.
+    for n, (per_trigger, stage_in) in enumerate(
+        [(None, "auto"), (700, "auto"), (233, "auto"), (233, "driver")]
+    ):
         tables, reports = run_kafka(
-            spark, tmp_path / str(n), servers, "cut", max_offsets_per_trigger=per_trigger, mode="scoped"
+            spark,
+            tmp_path / str(n),
+            servers,
+            "cut",
+            max_offsets_per_trigger=per_trigger,
+            mode="scoped",
+            stage_in=stage_in,
         )
         runs.append((comparable(tables), len(reports)))
+        expected_site = "driver" if stage_in == "driver" else "executors"
+        assert {r.stage_in for r in reports} == {expected_site}
     assert [batches for _, batches in runs][0] == 1 and min(b for _, b in runs[1:]) >= 5
     whole = runs[0][0]
     assert whole[0] and whole[1]  # windows fired and late rows: the comparison is not vacuous

@@ -16,7 +16,7 @@ At an arrival from partition ``q`` at ingestion time ``t``:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -253,6 +253,40 @@ class PartitionedWatermark(WatermarkReadout):
         self._n_late += int(np.count_nonzero(te < pre))
         self._settle(list(self._gens))
         return Trace(pre, post, None)
+
+    def absorb_partitions(
+        self,
+        partitions: Sequence[tuple[Hashable, Mapping[str, Any], int | None, int, int]],
+        wm_at_last_arrival: int,
+        clock_ms: int,
+    ) -> Self:
+        """Take over a batch that ran partition by partition elsewhere (scoped mode only).
+
+        ``partitions`` holds, in order of each partition's first arrival in the batch, ``(partition,
+        generator snapshot after the batch, the generator's clock, arrivals, arrivals below the
+        generator's watermark)``: what :meth:`process_trace` computes when each partition's generator runs
+        in the executor that reads the partition (:mod:`jobs.executor_stage`). The state afterwards is the
+        one :meth:`process_trace` leaves over the same arrivals.
+        """
+        if self.mode != "scoped":
+            msg = f"only a partition-scoped watermark runs its partitions apart (mode is {self.mode!r})"
+            raise ValueError(msg)
+        seen = below = 0
+        for key, snap, clock, rows, under in partitions:
+            plain = _plain(key)
+            self._gens[plain] = restore(snap)
+            if clock is not None:
+                self._last_tp[plain] = int(clock)
+            seen += int(rows)
+            below += int(under)
+        if not seen:
+            return self
+        self._clock = int(clock_ms) if self._clock is None else max(self._clock, int(clock_ms))
+        self._wm_at_arrival = int(wm_at_last_arrival)
+        self._n_seen += seen
+        self._n_late += below
+        self._settle(list(self._gens))
+        return self
 
     # -- scalar path -----------------------------------------------------------------------------------
     def update(self, partition: Hashable, te_ms: int, tp_ms: int) -> Self:

@@ -110,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--idle-timeout-ms", type=int)
     p.add_argument(
+        "--stage-in",
+        choices=("auto", "executors", "driver"),
+        default="auto",
+        help="where the watermark stage runs: executors (each Kafka partition judged by the executor "
+        "that reads it, partition-scoped mode on Kafka; rows never reach the driver), driver (the batch's "
+        "narrow columns collected), or auto (default: executors whenever they can)",
+    )
+    p.add_argument(
         "--trigger",
         default="available-now",
         help="available-now, or interval=DURATION (5s, 500ms, 2 minutes)",
@@ -243,6 +251,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,
         arrival_history=not args.no_arrival_history,
+        stage_in=args.stage_in,
     )
 
 

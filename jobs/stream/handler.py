@@ -33,6 +33,7 @@ from jobs.arrow_path import (
 from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
 from jobs.stage import arrival_order, label_thresholds, run_stage
+from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
@@ -191,6 +192,8 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
     reparsed: int = 0  # Arrow path: splits the second pass had to parse again
     path: str = ""  # "arrow" (JSON parsed by pyarrow in the executors) or "spark" (Spark's reader)
+    stage_in: str = "driver"  # where the watermark stage ran: "driver" or "executors"
+    driver_bytes: int = 0  # bytes of results the driver collected from the executors for the batch
 
     def mark(self, phase: str, since: float) -> float:
         """Add the time since ``since`` to ``phase``; returns now."""
@@ -248,10 +251,12 @@ class BatchHandler:
             open_windows, version = empty_partials(), config.version
             self._closed_until = NO_WATERMARK
             self._owners = OWNERS_SCHEMA.empty_table()
+            open_before_dir = None
         else:
             watermark, open_windows, version = saved.watermark, saved.open_windows, saved.config_version
             self._closed_until = saved.closed_until_ms
             self._owners = saved.owners if saved.owners is not None else OWNERS_SCHEMA.empty_table()
+            open_before_dir = saved.open_dir
         if version != config.version:
             watermark = watermark.reconfigured(
                 config.strategy,
@@ -272,6 +277,10 @@ class BatchHandler:
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         scoped = config.partition_mode == "scoped"
+        in_executors = scoped and opts.format == "kafka" and opts.stage_in != "driver"
+        if open_before_dir is not None and not in_executors:  # the last batch kept its windows in Spark
+            open_windows = merge_partials(open_windows, read_open_windows(self.spark, open_before_dir))
+            open_before_dir = None
         # The Arrow path collects no keys, which partition-scoped firing needs: Spark's reader then.
         arrow = None if scoped else self._arrow_rows(files, batch_id, ingest_ms)
         if arrow is not None:
@@ -291,6 +300,20 @@ class BatchHandler:
             reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,
         )
+        if in_executors:
+            self._process_in_executors(
+                rows,
+                files,
+                batch_id,
+                ingest_ms,
+                config,
+                watermark,
+                open_windows,
+                open_before_dir,
+                started,
+                tick,
+            )
+            return
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
@@ -422,7 +445,9 @@ class BatchHandler:
             tick = report.mark("windows", tick)
             report.late = result.n_late
             rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
-            log_rows = self._log_rows(watermark, narrow, result, batch_id, config, ingest_ms)
+            log_rows = self._log_rows(
+                watermark, partition_counts(narrow, result), batch_id, config, ingest_ms
+            )
             rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
             if opts.arrival_history:
                 rows_out["arrivals"] = self._arrival_rows(
@@ -432,9 +457,28 @@ class BatchHandler:
             result, log_rows = None, []
             fired = flush(empty_partials())
         rows_out["aggregates"] = aggregate_rows(fired, batch_id, config.version)
+        report.driver_bytes = narrow_all.nbytes + sum(t.nbytes for t in rows_out.values())
         # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
         # makes idempotent (txnAppId = the job's application id, txnVersion = the batch id).
         self.tables.append_all(rows_out, batch_id, self._writers)
+        self._save(batch_id, watermark, open_windows, config, scoped, None)
+        report.mark("write", tick)
+        report.path = source.path
+        report.fired = fired.num_rows
+        report.open_windows = open_windows.num_rows
+        report.watermark_ms = watermark.watermark_ms
+        report.seconds = time.time() - started
+        self._finish(report, lambda: observation(report, result, narrow, fired, log_rows, config))
+
+    def _save(
+        self,
+        batch_id: int,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        config: PipelineConfig,
+        scoped: bool,
+        open_dir: str | None,
+    ) -> None:
         self.store.save(
             batch_id,
             watermark,
@@ -442,21 +486,21 @@ class BatchHandler:
             config.version,
             self._closed_until,
             self._owners if scoped else None,
+            open_dir=open_dir,
         )
-        report.mark("write", tick)
-        report.path = source.path
-        report.fired = fired.num_rows
-        report.open_windows = open_windows.num_rows
-        report.watermark_ms = watermark.watermark_ms
-        report.seconds = time.time() - started
+        oldest = self.store.oldest_batch()
+        if oldest is not None:
+            prune_open_dirs(self.options.checkpoint, oldest)
+
+    def _finish(self, report: BatchReport, observe: Any) -> None:
         self.reports.append(report)
         if self.metrics is not None:
-            self.metrics.batch_done(observation(report, result, narrow, fired, log_rows, config))
-        if opts.progress:
+            self.metrics.batch_done(observe())
+        if self.options.progress:
             wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
             print(
-                f"batch {batch_id}: {report.rows:,} rows ({report.path} reader), "
-                f"{report.quarantined:,} quarantined, "
+                f"batch {report.batch_id}: {report.rows:,} rows ({report.path} reader, stage in "
+                f"{report.stage_in}), {report.quarantined:,} quarantined, "
                 f"{report.late:,} late, "
                 f"{report.fired:,} windows fired, {report.open_windows:,} open, watermark {wm}, "
                 f"config v{report.config_version}, {report.seconds:.2f} s",
@@ -464,34 +508,117 @@ class BatchHandler:
                 flush=True,
             )
 
+    def _process_in_executors(
+        self,
+        rows: Any,
+        files: list[str],
+        batch_id: int,
+        ingest_ms: int,
+        config: PipelineConfig,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        open_before_dir: str | None,
+        started: float,
+        prepared: float,
+    ) -> None:
+        """The batch with its stage in the executors (:mod:`jobs.stream.executors`): no row on the driver."""
+        opts = self.options
+        report = BatchReport(batch_id=batch_id, config_version=config.version, path="spark")
+        report.stage_in = "executors"
+        report.phases["prepare"] = time.perf_counter() - prepared
+        self._files = files
+        self._numbers = None
+        outcome = run_in_executors(
+            self.spark,
+            rows.drop("raw"),
+            watermark=watermark,
+            owners=self._owners,
+            config=config,
+            floor_ms=self._closed_until,
+            files=files,
+            batch_id=batch_id,
+            ingest_ms=ingest_ms,
+            open_before=open_windows if open_windows.num_rows else None,
+            open_before_dir=open_before_dir,
+            checkpoint=opts.checkpoint,
+            arrival_history=opts.arrival_history,
+            phases=report.phases,
+        )
+        try:
+            tick = time.perf_counter()
+            self._owners = outcome.owners
+            report.rows = outcome.valid + outcome.invalid
+            report.quarantined = outcome.invalid
+            report.late = outcome.late
+            report.driver_bytes = outcome.driver_bytes
+            rows_out: dict[str, Any] = dict(outcome.rows_out)
+            if outcome.invalid:
+                bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
+                report.driver_bytes += bad.nbytes
+                rows_out["quarantine"] = self._quarantine_table(bad, batch_id, ingest_ms)
+            tick = report.mark("quarantine", tick)
+            log_rows = self._log_rows(watermark, outcome.per_partition, batch_id, config, ingest_ms)
+            rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
+            self.tables.append_all(rows_out, batch_id, self._writers)
+            self._save(batch_id, watermark, empty_partials(), config, True, outcome.open_folder)
+            report.mark("write", tick)
+        finally:
+            release(outcome)
+        report.fired = outcome.fired
+        report.open_windows = outcome.open_windows
+        report.watermark_ms = watermark.watermark_ms
+        report.seconds = time.time() - started
+
+        def observe() -> BatchObservation:
+            return BatchObservation(
+                batch_id=batch_id,
+                on_time=outcome.valid - outcome.late - outcome.stragglers,
+                straggler=outcome.stragglers,
+                late=outcome.late,
+                quarantined=outcome.invalid,
+                watermark_ms=report.watermark_ms,
+                ingestion_clock_ms=outcome.ingestion_clock_ms,
+                partitions=partition_states(log_rows),
+                emit_latency_ms=outcome.emit_latency_ms,
+                trigger_delay_ms=outcome.trigger_delay_ms,
+                flushed_windows=0,
+                open_windows=outcome.open_windows,
+                config_version=config.version,
+                strategy=config.strategy,
+                late_slo_pct=config.late_slo_pct,
+            )
+
+        self._finish(report, observe)
+
     def _record_keys(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
         """``(file path, record number)`` columns for the compact record keys of ``table``."""
-        assert self._numbers is not None
         paths = pa.array(self._files, pa.string()).take(table.column("file").combine_chunks())
         if self.options.format == "kafka":  # a record's number is its offset in its partition
             return paths, table.column("line").combine_chunks().cast(pa.int64())
+        assert self._numbers is not None
         return paths, pa.array(self._numbers.lookup(table.column("line").to_numpy()), pa.int64())
 
     def _quarantine_rows(
         self, source: SparkRows | ArrowRows, count: int, batch_id: int, ingest_ms: int
     ) -> pa.Table:
-        if count:
-            bad = source.quarantined()
-            n = bad.num_rows
-            paths, lines = self._record_keys(bad)
-            bad = pa.table(
-                {
-                    "raw": bad.column("raw"),
-                    "reason": bad.column("reason"),
-                    "file": paths,
-                    "line": lines,
-                    "batch_id": np.full(n, batch_id, np.int64),
-                    "ingested_at_ms": np.full(n, ingest_ms, np.int64),
-                }
-            )
-        else:
-            bad = QUARANTINE_SCHEMA.empty_table()
-        return bad
+        if not count:
+            return QUARANTINE_SCHEMA.empty_table()
+        return self._quarantine_table(source.quarantined(), batch_id, ingest_ms)
+
+    def _quarantine_table(self, bad: pa.Table, batch_id: int, ingest_ms: int) -> pa.Table:
+        """``quarantine`` rows of the batch's invalid records (``raw, reason, file, line``)."""
+        n = bad.num_rows
+        paths, lines = self._record_keys(bad)
+        return pa.table(
+            {
+                "raw": bad.column("raw"),
+                "reason": bad.column("reason"),
+                "file": paths,
+                "line": lines,
+                "batch_id": np.full(n, batch_id, np.int64),
+                "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+            }
+        )
 
     def _late_rows(
         self, late: pa.Table, narrow: pa.Table, result: Any, batch_id: int, ingest_ms: int
@@ -539,21 +666,17 @@ class BatchHandler:
     def _log_rows(
         self,
         watermark: PartitionedWatermark,
-        narrow: pa.Table,
-        result: Any,
+        counts: dict[str, dict[str, int]],
         batch_id: int,
         config: PipelineConfig,
         ingest_ms: int,
     ) -> list[dict[str, Any]]:
-        encoded = narrow.column("partition").combine_chunks().dictionary_encode()
-        part = encoded.indices.to_numpy()
-        index = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
-        te = narrow.column("event_time_ms").to_numpy()
+        """One ``watermark_log`` row per partition; ``counts``: each partition's rows of the batch."""
         active = set(watermark.active_partitions())
         rows = []
         now = int(time.time() * 1000)
         for key, gen in watermark.generators.items():
-            mine = part == index.get(key, -1)
+            mine = counts.get(str(key), {})
             diag = gen.diagnostics()
             rows.append(
                 {
@@ -561,10 +684,10 @@ class BatchHandler:
                     "partition": str(key),
                     "partition_watermark_ms": gen.watermark_ms,
                     "global_watermark_ms": watermark.watermark_ms,
-                    "max_event_time_ms": int(te[mine].max()) if mine.any() else None,
-                    "events": int(mine.sum()),
-                    "late": int((result.late & mine).sum()),
-                    "stragglers": int(((result.classes == 1) & mine).sum()),
+                    "max_event_time_ms": mine.get("max_te"),
+                    "events": mine.get("events", 0),
+                    "late": mine.get("late", 0),
+                    "stragglers": mine.get("stragglers", 0),
                     "learned_delay_ms": diag.get("delay_ms"),
                     "sensitivity": diag.get("sensitivity"),
                     "drifts": diag.get("drifts"),
@@ -577,6 +700,39 @@ class BatchHandler:
                 }
             )
         return rows
+
+
+def partition_counts(narrow: pa.Table, result: Any) -> dict[str, dict[str, int]]:
+    """Each partition's rows of a batch on the driver path: events, late, stragglers, max event time."""
+    encoded = narrow.column("partition").combine_chunks().dictionary_encode()
+    part = encoded.indices.to_numpy()
+    te = narrow.column("event_time_ms").to_numpy()
+    out = {}
+    for i, key in enumerate(encoded.dictionary.to_pylist()):
+        mine = part == i
+        out[str(key)] = {
+            "events": int(mine.sum()),
+            "late": int((result.late & mine).sum()),
+            "stragglers": int(((result.classes == 1) & mine).sum()),
+            "max_te": int(te[mine].max()),
+        }
+    return out
+
+
+def partition_states(log_rows: list[dict[str, Any]]) -> list[PartitionState]:
+    """The metrics' view of the ``watermark_log`` rows."""
+    return [
+        PartitionState(
+            partition=row["partition"],
+            watermark_ms=row["partition_watermark_ms"],
+            learned_delay_ms=row["learned_delay_ms"],
+            sensitivity=row["sensitivity"],
+            drifts=row["drifts"],
+            holds_back=row["holds_back"],
+            active=row["active"],
+        )
+        for row in log_rows
+    ]
 
 
 def observation(
@@ -596,18 +752,7 @@ def observation(
         if result.arrival_ms.size:
             ingestion_clock = int(result.arrival_ms[-1])
     by_watermark = ~np.asarray(fired.column("flushed").to_numpy(zero_copy_only=False), dtype=bool)
-    partitions = [
-        PartitionState(
-            partition=row["partition"],
-            watermark_ms=row["partition_watermark_ms"],
-            learned_delay_ms=row["learned_delay_ms"],
-            sensitivity=row["sensitivity"],
-            drifts=row["drifts"],
-            holds_back=row["holds_back"],
-            active=row["active"],
-        )
-        for row in log_rows
-    ]
+    partitions = partition_states(log_rows)
     return BatchObservation(
         batch_id=report.batch_id,
         on_time=on_time,

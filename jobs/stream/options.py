@@ -73,6 +73,23 @@ class JobOptions:
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"
     arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)
+    #: Where the watermark stage runs: "executors" (per Kafka partition, where Spark reads it; partition-
+    #: scoped mode on Kafka only), "driver", or "auto" (executors whenever they can).
+    stage_in: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.stage_in not in STAGE_SITES:
+            msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
+            raise ValueError(msg)
+        if self.stage_in == "executors" and self.format != "kafka":
+            msg = (
+                "--stage-in executors needs the Kafka source (--format kafka), where a Kafka partition is "
+                "a Spark partition"
+            )
+            raise ValueError(msg)
+
+
+STAGE_SITES = ("auto", "executors", "driver")
 
 
 _UNITS_MS = {

@@ -11,12 +11,13 @@ from typing import Any
 
 from jobs.arrow_path import spill_dir
 from jobs.spark import ship_code
+from jobs.stream.executors import read_open_windows
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
 from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.source import source_stream
 from jobs.stream.state import StageStore, checkpoint_app_id
 from jobs.tables import DeltaTables
-from jobs.windows import empty_partials, flush
+from jobs.windows import empty_partials, flush, merge_partials
 from monitoring.metrics import JobMetrics
 
 log = logging.getLogger("jobs.stream")
@@ -139,12 +140,15 @@ def flush_open_windows(spark: Any, options: JobOptions) -> int:
         return 0
     saved = store.load_before(last + 1)
     assert saved is not None
-    flushed = flush(saved.open_windows)
+    open_windows = saved.open_windows
+    if saved.open_dir is not None:  # the last batch ran its stage in the executors
+        open_windows = merge_partials(open_windows, read_open_windows(spark, saved.open_dir))
+    flushed = flush(open_windows)
     assert options.app_id is not None  # run_job resolved it
     tables = DeltaTables(options.output, options.app_id + ".flush", spark)
     tables.append("aggregates", aggregate_rows(flushed, last, saved.config_version), last)
     if flushed.num_rows:
         ends = flushed.column("window_end_ms").to_numpy()
         closed_until = max(saved.closed_until_ms, int(ends.max()))
-        store.save(last, saved.watermark, empty_partials(), saved.config_version, closed_until)
+        store.save(last, saved.watermark, empty_partials(), saved.config_version, closed_until, saved.owners)
     return flushed.num_rows

@@ -29,6 +29,9 @@ class SavedStage:
     config_version: int
     closed_until_ms: int = NO_WATERMARK  # end of the last window --flush-at-end closed (a watermark floor)
     owners: pa.Table | None = None  # partition-scoped mode: the partition owning each key (jobs.scoped)
+    #: When the batch ran its stage in the executors: the Parquet folder of its open windows
+    #: (``open_windows`` is then empty; :mod:`jobs.stream.executors`).
+    open_dir: str | None = None
 
 
 class StageStore:
@@ -87,7 +90,13 @@ class StageStore:
             int(snap["config_version"]),
             int(snap.get("closed_until_ms", NO_WATERMARK)),
             owners,
+            None if snap.get("open_dir") is None else str(self.root / snap["open_dir"]),
         )
+
+    def oldest_batch(self) -> int | None:
+        """Batch id of the oldest state kept."""
+        states = self._states()
+        return states[0][0] if states else None
 
     def save(
         self,
@@ -97,6 +106,7 @@ class StageStore:
         version: int,
         closed_until_ms: int = NO_WATERMARK,
         owners: pa.Table | None = None,
+        open_dir: str | None = None,
     ) -> None:
         """Write batch ``batch_id``'s state atomically (a directory renamed into place); keep the last few."""
         final = self.root / f"state-{batch_id:012d}"
@@ -109,6 +119,8 @@ class StageStore:
                     "watermark": watermark.snapshot(),
                     "config_version": version,
                     "closed_until_ms": closed_until_ms,
+                    # relative to the stage folder, so that a checkpoint can move
+                    "open_dir": None if open_dir is None else os.path.relpath(open_dir, self.root),
                 }
             )
         )

@@ -1,0 +1,354 @@
+"""A micro-batch with the watermark stage in the executors (:mod:`jobs.executor_stage`): the Spark side.
+
+Used in partition-scoped mode on the Kafka source, where a Kafka partition is a Spark partition. The
+driver collects one summary per partition; rows, late rows, partial aggregates and open windows stay in
+Spark. Open windows live as Parquet under ``CHECKPOINT/stage/open/batch-N`` (one folder per batch, written
+by the executors; a replayed batch overwrites its own folder), with the column ``owner`` (the partition
+that owns the key).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.executor_stage import (
+    LABELLED_DDL,
+    ROW_COLUMNS,
+    Settled,
+    StagePlan,
+    judge_partitions,
+    segments_table,
+    settle,
+)
+from jobs.scoped import OWNERS_SCHEMA
+from jobs.spark import arrow_frame
+from jobs.tables import AGGREGATES_SCHEMA, ARRIVALS_SCHEMA, LATE_SCHEMA
+from jobs.windows import PARTIAL_SCHEMA, assign_windows
+from watermark.combine import PartitionedWatermark
+from watermark.config import PipelineConfig
+from watermark.evaluate import LATE, STRAGGLER
+from watermark.timeutil import NO_WATERMARK
+
+OPEN_COLUMNS = [*PARTIAL_SCHEMA.names, "owner"]
+
+
+def open_dir(checkpoint: str, batch_id: int) -> Path:
+    """Where the open windows after batch ``batch_id`` live when the stage ran in the executors."""
+    return Path(checkpoint) / "stage" / "open" / f"batch-{batch_id:012d}"
+
+
+def prune_open_dirs(checkpoint: str, keep_from: int) -> None:
+    """Delete the open-window folders of batches before ``keep_from`` (their stage state is gone too)."""
+    root = Path(checkpoint) / "stage" / "open"
+    if not root.is_dir():
+        return
+    for folder in root.glob("batch-*"):
+        number = folder.name.split("-", 1)[1]
+        if number.isdigit() and int(number) < keep_from:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_open_windows(spark: Any, folder: str) -> pa.Table:
+    """Open windows a batch on the executor path left (for the driver path or the flush), as Arrow."""
+    frame = spark.read.parquet(folder).select(*PARTIAL_SCHEMA.names)
+    return frame.toArrow().cast(PARTIAL_SCHEMA)
+
+
+@dataclass
+class ExecutorOutcome:
+    """What a batch on the executor path did (rows stay in Spark; only counts and summaries here)."""
+
+    rows_out: dict[str, Any]
+    owners: pa.Table
+    open_folder: str
+    valid: int = 0
+    invalid: int = 0
+    late: int = 0
+    stragglers: int = 0
+    fired: int = 0
+    open_windows: int = 0
+    emit_latency_ms: list[int] = field(default_factory=list)
+    trigger_delay_ms: list[int] = field(default_factory=list)
+    ingestion_clock_ms: int = NO_WATERMARK
+    per_partition: dict[str, dict[str, int]] = field(default_factory=dict)
+    driver_bytes: int = 0  # what the driver received from the executors in this batch
+    resplit: bool = False  # a source partition spanned several Spark partitions: judged after a shuffle
+    cached: list[Any] = field(default_factory=list)  # frames Spark keeps until the tables are written
+
+
+def run_in_executors(
+    spark: Any,
+    parsed: Any,
+    *,
+    watermark: PartitionedWatermark,
+    owners: pa.Table,
+    config: PipelineConfig,
+    floor_ms: int,
+    files: list[str],
+    batch_id: int,
+    ingest_ms: int,
+    open_before: pa.Table | None,
+    open_before_dir: str | None,
+    checkpoint: str,
+    arrival_history: bool,
+    phases: dict[str, float],
+) -> ExecutorOutcome:
+    """One batch through the stage in the executors; ``watermark`` advances, tables' rows are returned.
+
+    ``parsed`` is the validated batch (``reason`` null for a valid row). ``open_before`` (Arrow, from a
+    batch the driver ran) or ``open_before_dir`` (Parquet, from a batch on this path) are the open windows
+    before the batch. The outcome's ``rows_out`` maps tables to Spark DataFrames (or Arrow tables for the
+    small ones) for :meth:`jobs.tables.DeltaTables.append_all`.
+    """
+    from pyspark.sql import functions as F
+
+    tick = time.perf_counter()
+
+    def mark(phase: str) -> None:
+        nonlocal tick
+        now = time.perf_counter()
+        phases[phase] = phases.get(phase, 0.0) + now - tick
+        tick = now
+
+    window = config.window
+    plan = StagePlan(
+        strategy=config.strategy,
+        params=dict(config.params),
+        snapshots={str(k): json.dumps(g.snapshot()) for k, g in watermark.generators.items()},
+        straggler_ms=config.straggler_ms,
+        floor_ms=floor_ms,
+        window_ms=window.window_ms,
+        step_ms=window.step_ms,
+        owner_keys=tuple(owners.column("key").to_pylist()),
+        owner_partitions=tuple(owners.column("partition").to_pylist()),
+    )
+    source = parsed.select(*ROW_COLUMNS, "reason")
+    labelled = source.mapInArrow(judge_partitions(plan), LABELLED_DDL).persist()
+    summaries = labelled.filter(F.col("summary").isNotNull()).select("summary").toArrow()
+    settled = settle(summaries.column("summary").to_pylist())
+    resplit = settled.split
+    if resplit:  # a source partition read by several tasks: bring each partition's rows together first
+        labelled.unpersist()
+        regrouped = source.repartition(F.col("partition"))
+        labelled = regrouped.mapInArrow(judge_partitions(plan), LABELLED_DDL).persist()
+        summaries = labelled.filter(F.col("summary").isNotNull()).select("summary").toArrow()
+        settled = settle(summaries.column("summary").to_pylist())
+    driver_bytes = summaries.nbytes
+    mark("stage")
+    out = ExecutorOutcome(rows_out={}, owners=owners, open_folder="", resplit=resplit)
+    out.invalid = settled.invalid
+    out.driver_bytes = driver_bytes
+    _absorb(watermark, settled)
+    out.owners = _claim(owners, settled)
+    data = labelled.filter(F.col("summary").isNull()).drop("summary")
+    counts = {
+        s.partition: {
+            "events": s.rows,
+            "late": s.late,
+            "stragglers": s.stragglers,
+            "max_te": s.max_event_time_ms,
+        }
+        for s in settled.summaries
+    }
+    if settled.losers:
+        data = _relabel_losers(spark, data, settled, counts)
+    out.per_partition = counts
+    out.valid = sum(s.rows for s in settled.summaries)
+    out.late = sum(c["late"] for c in counts.values())
+    out.stragglers = sum(c["stragglers"] for c in counts.values())
+    if settled.summaries:
+        out.ingestion_clock_ms = max(s.last[0] for s in settled.summaries)
+
+    # Late rows, written by the executors.
+    paths = F.array(*[F.lit(f) for f in files]) if files else F.array().cast("array<string>")
+    late = data.filter(F.col("class") == LATE).select(
+        *[F.col(c) for c in ROW_COLUMNS[:6]],
+        F.col("wm_missed").alias("watermark_ms"),
+        (F.col("wm_missed") - F.col("event_time_ms")).alias("late_by_ms"),
+        F.element_at(paths, F.col("file") + 1).alias("file"),
+        F.col("line").cast("long").alias("line"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.lit(False).alias("reconciled"),
+        F.lit(ingest_ms).cast("long").alias("ingested_at_ms"),
+    )
+    if out.late:
+        out.rows_out["late_events"] = conform_frame(late, LATE_SCHEMA)
+
+    # On-time rows into the open windows; the fire table decides which close.
+    on_time = data.filter(F.col("class") != LATE)
+    fresh = assign_windows(on_time, window).select(
+        "key",
+        "window_start_ms",
+        (F.col("window_start_ms") + F.lit(window.window_ms)).alias("window_end_ms"),
+        F.lit(1).cast("long").alias("count"),
+        F.col("value").alias("sum"),
+        F.col("value").alias("min"),
+        F.col("value").alias("max"),
+        F.col("partition").alias("owner"),
+    )
+    parts = [fresh]
+    if open_before_dir is not None:
+        parts.append(spark.read.parquet(open_before_dir).select(*OPEN_COLUMNS))
+    if open_before is not None and open_before.num_rows:
+        parts.append(_owned_frame(spark, open_before, out.owners))
+    merged_rows = parts[0]
+    for extra in parts[1:]:
+        merged_rows = merged_rows.unionByName(extra)
+    merged = merged_rows.groupBy("key", "window_start_ms", "window_end_ms", "owner").agg(
+        F.sum("count").alias("count"),
+        F.sum("sum").alias("sum"),
+        F.min("min").alias("min"),
+        F.max("max").alias("max"),
+    )
+    segments = arrow_frame(spark, segments_table(settled.summaries)) if settled.summaries else None
+    if segments is not None:
+        s = segments.alias("s")
+        joined = (
+            merged.alias("m")
+            .join(
+                F.broadcast(s),
+                (F.col("m.owner") == F.col("s.owner"))
+                & (F.col("m.window_end_ms") > F.col("s.lo"))
+                & (F.col("m.window_end_ms") <= F.col("s.hi")),
+                "left",
+            )
+            .select("m.*", "s.trigger_watermark_ms", "s.fire_arrival_ms")
+        )
+    else:
+        joined = merged.select(
+            "*",
+            F.lit(None).cast("long").alias("trigger_watermark_ms"),
+            F.lit(None).cast("long").alias("fire_arrival_ms"),
+        )
+    joined = joined.persist()
+    mark("label")
+    folder = open_dir(checkpoint, batch_id)
+    joined.filter(F.col("trigger_watermark_ms").isNull()).select(*OPEN_COLUMNS).write.mode(
+        "overwrite"
+    ).parquet(str(folder))
+    out.open_folder = str(folder)
+    fired = joined.filter(F.col("trigger_watermark_ms").isNotNull())
+    stats = (
+        joined.groupBy(F.col("trigger_watermark_ms").isNull().alias("open"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.collect_list(F.col("fire_arrival_ms") - F.col("window_end_ms")).alias("latency"),
+            F.collect_list(F.col("trigger_watermark_ms") - F.col("window_end_ms")).alias("delay"),
+        )
+        .toArrow()
+    )
+    out.driver_bytes += stats.nbytes
+    for row in stats.to_pylist():
+        if row["open"]:
+            out.open_windows = int(row["n"])
+        else:
+            out.fired = int(row["n"])
+            out.emit_latency_ms = [int(v) for v in row["latency"]]
+            out.trigger_delay_ms = [int(v) for v in row["delay"]]
+    mark("windows")
+    if out.fired:
+        now = int(time.time() * 1000)
+        aggregates = fired.select(
+            *PARTIAL_SCHEMA.names,
+            "trigger_watermark_ms",
+            "fire_arrival_ms",
+            (F.col("trigger_watermark_ms") - F.col("window_end_ms")).alias("trigger_delay_ms"),
+            (F.col("fire_arrival_ms") - F.col("window_end_ms")).alias("emit_latency_ms"),
+            F.lit(False).alias("flushed"),
+            F.lit(0).cast("long").alias("revision"),
+            F.lit(0).cast("long").alias("late_count"),
+            F.lit(None).cast("long").alias("reconciled_batch_id"),
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(config.version).cast("long").alias("config_version"),
+            F.lit(now).cast("long").alias("emitted_at_ms"),
+        )
+        out.rows_out["aggregates"] = conform_frame(aggregates, AGGREGATES_SCHEMA)
+    if arrival_history and out.valid:
+        arrivals = data.select(
+            "partition",
+            "event_time_ms",
+            "arrival_time_ms",
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(ingest_ms).cast("long").alias("ingested_at_ms"),
+        )
+        out.rows_out["arrivals"] = conform_frame(arrivals, ARRIVALS_SCHEMA)
+    out.cached = [labelled, joined]
+    return out
+
+
+def release(outcome: ExecutorOutcome) -> None:
+    """Drop what Spark kept for the batch (after its tables are written)."""
+    for frame in outcome.cached:
+        frame.unpersist()
+    outcome.cached = []
+
+
+def conform_frame(frame: Any, schema: pa.Schema) -> Any:
+    """``frame`` with exactly ``schema``'s columns, in its order and with its types."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return frame.select(*[F.col(f.name).cast(from_arrow_type(f.type)).alias(f.name) for f in schema])
+
+
+def _absorb(watermark: PartitionedWatermark, settled: Settled) -> None:
+    if not settled.summaries:
+        return
+    last = max(settled.summaries, key=lambda s: s.last)
+    watermark.absorb_partitions(
+        [(s.partition, s.snapshot, s.clock_ms, s.rows, s.below_generator) for s in settled.summaries],
+        last.wm_at_last_arrival,
+        max(s.last[0] for s in settled.summaries),
+    )
+
+
+def _claim(owners: pa.Table, settled: Settled) -> pa.Table:
+    if not settled.claims:
+        return owners
+    keys, parts = zip(*settled.claims, strict=True)
+    fresh = pa.table({"key": list(keys), "partition": list(parts)}, schema=OWNERS_SCHEMA)
+    return pa.concat_tables([owners.cast(OWNERS_SCHEMA), fresh])
+
+
+def _owned_frame(spark: Any, open_windows: pa.Table, owners: pa.Table) -> Any:
+    """Open windows the driver path left (Arrow), with their keys' owners, as a Spark frame."""
+    from jobs.scoped import owner_of
+
+    owned = open_windows.select(PARTIAL_SCHEMA.names).append_column(
+        "owner", owner_of(owners, open_windows.column("key"))
+    )
+    return arrow_frame(spark, owned)
+
+
+def _relabel_losers(spark: Any, data: Any, settled: Settled, counts: dict[str, dict[str, int]]) -> Any:
+    """Rows of keys another partition claimed first in this batch: late after all (they are foreign)."""
+    from pyspark.sql import functions as F
+
+    keys, parts = zip(*settled.losers, strict=True)
+    losers = arrow_frame(
+        spark,
+        pa.table({"key": list(keys), "partition": list(parts), "_loser": [True] * len(keys)}),
+    )
+    tagged = data.join(F.broadcast(losers), ["key", "partition"], "left")
+    lost = tagged.filter(F.col("_loser")).groupBy("partition", "class").count().toArrow().to_pylist()
+    for row in lost:
+        c = counts[row["partition"]]
+        if row["class"] != LATE:
+            c["late"] += int(row["count"])
+        if row["class"] == STRAGGLER:
+            c["stragglers"] -= int(row["count"])
+    is_loser = F.coalesce(F.col("_loser"), F.lit(False))
+    return tagged.select(
+        *[c for c in data.columns if c not in ("class", "wm_missed", "_loser")],
+        F.when(is_loser, F.lit(LATE).cast("tinyint")).otherwise(F.col("class")).alias("class"),
+        F.when(is_loser, F.greatest(F.col("wm_missed"), F.col("event_time_ms") + 1))
+        .otherwise(F.col("wm_missed"))
+        .alias("wm_missed"),
+    )

@@ -1,0 +1,181 @@
+"""The stage run per partition in the executors gives the driver's decisions, state and windows exactly."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.executor_stage import ROW_COLUMNS, StagePlan, fire_segments, judge_partition, settle
+from jobs.scoped import OWNERS_SCHEMA, claim
+from jobs.stage import arrival_order, run_stage
+from jobs.windows import PARTIAL_SCHEMA, fire
+from watermark.combine import PartitionedWatermark
+from watermark.timeutil import NO_WATERMARK
+
+
+def batch(rng, n, offset, shared_every=0):
+    parts = rng.choice(["0", "1", "2"], n)
+    tp = np.sort(rng.integers(0, 20_000, n)) + offset
+    te = tp - rng.integers(0, 1_500, n)
+    keys = np.array([f"k{p}{rng.integers(0, 4)}" for p in parts], dtype=object)
+    if shared_every:
+        keys[::shared_every] = "shared"  # one key in every partition: only its first partition owns it
+    return pa.table(
+        {
+            "event_id": [f"e{offset + i}" for i in range(n)],
+            "key": pa.array(keys.tolist(), pa.string()),
+            "partition": pa.array(parts.tolist(), pa.string()),
+            "event_time_ms": te,
+            "arrival_time_ms": tp,
+            "value": np.ones(n),
+            "file": pa.array([int(p) for p in parts], pa.int32()),
+            "line": np.arange(offset, offset + n),
+        }
+    )
+
+
+def executors_run(pw, owners, rows, strategy, params):
+    """What the executor path computes for a batch, without Spark: one judge_partition per partition."""
+    plan = StagePlan(
+        strategy,
+        params,
+        {str(k): json.dumps(g.snapshot()) for k, g in pw.generators.items()},
+        straggler_ms=100,
+        floor_ms=NO_WATERMARK,
+        window_ms=1_000,
+        step_ms=1_000,
+        owner_keys=tuple(owners.column("key").to_pylist()),
+        owner_partitions=tuple(owners.column("partition").to_pylist()),
+    )
+    labelled, texts = [], []
+    for p in pc.unique(rows.column("partition")).to_pylist():
+        mine = rows.filter(pc.equal(rows.column("partition"), p)).select(list(ROW_COLUMNS))
+        table, summary = judge_partition(mine, plan)
+        labelled.append(table)
+        texts.append(summary.to_json())
+    settled = settle(texts)
+    last = max(settled.summaries, key=lambda s: s.last)
+    pw.absorb_partitions(
+        [(s.partition, s.snapshot, s.clock_ms, s.rows, s.below_generator) for s in settled.summaries],
+        last.wm_at_last_arrival,
+        max(s.last[0] for s in settled.summaries),
+    )
+    return pa.concat_tables(labelled), settled
+
+
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("slo", {"late_slo_pct": 1.0}),
+        ("periodic", {"delay_ms": 300, "period_ms": 100}),
+        ("ingestion", {"max_event_time_lag_ms": 200}),
+    ],
+)
+def test_partitions_judged_apart_give_the_drivers_labels_and_state(strategy, params):
+    rng = np.random.default_rng(7)
+    driver = PartitionedWatermark(strategy, params, mode="scoped")
+    apart = PartitionedWatermark(strategy, params, mode="scoped")
+    owners = OWNERS_SCHEMA.empty_table()
+    for b in range(3):
+        rows = batch(rng, 800, b * 20_000, shared_every=50 if b == 0 else 0)
+        order = arrival_order(rows)
+        before = owners
+        owners, foreign_sorted = claim(
+            owners, rows.column("key").take(pa.array(order)), rows.column("partition").take(pa.array(order))
+        )
+        foreign = np.empty(order.size, bool)
+        foreign[order] = foreign_sorted
+        result = run_stage(driver, rows, 100, NO_WATERMARK, foreign, order)
+        labelled, settled = executors_run(apart, before, rows, strategy, params)
+
+        assert apart.snapshot() == driver.snapshot()
+        # New keys go to the partition of their first arrival, as claim() gives them.
+        driver_owner = dict(zip(owners["key"].to_pylist(), owners["partition"].to_pylist(), strict=True))
+        assert all(driver_owner[k] == p for k, p in settled.claims)
+        assert {k for k, _ in settled.claims} == set(driver_owner) - set(before["key"].to_pylist())
+        assert {k for k, _ in settled.losers} <= {"shared"}
+        assert bool(settled.losers) == (b == 0)
+        # Every row's class and watermark, except rows the driver relabels late in Spark (the losers').
+        got = {
+            (f, line): (c, w)
+            for f, line, c, w in zip(
+                labelled["file"].to_pylist(),
+                labelled["line"].to_pylist(),
+                labelled["class"].to_pylist(),
+                labelled["wm_missed"].to_pylist(),
+                strict=True,
+            )
+        }
+        losers = set(settled.losers)
+        for i, (f, line, k, p) in enumerate(
+            zip(
+                rows["file"].to_pylist(),
+                rows["line"].to_pylist(),
+                rows["key"].to_pylist(),
+                rows["partition"].to_pylist(),
+                strict=True,
+            )
+        ):
+            if (k, p) in losers:
+                assert result.late[i]  # the driver's claim makes them foreign: late
+                continue
+            assert got[(f, line)] == (result.classes[i], result.wm_missed[i])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rises=st.lists(st.integers(0, 700), min_size=1, max_size=40),
+    start=st.one_of(st.just(None), st.integers(-3_000, 3_000)),
+    window=st.sampled_from([(1_000, 1_000), (1_000, 250), (600, 200), (7, 3)]),
+    ends=st.lists(st.integers(-4_000, 30_000), min_size=1, max_size=30),
+)
+def test_fire_segments_fire_every_window_where_the_per_arrival_watermark_does(rises, start, window, ends):
+    window_ms, step_ms = window
+    before = NO_WATERMARK if start is None else start
+    base = 0 if start is None else start
+    after = base + np.cumsum(np.array(rises, np.int64))
+    arrival = np.arange(after.size, dtype=np.int64) * 10 + 5
+    # Open windows of the partition: ends on the grid, above the watermark before the batch.
+    grid = [e - ((e - window_ms) % step_ms) for e in ends]
+    grid = sorted({e for e in grid if e > before})
+    if not grid:
+        return
+    open_windows = pa.table(
+        {
+            "key": ["k"] * len(grid),
+            "window_start_ms": [e - window_ms for e in grid],
+            "window_end_ms": grid,
+            "count": [1] * len(grid),
+            "sum": [1.0] * len(grid),
+            "min": [1.0] * len(grid),
+            "max": [1.0] * len(grid),
+        },
+        schema=PARTIAL_SCHEMA,
+    )
+    fired, _ = fire(open_windows, after, arrival)
+    expected = {
+        e: (t, a)
+        for e, t, a in zip(
+            fired["window_end_ms"].to_pylist(),
+            fired["trigger_watermark_ms"].to_pylist(),
+            fired["fire_arrival_ms"].to_pylist(),
+            strict=True,
+        )
+    }
+    segments = fire_segments(after, arrival, before, window_ms, step_ms)
+    got = {}
+    for e in grid:
+        hits = [(t, a) for lo, hi, t, a in segments if lo < e <= hi]
+        assert len(hits) <= 1
+        if hits:
+            got[e] = hits[0]
+    assert got == expected
+    # What the driver receives: at most one segment per window end the watermark crossed (plus the first).
+    residue = window_ms % step_ms
+    low = base if start is not None else int(after[0])
+    crossed = (int(after[-1]) - residue) // step_ms - (low - residue) // step_ms
+    assert len(segments) <= crossed + 1
