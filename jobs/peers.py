@@ -87,7 +87,12 @@ def job_figures(tables: str | Path, events: int, clock: np.ndarray) -> dict[str,
 def run_native(
     spark: Any, landing: Path, work: Path, *, delay_ms: int, window_ms: int, files_per_batch: int
 ) -> tuple[int, Path]:
-    """Spark's ``withWatermark`` + window aggregation over ``landing``: (rows it dropped, its tables)."""
+    """Spark's ``withWatermark`` + window aggregation over ``landing``: (rows it dropped, its tables).
+
+    The windows (count, sum, min, max per key, as the job's ``aggregates``) go to the Delta table
+    ``native_windows`` under the returned folder, written by the executors in ``foreachBatch`` and
+    idempotent per batch (``txnAppId``/``txnVersion``) as the job's writes are.
+    """
     from pyspark.sql import functions as F
 
     out = work / "tables"
@@ -100,12 +105,20 @@ def run_native(
         .withColumn("ts", F.timestamp_millis("event_time_ms"))
         .withWatermark("ts", f"{delay_ms} milliseconds")
         .groupBy(F.window("ts", f"{window_ms} milliseconds"), "key")
-        .agg(F.count(F.lit(1)).alias("count"))
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+        )
         .select(
             "key",
             F.unix_millis(F.col("window.start")).alias("window_start_ms"),
             F.unix_millis(F.col("window.end")).alias("window_end_ms"),
             "count",
+            "sum",
+            "min",
+            "max",
         )
     )
 

@@ -184,3 +184,53 @@ def test_a_scoped_kafka_stream_cut_into_any_batches_gives_identical_tables(spark
     w = expected.windows
     want = {(expected.keys[k], int(s)): int(c) for k, s, c in zip(w.key, w.start_ms, w.count, strict=True)}
     assert {(r["key"], r["window_start_ms"]): r["count"] for r in whole[0]} == want
+
+
+def test_the_stage_in_the_executors_quarantines_bad_values_and_settles_a_key_two_partitions_claim(
+    spark, tmp_path, kafka_broker
+):
+    # The executor path (the default for a scoped Kafka stream) against the driver path on one batch with
+    # bad values and a key that first arrives in two partitions at once: only the partition of its first
+    # arrival owns it, the other partition's rows of it are late (foreign), and nothing else differs.
+    servers = kafka_broker.bootstrap_servers
+    records = iot_records(1_500)
+    kafka_broker.create_topic("mixed", PARTITIONS)
+    feed_kafka(records, servers, "mixed", partitions=PARTITIONS)
+    base = int(records.column("arrival_time_ms").to_numpy().max()) + 1
+    te = int(records.column("event_time_ms").to_numpy().max())
+
+    def event(i, key):
+        return json.dumps({"event_id": f"s{i}", "key": key, "event_time_ms": te + i, "value": 1}).encode()
+
+    produce_raw(servers, "mixed", [event(0, "shared"), event(1, "shared")], partition=1, timestamp_ms=base)
+    produce_raw(
+        servers, "mixed", [event(2, "shared"), event(3, "shared")], partition=3, timestamp_ms=base + 5
+    )
+    bad = [b"{not json", json.dumps({"event_id": "x2", "key": "k", "event_time_ms": -5, "value": 1}).encode()]
+    produce_raw(servers, "mixed", bad, partition=0, timestamp_ms=base)
+
+    runs = {}
+    for stage_in in ("auto", "driver"):
+        tables, reports = run_kafka(
+            spark, tmp_path / stage_in, servers, "mixed", mode="scoped", stage_in=stage_in
+        )
+        assert len(reports) == 1
+        quarantine = sorted(
+            (q["reason"], q["file"], q["line"]) for q in tables.read("quarantine").to_pylist()
+        )
+        runs[stage_in] = (comparable(tables), quarantine, reports[0])
+    executors, driver = runs["auto"], runs["driver"]
+    assert executors[2].stage_in == "executors" and driver[2].stage_in == "driver"
+    assert executors[0] == driver[0] and executors[1] == driver[1]
+    assert [reason for reason, _, _ in executors[1]] == ["event_time_before_1970", "malformed_json"]
+    aggregates, late = executors[0]
+    assert {r["event_id"] for r in late} >= {"s2", "s3"}  # partition 3's rows of the key partition 1 owns
+    assert not {r["event_id"] for r in late} & {"s0", "s1"}
+    assert sum(r["count"] for r in aggregates) + len(late) == records.num_rows + 4
+    report = executors[2]
+    assert (report.rows, report.quarantined, report.late) == (
+        driver[2].rows,
+        driver[2].quarantined,
+        driver[2].late,
+    )
+    assert report.driver_bytes < driver[2].driver_bytes

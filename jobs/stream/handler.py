@@ -194,6 +194,7 @@ class BatchReport:
     path: str = ""  # "arrow" (JSON parsed by pyarrow in the executors) or "spark" (Spark's reader)
     stage_in: str = "driver"  # where the watermark stage ran: "driver" or "executors"
     driver_bytes: int = 0  # bytes of results the driver collected from the executors for the batch
+    driver_cpu_s: float = 0.0  # CPU seconds of the driver's Python process for the batch
 
     def mark(self, phase: str, since: float) -> float:
         """Add the time since ``since`` to ``phase``; returns now."""
@@ -222,6 +223,7 @@ class BatchHandler:
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
+        self._cpu0 = 0.0  # process CPU time at the start of the batch
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -238,6 +240,7 @@ class BatchHandler:
     def __call__(self, batch: Any, batch_id: int) -> None:
         """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
         started = time.time()
+        self._cpu0 = time.process_time()
         tick = time.perf_counter()
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
         saved = self.store.load_before(batch_id)
@@ -493,6 +496,7 @@ class BatchHandler:
             prune_open_dirs(self.options.checkpoint, oldest)
 
     def _finish(self, report: BatchReport, observe: Any) -> None:
+        report.driver_cpu_s = time.process_time() - self._cpu0
         self.reports.append(report)
         if self.metrics is not None:
             self.metrics.batch_done(observe())
