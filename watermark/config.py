@@ -281,6 +281,14 @@ class ConfigWatcher:
         self._last_refusal = None
         return ConfigChange(applied=candidate)
 
+    def roll_back(self, previous: PipelineConfig, reason: str) -> ConfigChange:
+        """Put ``previous`` back in force: the running version failed to apply (refused for ``reason``).
+
+        The file is not read again until it changes, so the failing version is not retried.
+        """
+        self._current = previous
+        return self._refuse(reason)
+
     def _refuse(self, reason: str) -> ConfigChange:
         self._last_refusal = reason
         return ConfigChange(applied=None, refused_reason=reason)

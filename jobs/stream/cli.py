@@ -22,7 +22,7 @@ from jobs.stream.options import (
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
-from jobs.stream.state import checkpoint_app_id
+from jobs.stream.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.tables import TABLES, DeltaTables
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config
 
@@ -222,6 +222,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
     app_id = checkpoint_app_id(args.checkpoint, args.output)  # a reset checkpoint is refused here
+    StageStore(args.checkpoint).check()  # so is a missing or damaged newest state (CheckpointError)
     return JobOptions(
         app_id=app_id,
         input=args.input or "",
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         options = options_from_args(args)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from jobs.spark import build_session

@@ -44,7 +44,7 @@ from jobs.stream.source import (
     number_records,
     oldest_input_ms,
 )
-from jobs.stream.state import StageStore, checkpoint_app_id
+from jobs.stream.state import SavedStage, StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
 from jobs.tables import (
     AGGREGATES_SCHEMA,
@@ -219,10 +219,11 @@ class BatchHandler:
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
+        self._pinned: PipelineConfig | None = None  # without a watcher: the version a refusal rolled back to
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
-            return self.options.config
+            return self._pinned or self.options.config
         change = self.watcher.poll()
         if change is not None and change.refused_reason:
             log.warning("configuration refused: %s", change.refused_reason)
@@ -252,16 +253,8 @@ class BatchHandler:
             watermark, open_windows, version = saved.watermark, saved.open_windows, saved.config_version
             self._closed_until = saved.closed_until_ms
             self._owners = saved.owners if saved.owners is not None else OWNERS_SCHEMA.empty_table()
-        if version != config.version:
-            watermark = watermark.reconfigured(
-                config.strategy,
-                config.params,
-                idle_timeout_ms=config.idle_timeout_ms,
-                mode=config.partition_mode,
-            )
-            log.warning(
-                "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
-            )
+        if saved is not None and (version != config.version or _differs(watermark, config)):
+            watermark, config = self._reconfigure(batch_id, saved, config)
         opts = self.options
         if opts.format == "rate":
             files: list[str] | None = [RATE_FILE]
@@ -299,6 +292,46 @@ class BatchHandler:
             self._process(source, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
         finally:
             parsed.unpersist()
+
+    def _reconfigure(
+        self, batch_id: int, saved: SavedStage, config: PipelineConfig
+    ) -> tuple[PartitionedWatermark, PipelineConfig]:
+        """The saved generators under the batch's new configuration version (and that version).
+
+        When the new version fails to apply, it is refused and rolled back: the saved generators go on under
+        the previous version, with a log line and ``awm_config_refused_total``.
+        """
+        try:
+            watermark = saved.watermark.reconfigured(
+                config.strategy,
+                config.params,
+                idle_timeout_ms=config.idle_timeout_ms,
+                mode=config.partition_mode,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure of a new version refuses it
+            previous = saved.config
+            if previous is None or previous.version != saved.config_version:
+                raise
+            reason = (
+                f"version {config.version} failed to apply at batch {batch_id} "
+                f"({type(exc).__name__}: {str(exc)[:300]}); rolled back to version {previous.version}"
+            )
+            log.warning("configuration refused: %s", reason)
+            if self.metrics is not None:
+                self.metrics.config_refused.inc()
+            self.store.repin(batch_id, previous)  # a replay of this batch runs the previous version too
+            if self.watcher is not None:
+                self.watcher.roll_back(previous, reason)
+            else:
+                self._pinned = previous
+            return saved.watermark, previous
+        log.warning(
+            "batch %d: configuration version %d in force (was %d)",
+            batch_id,
+            config.version,
+            saved.config_version,
+        )
+        return watermark, config
 
     def _arrow_rows(self, files: list[str] | None, batch_id: int, ingest_ms: int) -> ArrowRows | None:
         """The batch on the Arrow path after its first pass, or None when Spark's reader must read it."""
@@ -577,6 +610,15 @@ class BatchHandler:
                 }
             )
         return rows
+
+
+def _differs(watermark: PartitionedWatermark, config: PipelineConfig) -> bool:
+    """Whether the generators are not those of ``config`` (a restart with other flags, same version)."""
+    return bool(
+        watermark.mismatch(
+            config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms, mode=config.partition_mode
+        )
+    )
 
 
 def observation(

@@ -49,6 +49,7 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     """
     if options.app_id is None:
         options = replace(options, app_id=checkpoint_app_id(options.checkpoint, options.output))
+    StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
     if trigger_interval_ms(options.trigger) is None and options.format == "rate":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
