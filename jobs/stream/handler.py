@@ -668,6 +668,7 @@ def observation(
         config_version=config.version,
         strategy=config.strategy,
         late_slo_pct=config.late_slo_pct,
+        idle_timeout_ms=config.idle_timeout_ms,
     )
 
 

@@ -93,7 +93,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         from monitoring.listener import MetricsListener
 
         config = handler.watcher.current if handler.watcher is not None else options.config
-        metrics.config_applied(config.version, config.strategy, config.late_slo_pct)
+        metrics.config_applied(config.version, config.strategy, config.late_slo_pct, config.idle_timeout_ms)
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(
