@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
     )
     p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
+    p.add_argument(
+        "--rate-rows-per-batch",
+        type=int,
+        metavar="N",
+        help="deterministic rate source: exactly N rows per micro-batch, timestamps advancing N / "
+        "rows-per-second seconds a batch whatever the wall clock (a restart replays identical batches)",
+    )
     p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
     p.add_argument("--rate-partitions", type=int, default=RateOptions.partitions)
     p.add_argument(
@@ -226,6 +233,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         raise ValueError(msg)
     for flag in (
         "rate_rows_per_second",
+        "rate_rows_per_batch",
         "rate_keys",
         "rate_partitions",
         "max_batches",
@@ -243,6 +251,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         keys=args.rate_keys,
         partitions=args.rate_partitions,
         max_delay_ms=args.rate_max_delay_ms,
+        rows_per_batch=args.rate_rows_per_batch,
     )
     kafka = KafkaOptions(
         bootstrap_servers=args.kafka_bootstrap_servers or "",

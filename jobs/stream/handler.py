@@ -14,6 +14,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -219,6 +220,7 @@ class BatchHandler:
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
+        self._spill: Path | None = None  # the run's private folder for parsed splits (spill_folder)
         self._pinned: PipelineConfig | None = None  # without a watcher: the version a refusal rolled back to
 
     def _config(self) -> PipelineConfig:
@@ -293,6 +295,20 @@ class BatchHandler:
         finally:
             parsed.unpersist()
 
+    def spill_folder(self) -> Path:
+        """The run's private folder for the Arrow path's parsed splits (made at first use; see spill_dir)."""
+        if self._spill is None:
+            conf = (
+                self.spark.sparkContext.getConf().get("spark.local.dir") if self.spark is not None else None
+            )
+            self._spill = spill_dir(conf)
+        return self._spill
+
+    def close(self) -> None:
+        """Remove the run's spill folder (here; elsewhere the second pass deletes what it takes)."""
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
     def _reconfigure(
         self, batch_id: int, saved: SavedStage, config: PipelineConfig
     ) -> tuple[PartitionedWatermark, PipelineConfig]:
@@ -359,6 +375,7 @@ class BatchHandler:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
+            spill=str(self.spill_folder()),
         )
         splits = plan_splits(
             [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
@@ -376,7 +393,7 @@ class BatchHandler:
             return None
         if not collected.clean:
             log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
-            shutil.rmtree(spill_dir(opts.checkpoint), ignore_errors=True)  # this machine's kept splits
+            shutil.rmtree(self.spill_folder(), ignore_errors=True)  # this machine's kept splits
             return None
         rows = ArrowRows(rdd, checks, opts.checkpoint, batch_id, collected.narrow)
         rows.collect_seconds = time.perf_counter() - tick

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jobs.arrow_path import spill_dir
 from jobs.spark import ship_code
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
 from jobs.stream.options import JobOptions, trigger_interval_ms
@@ -117,9 +115,9 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
     finally:
+        handler.close()  # the run's spill folder
         if listener is not None:
             spark.streams.removeListener(listener)
-    shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
     if options.flush_at_end:
         flushed = flush_open_windows(spark, options)
         if metrics is not None:
