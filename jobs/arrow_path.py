@@ -25,8 +25,8 @@ result it reproduces exactly (``tests/test_arrow_path.py`` holds it to that).
 
 from __future__ import annotations
 
-import hashlib
 import os
+import secrets
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -98,6 +98,7 @@ class RecordChecks:
     ingest_ms: int
     future_bound_ms: int
     max_field_bytes: int
+    spill: str = ""  # the run's private folder for parsed splits (spill_dir); empty: kept in memory only
 
 
 def local_path(uri: str) -> str | None:
@@ -331,25 +332,42 @@ class LateThresholds:
 _CACHE: dict[tuple[str, int, int], pa.Table] = {}
 
 
-def spill_dir(job: str) -> Path:
-    """Node-local folder where the first pass leaves a job's parsed splits for any worker of the second.
+def local_dir(spark_local_dir: str | None = None) -> Path:
+    """Spark's node-local scratch folder: ``SPARK_LOCAL_DIRS``, else ``spark.local.dir``, else the temp dir.
 
-    It lies in a folder private to the user running the workers (``wm-arrow-splits-<uid>``, mode 0700):
-    another local user can neither read the parsed rows nor plant files that the second pass would take
-    for them (:func:`_private` checks it before every write and read).
+    Of a comma-separated list, the first.
     """
-    digest = hashlib.sha256(job.encode()).hexdigest()[:32]
-    return Path(tempfile.gettempdir()) / f"wm-arrow-splits-{os.getuid()}" / digest
+    for value in (os.environ.get("SPARK_LOCAL_DIRS"), spark_local_dir):
+        first = (value or "").split(",")[0].strip()
+        if first:
+            return Path(first)
+    return Path(tempfile.gettempdir())
+
+
+def spill_dir(spark_local_dir: str | None = None) -> Path:
+    """A new node-local folder, private to one run, where the first pass leaves parsed splits for the second.
+
+    It is created under Spark's local folder (:func:`local_dir`) with an unpredictable name
+    (``wm-arrow-<128 random bits>``) and mode 0700, and must not exist before: another local user can
+    neither read the parsed rows nor plant files the second pass would take for them (:func:`_private`
+    checks owner and mode before every write and read; the executors of another machine create it there
+    the same way). The run passes it to the executors in :attr:`RecordChecks.spill` and removes it at its
+    end.
+    """
+    base = local_dir(spark_local_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    folder = base / f"wm-arrow-{secrets.token_hex(16)}"
+    folder.mkdir(mode=0o700)  # FileExistsError rather than take a folder someone else made
+    return _private(folder)
 
 
 def _private(folder: Path) -> Path:
-    """``folder`` (created 0700 with its parent), or OSError when it or its parent is not ours alone."""
-    for level in (folder.parent, folder):
-        level.mkdir(mode=0o700, exist_ok=True)
-        info = os.lstat(level)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            msg = f"{level} is not a folder private to this user: parsed splits are not kept"
-            raise OSError(msg)
+    """``folder`` (created 0700 if missing), or OSError when it is not a folder of ours alone."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        msg = f"{folder} is not a folder private to this user: parsed splits are not kept"
+        raise OSError(msg)
     return folder
 
 
@@ -358,11 +376,11 @@ def _split_tag(split: Split) -> dict[bytes, bytes]:
     return {b"awm.split": f"{split.path}\0{split.start}\0{split.end}\0{split.size}".encode()}
 
 
-def _spill_path(job: str, batch_id: int, sid: int) -> Path:
-    return spill_dir(job) / f"b{batch_id}-s{sid}.arrow"
+def _spill_path(folder: str, batch_id: int, sid: int) -> Path:
+    return Path(folder) / f"b{batch_id}-s{sid}.arrow"
 
 
-def _keep(job: str, batch_id: int, split: Split, records: pa.Table) -> None:
+def _keep(job: str, batch_id: int, split: Split, records: pa.Table, folder: str = "") -> None:
     """Keep a parsed split for the second pass: in this worker's memory and as a node-local Arrow file.
 
     The second pass of a split may run in another Python worker (Spark hands tasks to idle workers), which
@@ -373,12 +391,13 @@ def _keep(job: str, batch_id: int, split: Split, records: pa.Table) -> None:
         del _CACHE[key]
     if sum(t.num_rows for t in _CACHE.values()) + records.num_rows <= CACHE_MAX_ROWS:
         _CACHE[(job, batch_id, sid)] = records
+    if not folder:
+        return
     try:
-        folder = _private(spill_dir(job))
-        for old in folder.glob("b*-s*.arrow"):
+        for old in _private(Path(folder)).glob("b*-s*.arrow"):
             if not old.name.startswith(f"b{batch_id}-"):
                 old.unlink(missing_ok=True)
-        target = _spill_path(job, batch_id, sid)
+        target = _spill_path(folder, batch_id, sid)
         temporary = target.with_suffix(f".{os.getpid()}.tmp")
         tagged = records.replace_schema_metadata(_split_tag(split))
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, tagged.schema) as writer:
@@ -388,17 +407,19 @@ def _keep(job: str, batch_id: int, split: Split, records: pa.Table) -> None:
         pass  # no room, or no private folder: the second pass parses the split again
 
 
-def _take(job: str, batch_id: int, split: Split) -> pa.Table | None:
+def _take(job: str, batch_id: int, split: Split, folder: str = "") -> pa.Table | None:
     """A split kept by :func:`_keep` (memory first, then the file), or None; the file is removed.
 
     A file is taken only from the private folder and only if it names this very split (path, byte range,
     size); anything else is ignored and the split is parsed again.
     """
     records = _CACHE.pop((job, batch_id, split.sid), None)
-    path = _spill_path(job, batch_id, split.sid)
+    if not folder:
+        return records
+    path = _spill_path(folder, batch_id, split.sid)
     try:
         if records is None and path.exists():
-            _private(spill_dir(job))
+            _private(Path(folder))
             with pa.OSFile(str(path), "rb") as source:
                 kept = pa.ipc.open_file(source).read_all()
             if kept.schema.metadata == _split_tag(split):
@@ -449,7 +470,7 @@ def collect_pass(
         if records is None:
             yield SplitCollected(split.sid, False, why or "unclean records", 0, None)
             continue
-        _keep(job, batch_id, split, records)
+        _keep(job, batch_id, split, records, checks.spill)
         narrow = records.select(["partition", "event_time_ms", "arrival_time_ms"])
         yield SplitCollected(split.sid, True, "", records.num_rows, to_blob(narrow))
 
@@ -464,7 +485,7 @@ def aggregate_pass(
 ) -> Iterator[SplitAggregated]:
     """Second pass (executors): per split, the partials of its on-time rows and its late rows."""
     for split in splits:
-        records = _take(job, batch_id, split)
+        records = _take(job, batch_id, split, checks.spill)
         reparsed = records is None
         if records is None:
             records, why = parse_clean(read_split(split), checks)

@@ -86,6 +86,7 @@ class BatchObservation:
     config_version: int = 0
     strategy: str = ""
     late_slo_pct: float = 1.0
+    idle_timeout_ms: int | None = None  # the configuration's partition idleness timeout (None: never idle)
 
 
 @dataclass
@@ -98,6 +99,7 @@ class _State:
     strategy: str = ""
     late_slo_pct: float | None = None
     last_batch_s: float | None = None
+    idle_timeout_s: float | None = None  # inf: partitions never go idle; None: not known yet
 
 
 class JobMetrics:
@@ -202,6 +204,7 @@ class JobMetrics:
                 s.partitions = {p.partition: p for p in obs.partitions}
             s.open_windows = obs.open_windows
             s.config_version, s.strategy, s.late_slo_pct = obs.config_version, obs.strategy, obs.late_slo_pct
+            s.idle_timeout_s = _idle_seconds(obs.idle_timeout_ms)
             s.last_batch_s = self.clock()
             if obs.batch_id in self._ptw.in_flight:
                 self._ptw.completed(obs.batch_id, now_ms=int(s.last_batch_s * 1000))
@@ -217,11 +220,14 @@ class JobMetrics:
         with self._lock:
             self._ptw.caught_up(int(self.clock() * 1000))
 
-    def config_applied(self, version: int, strategy: str, late_slo_pct: float) -> None:
+    def config_applied(
+        self, version: int, strategy: str, late_slo_pct: float, idle_timeout_ms: int | None = None
+    ) -> None:
         """The configuration in force (before the first batch, and whenever a new version applies)."""
         with self._lock:
             s = self._state
             s.config_version, s.strategy, s.late_slo_pct = version, strategy, late_slo_pct
+            s.idle_timeout_s = _idle_seconds(idle_timeout_ms)
 
     def query_progress(self, duration_s: float) -> None:
         """One ``QueryProgressEvent``: a micro-batch's duration.
@@ -239,6 +245,10 @@ class JobMetrics:
             lag = self._ptw.lag_ms(now_ms)
             state = replace(self._state, partitions=dict(self._state.partitions))
             return state, lag
+
+
+def _idle_seconds(idle_timeout_ms: int | None) -> float:
+    return float("inf") if idle_timeout_ms is None else idle_timeout_ms / 1000
 
 
 def _shown(partitions: dict[str, PartitionState]) -> list[PartitionState]:
@@ -308,6 +318,14 @@ class _ScrapeTimeCollector(Collector):
         if state.late_slo_pct is not None:
             slo.add_metric([], state.late_slo_pct / 100)
         yield slo
+        idle = GaugeMetricFamily(
+            f"{p}_partition_idle_timeout_seconds",
+            "Ingestion time without arrivals after which a partition stops holding the watermark back "
+            "(+Inf: never, so a silent partition stalls the watermark).",
+        )
+        if state.idle_timeout_s is not None:
+            idle.add_metric([], state.idle_timeout_s)
+        yield idle
         yield from self._partitions(state, partitions, now_s)
 
     def _partitions(

@@ -1,6 +1,8 @@
 """The Arrow path's pure parts: splits, the clean-record check, thresholds, window partials, passes."""
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -210,11 +212,13 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     size = path.stat().st_size
     splits = [Split(0, 0, str(path), 0, size // 2, size), Split(1, 0, str(path), size // 2, size, size)]
     job = str(tmp_path / "ck")
-    collected = list(collect_pass(iter(splits), CHECKS, job, 7))
+    folder = spill_dir(str(tmp_path / "local"))
+    checks = replace(CHECKS, spill=str(folder))
+    collected = list(collect_pass(iter(splits), checks, job, 7))
     assert [c.clean for c in collected] == [True, True]
     narrow = narrow_of(splits, collected)
     assert narrow.num_rows == 50 and len(set(narrow.column("line").to_pylist())) == 50
-    assert sorted(p.name for p in spill_dir(job).iterdir()) == ["b7-s0.arrow", "b7-s1.arrow"]
+    assert sorted(p.name for p in folder.iterdir()) == ["b7-s0.arrow", "b7-s1.arrow"]
     te = narrow.column("event_time_ms").to_numpy()
     tp = narrow.column("arrival_time_ms").to_numpy()
     # Rows arriving from row 25 on are late below row 40's event time: rows 25..39.
@@ -224,13 +228,13 @@ def test_the_second_pass_gives_the_same_result_whether_or_not_a_worker_kept_the_
     )
 
     def second_pass():
-        out = list(aggregate_pass(iter(splits), CHECKS, job, 7, thresholds, WindowSpec(1_000)))
+        out = list(aggregate_pass(iter(splits), checks, job, 7, thresholds, WindowSpec(1_000)))
         partials = pa.concat_tables(from_blobs(a.partials for a in out))
         late = pa.concat_tables(from_blobs(a.late for a in out))
         return [a.reparsed for a in out], partials, late
 
     kept, partials, late = second_pass()
-    assert kept == [False, False] and list(spill_dir(job).iterdir()) == []
+    assert kept == [False, False] and list(folder.iterdir()) == []
     arrow_path._CACHE.clear()
     reparsed, partials_again, late_again = second_pass()
     assert reparsed == [True, True]
@@ -260,14 +264,42 @@ def test_kept_splits_live_in_a_private_folder_and_only_a_file_naming_its_split_i
     size = path.stat().st_size
     split = Split(0, 0, str(path), 0, size, size)
     job = str(tmp_path / "ck-private")
-    assert [c.clean for c in collect_pass(iter([split]), CHECKS, job, 3)] == [True]
-    folder = spill_dir(job)
-    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 == stat.S_IMODE(os.stat(folder.parent).st_mode)
-    assert os.stat(folder.parent).st_uid == os.getuid()
+    folder = spill_dir(str(tmp_path / "local"))
+    checks = replace(CHECKS, spill=str(folder))
+    assert [c.clean for c in collect_pass(iter([split]), checks, job, 3)] == [True]
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert os.stat(folder).st_uid == os.getuid()
     arrow_path._CACHE.clear()  # the second pass runs in another worker: it reads the kept file
-    assert arrow_path._take(job, 3, split).num_rows == 20
+    assert arrow_path._take(job, 3, split, str(folder)).num_rows == 20
     # A file in the folder that does not name this split (planted, or left from other input) is ignored.
-    assert [c.clean for c in collect_pass(iter([split]), CHECKS, job, 4)] == [True]
+    assert [c.clean for c in collect_pass(iter([split]), checks, job, 4)] == [True]
     arrow_path._CACHE.clear()
     other = Split(0, 0, str(path), 0, size // 2, size)
-    assert arrow_path._take(job, 4, other) is None
+    assert arrow_path._take(job, 4, other, str(folder)) is None
+
+
+def test_each_run_gets_its_own_unpredictable_private_spill_folder_under_spark_s_local_dir(
+    tmp_path, monkeypatch
+):
+    import os
+    import stat
+
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    local = tmp_path / "spark-local"
+    first, second = spill_dir(str(local)), spill_dir(str(local))
+    assert first.parent == second.parent == local and first != second  # per run, not per user or job
+    assert first.name.startswith("wm-arrow-") and len(first.name) == len("wm-arrow-") + 32
+    for folder in (first, second):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.getuid()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'env-a'},{tmp_path / 'env-b'}")
+    assert spill_dir(str(local)).parent == tmp_path / "env-a"  # Spark's own precedence
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    import tempfile
+
+    assert arrow_path.local_dir(None) == Path(tempfile.gettempdir())
+    # A folder someone else made (or a loose mode) is not used: splits are then parsed again.
+    loose = local / "wm-arrow-loose"
+    loose.mkdir(mode=0o755)
+    os.chmod(loose, 0o755)
+    with pytest.raises(OSError, match="not a folder private"):
+        arrow_path._private(loose)

@@ -20,8 +20,20 @@ def test_a_valid_document_is_normalised_with_defaults_and_typed_params():
     cfg = PipelineConfig.from_dict(BASE | {"params": {"delay_ms": "250"}, "late_slo_pct": 0.5})
     assert cfg.params == {"delay_ms": 250, "period_ms": 200}
     assert cfg.window.window_ms == 1000 and cfg.window.slide_ms is None
-    assert cfg.late_slo_pct == 0.5 and cfg.idle_timeout_ms is None and cfg.straggler_ms == 500
+    assert cfg.late_slo_pct == 0.5 and cfg.straggler_ms == 500
+    assert cfg.idle_timeout_ms == 60_000  # max(10 windows, 60 s)
     assert PipelineConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_the_idle_timeout_defaults_to_ten_windows_and_at_least_a_minute_and_null_turns_it_off():
+    from watermark.config import default_idle_timeout_ms
+    from watermark.evaluate import WindowSpec
+
+    assert PipelineConfig.from_dict(BASE | {"window_ms": 30_000}).idle_timeout_ms == 300_000
+    assert default_idle_timeout_ms(WindowSpec(100)) == 60_000
+    off = PipelineConfig.from_dict(BASE | {"idle_timeout_ms": None})
+    assert off.idle_timeout_ms is None and PipelineConfig.from_dict(off.to_dict()) == off
+    assert PipelineConfig.from_dict(BASE | {"idle_timeout_ms": 5_000}).idle_timeout_ms == 5_000
 
 
 @pytest.mark.parametrize(
@@ -153,3 +165,17 @@ def test_an_oversized_or_non_utf8_configuration_is_refused_with_its_reason(tmp_p
     bad.write_bytes(b'{"version": 1, "note": "\xff"}')
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(bad)
+
+
+def test_by_default_a_silent_partition_stops_stalling_the_watermark_after_the_idle_timeout():
+    from watermark.combine import PartitionedWatermark
+
+    cfg = PipelineConfig.from_dict({"version": 1, "strategy": "ingestion", "window_ms": 1_000})
+    pw = PartitionedWatermark(
+        cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode=cfg.partition_mode
+    )
+    pw.process(["a", "b"], [0, 0], [0, 0])
+    stalled = pw.watermark_ms
+    for t in range(1_000, 120_001, 1_000):  # only partition a speaks, for two minutes
+        pw.process(["a"], [t], [t])
+    assert pw.watermark_ms > stalled + 100_000 and pw.active_partitions() == ["a"]

@@ -224,3 +224,13 @@ def test_spark_s_idle_event_of_the_followed_query_tells_the_metrics_the_job_is_c
     listener.onQueryIdle(SimpleNamespace(id="q-1"))
     clock.now = 1_032.0
     assert registry.get_sample_value("awm_processing_time_watermark_lag_seconds") == 2.0
+
+
+def test_the_partition_idle_timeout_in_force_is_a_gauge_and_never_idle_is_infinite():
+    registry, metrics, _ = fresh()
+    name = "awm_partition_idle_timeout_seconds"
+    assert registry.get_sample_value(name) is None  # not known before the configuration is
+    metrics.config_applied(1, "periodic", 1.0, 60_000)
+    assert registry.get_sample_value(name) == 60.0
+    metrics.batch_done(BatchObservation(batch_id=0, idle_timeout_ms=None))
+    assert registry.get_sample_value(name) == float("inf")

@@ -23,8 +23,10 @@ IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 
 
 def config(strategy="periodic", params=None, window_ms=1_000, version=1):
+    # No idle timeout: the library replays these runs are compared with have none.
     return PipelineConfig.from_dict(
         {"version": version, "strategy": strategy, "params": params or {}, "window_ms": window_ms}
+        | {"idle_timeout_ms": None}
     )
 
 

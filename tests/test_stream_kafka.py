@@ -22,7 +22,9 @@ PARAMS = {"delay_ms": 100, "period_ms": 50}
 
 def run_kafka(spark, tmp, servers, topic, mode="min", stage_in="auto", **kw):
     cfg = PipelineConfig.from_dict(
+        # no idle timeout (the library replay it is compared with has none)
         {"version": 1, "strategy": "periodic", "params": PARAMS, "window_ms": 1_000, "partition_mode": mode}
+        | {"idle_timeout_ms": None}
     )
     opts = JobOptions(
         input="",

@@ -539,7 +539,41 @@ class PartitionedWatermark(WatermarkReadout):
         new._holdback = self._holdback
         return new
 
+    def mismatch(
+        self,
+        strategy: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        idle_timeout_ms: int | None = None,
+        mode: str = "min",
+    ) -> str:
+        """What differs between this combination and a configuration ('' when nothing does).
+
+        Compares the strategy, its parameters (as the strategy normalises them), the idleness timeout, the
+        mode, and every partition's generator (its class and parameters).
+        """
+        try:
+            want = make(strategy, params)
+        except ValueError as exc:
+            return f"the configuration's strategy is invalid ({exc})"
+        if self.strategy != want.name:
+            return f"strategy {self.strategy!r}, the configuration has {want.name!r}"
+        if make(self.strategy, self.params).params != want.params:
+            return f"parameters {dict(self.params)}, the configuration has {dict(want.params)}"
+        if self.idle_timeout_ms != idle_timeout_ms:
+            return f"idle_timeout_ms {self.idle_timeout_ms}, the configuration has {idle_timeout_ms}"
+        if self.mode != mode:
+            return f"partition mode {self.mode!r}, the configuration has {mode!r}"
+        for key, gen in self._gens.items():
+            if type(gen) is not type(want) or gen.params != want.params:
+                return f"partition {key!r} runs {gen.name} {dict(gen.params)}, not {want.name}"
+        return ""
+
     # -- checkpoints -----------------------------------------------------------------------------------
+    def _generator_template(self) -> WatermarkGenerator:
+        """A fresh generator of the combination's strategy and parameters."""
+        return make(self.strategy, self.params)
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state; :meth:`from_snapshot` continues from it identically."""
         return {
@@ -572,14 +606,25 @@ class PartitionedWatermark(WatermarkReadout):
         obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=snap["idle_timeout_ms"], mode=mode)
         if snap.get("shared") is not None:
             obj._shared = restore(snap["shared"])
+            if type(obj._shared) is not type(obj._generator_template()):
+                msg = f"the shared generator is {obj._shared.name}, the snapshot's strategy {obj.strategy}"
+                raise ValueError(msg)
         obj._wm = int(snap["wm"])
         obj._wm_at_arrival = int(snap["wm_at_arrival"])
         obj._clock = None if snap["clock"] is None else int(snap["clock"])
         obj._holdback = snap["holdback"]
         obj._n_seen = int(snap["n_seen"])
         obj._n_late = int(snap["n_late"])
+        expected = obj._generator_template()
         for key, last, gen_snap in snap["partitions"]:
-            obj._gens[_plain(key)] = obj._shared or restore(gen_snap)
+            gen = obj._shared or restore(gen_snap)
+            if type(gen) is not type(expected) or gen.params != expected.params:
+                msg = (
+                    f"partition {key!r}'s generator is {gen.name} {dict(gen.params)}, but the snapshot's "
+                    f"strategy is {expected.name} {dict(expected.params)}"
+                )
+                raise ValueError(msg)
+            obj._gens[_plain(key)] = gen
             if last is not None:
                 obj._last_tp[_plain(key)] = int(last)
         return obj

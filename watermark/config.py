@@ -1,7 +1,8 @@
 """The pipeline's watermark configuration: a validated, versioned JSON document.
 
 One document says which strategy and parameters the watermark stage runs, the window, the late-rate
-SLO and the partition idleness timeout. With ``"strategy": "slo"`` and no ``late_slo_pct`` among the
+SLO and the partition idleness timeout (absent: :func:`default_idle_timeout_ms`, max(10 windows, 60 s);
+``null``: partitions never go idle). With ``"strategy": "slo"`` and no ``late_slo_pct`` among the
 params, the SLO strategy's target is the document's ``late_slo_pct``. ``partition_mode`` (``"min"``, the
 default, or ``"global"``) says how partitions make the watermark
 (:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
@@ -55,6 +56,24 @@ _FIELDS = (
     "partition_mode",
 )
 _REQUIRED = ("version", "strategy", "window_ms")
+
+
+#: ``idle_timeout_ms`` when a document does not give one: this many windows of ingestion time...
+IDLE_TIMEOUT_WINDOWS = 10
+#: ...and at least this long (one minute), so that short windows do not drop partitions between bursts.
+MIN_DEFAULT_IDLE_TIMEOUT_MS = 60_000
+
+
+def default_idle_timeout_ms(window: WindowSpec) -> int:
+    """The idleness timeout of a document without ``idle_timeout_ms``: max(10 windows, 60 s).
+
+    A partition silent that long stops holding the watermark back, so one silent partition cannot stall
+    the stream (Flink's ``withIdleness``); when it speaks again it counts again (its older rows are late).
+
+    >>> default_idle_timeout_ms(WindowSpec(1_000)), default_idle_timeout_ms(WindowSpec(60_000))
+    (60000, 600000)
+    """
+    return max(IDLE_TIMEOUT_WINDOWS * window.window_ms, MIN_DEFAULT_IDLE_TIMEOUT_MS)
 
 
 class ConfigError(ValueError):
@@ -112,8 +131,10 @@ class PipelineConfig:
                 params = {**params, "late_slo_pct": slo}  # the SLO strategy's target is the document's SLO
             generator = make(str(doc["strategy"]), params)  # validates names and values
             window = WindowSpec(doc["window_ms"], doc.get("slide_ms"))
-            idle = doc.get("idle_timeout_ms")
-            idle = None if idle is None else check_int("idle_timeout_ms", idle, 1)
+            idle: int | None = default_idle_timeout_ms(window)
+            if "idle_timeout_ms" in doc:  # null: a partition never goes idle (it can stall the watermark)
+                given = doc["idle_timeout_ms"]
+                idle = None if given is None else check_int("idle_timeout_ms", given, 1)
             straggler = check_int("straggler_ms", doc.get("straggler_ms", DEFAULT_STRAGGLER_MS), 0)
             mode = doc.get("partition_mode") or "min"
             if mode not in COMBINATION_MODES:
@@ -280,6 +301,14 @@ class ConfigWatcher:
         self._current = candidate
         self._last_refusal = None
         return ConfigChange(applied=candidate)
+
+    def roll_back(self, previous: PipelineConfig, reason: str) -> ConfigChange:
+        """Put ``previous`` back in force: the running version failed to apply (refused for ``reason``).
+
+        The file is not read again until it changes, so the failing version is not retried.
+        """
+        self._current = previous
+        return self._refuse(reason)
 
     def _refuse(self, reason: str) -> ConfigChange:
         self._last_refusal = reason

@@ -22,9 +22,17 @@ from jobs.stream.options import (
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
-from jobs.stream.state import checkpoint_app_id
+from jobs.stream.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.tables import TABLES, DeltaTables
-from watermark.config import ConfigError, PipelineConfig, load_config, write_config
+from watermark.config import (
+    IDLE_TIMEOUT_WINDOWS,
+    MIN_DEFAULT_IDLE_TIMEOUT_MS,
+    ConfigError,
+    PipelineConfig,
+    default_idle_timeout_ms,
+    load_config,
+    write_config,
+)
 
 
 def summarize(output: str) -> dict[str, Any]:
@@ -54,6 +62,18 @@ def summarize(output: str) -> dict[str, Any]:
     return out
 
 
+def idle_timeout_summary(config: PipelineConfig) -> dict[str, Any]:
+    """The partition idleness timeout in force and where it comes from (for the run's summary)."""
+    idle = config.idle_timeout_ms
+    if idle is None:
+        rule = "none: a silent partition stalls the watermark (idle_timeout_ms null)"
+    elif idle == default_idle_timeout_ms(config.window):
+        rule = f"default: max({IDLE_TIMEOUT_WINDOWS} windows, {MIN_DEFAULT_IDLE_TIMEOUT_MS // 1000} s)"
+    else:
+        rule = "set by the configuration"
+    return {"idle_timeout_ms": idle, "idle_timeout": rule}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.stream`` argument parser."""
     import jobs.stream as package
@@ -80,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
     )
     p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
+    p.add_argument(
+        "--rate-rows-per-batch",
+        type=int,
+        metavar="N",
+        help="deterministic rate source: exactly N rows per micro-batch, timestamps advancing N / "
+        "rows-per-second seconds a batch whatever the wall clock (a restart replays identical batches)",
+    )
     p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
     p.add_argument("--rate-partitions", type=int, default=RateOptions.partitions)
     p.add_argument(
@@ -108,7 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how partitions make the watermark (default: scoped for Kafka, each partition on its own; "
         "min over partitions otherwise)",
     )
-    p.add_argument("--idle-timeout-ms", type=int)
+    p.add_argument(
+        "--idle-timeout-ms",
+        metavar="MS|none",
+        help="ingestion time without arrivals after which a partition stops holding the watermark back "
+        "(default: max(10 windows, 60 s); none: never, so a silent partition stalls the watermark)",
+    )
     p.add_argument(
         "--stage-in",
         choices=("auto", "executors", "driver"),
@@ -166,18 +198,22 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
     from watermark.registry import parse_settings
 
-    flags = PipelineConfig.from_dict(
-        {
-            "version": 1,
-            "strategy": args.strategy,
-            "params": parse_settings(args.set),
-            "window_ms": args.window_ms,
-            "slide_ms": args.slide_ms,
-            "late_slo_pct": args.late_slo_pct,
-            "idle_timeout_ms": args.idle_timeout_ms,
-            "partition_mode": args.partition_mode or ("scoped" if args.format == "kafka" else "min"),
-        }
-    )
+    doc: dict[str, Any] = {
+        "version": 1,
+        "strategy": args.strategy,
+        "params": parse_settings(args.set),
+        "window_ms": args.window_ms,
+        "slide_ms": args.slide_ms,
+        "late_slo_pct": args.late_slo_pct,
+        "partition_mode": args.partition_mode or ("scoped" if args.format == "kafka" else "min"),
+    }
+    if args.idle_timeout_ms is not None:  # absent: the default (config.default_idle_timeout_ms)
+        idle = args.idle_timeout_ms.strip().lower()
+        if idle != "none" and not idle.isdigit():
+            msg = f"--idle-timeout-ms must be a number of milliseconds or none, got {args.idle_timeout_ms!r}"
+            raise ValueError(msg)
+        doc["idle_timeout_ms"] = None if idle == "none" else int(idle)
+    flags = PipelineConfig.from_dict(doc)
     config = flags
     if args.config:
         if Path(args.config).exists():
@@ -205,6 +241,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         raise ValueError(msg)
     for flag in (
         "rate_rows_per_second",
+        "rate_rows_per_batch",
         "rate_keys",
         "rate_partitions",
         "max_batches",
@@ -222,6 +259,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         keys=args.rate_keys,
         partitions=args.rate_partitions,
         max_delay_ms=args.rate_max_delay_ms,
+        rows_per_batch=args.rate_rows_per_batch,
     )
     kafka = KafkaOptions(
         bootstrap_servers=args.kafka_bootstrap_servers or "",
@@ -230,6 +268,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
     app_id = checkpoint_app_id(args.checkpoint, args.output)  # a reset checkpoint is refused here
+    StageStore(args.checkpoint).check()  # so is a missing or damaged newest state (CheckpointError)
     return JobOptions(
         app_id=app_id,
         input=args.input or "",
@@ -261,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         options = options_from_args(args)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from jobs.spark import build_session
@@ -274,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         except MetricsPortBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    idle = idle_timeout_summary(options.config)
+    print(f"partition idle timeout: {idle['idle_timeout_ms']} ms ({idle['idle_timeout']})", file=sys.stderr)
     spark = build_session("jobs.stream")
     try:
         run_job(spark, options, metrics)
@@ -289,5 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         if server is not None:
             server.stop()
-    print(json.dumps(summarize(options.output)))
+    config = options.config
+    if options.config_path:  # the version in force at the end, if the file still holds a valid one
+        try:
+            config = max(config, load_config(options.config_path), key=lambda c: c.version)
+        except ConfigError:
+            pass
+    print(json.dumps(summarize(options.output) | idle_timeout_summary(config)))
     return 0

@@ -14,6 +14,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from jobs.stream.source import (
     number_records,
     oldest_input_ms,
 )
-from jobs.stream.state import StageStore, checkpoint_app_id
+from jobs.stream.state import SavedStage, StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
 from jobs.tables import (
     AGGREGATES_SCHEMA,
@@ -224,10 +225,12 @@ class BatchHandler:
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
         self._cpu0 = 0.0  # process CPU time at the start of the batch
+        self._spill: Path | None = None  # the run's private folder for parsed splits (spill_folder)
+        self._pinned: PipelineConfig | None = None  # without a watcher: the version a refusal rolled back to
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
-            return self.options.config
+            return self._pinned or self.options.config
         change = self.watcher.poll()
         if change is not None and change.refused_reason:
             log.warning("configuration refused: %s", change.refused_reason)
@@ -260,16 +263,8 @@ class BatchHandler:
             self._closed_until = saved.closed_until_ms
             self._owners = saved.owners if saved.owners is not None else OWNERS_SCHEMA.empty_table()
             open_before_dir = saved.open_dir
-        if version != config.version:
-            watermark = watermark.reconfigured(
-                config.strategy,
-                config.params,
-                idle_timeout_ms=config.idle_timeout_ms,
-                mode=config.partition_mode,
-            )
-            log.warning(
-                "batch %d: configuration version %d in force (was %d)", batch_id, config.version, version
-            )
+        if saved is not None and (version != config.version or _differs(watermark, config)):
+            watermark, config = self._reconfigure(batch_id, saved, config)
         opts = self.options
         if opts.format == "rate":
             files: list[str] | None = [RATE_FILE]
@@ -326,6 +321,60 @@ class BatchHandler:
         finally:
             parsed.unpersist()
 
+    def spill_folder(self) -> Path:
+        """The run's private folder for the Arrow path's parsed splits (made at first use; see spill_dir)."""
+        if self._spill is None:
+            conf = (
+                self.spark.sparkContext.getConf().get("spark.local.dir") if self.spark is not None else None
+            )
+            self._spill = spill_dir(conf)
+        return self._spill
+
+    def close(self) -> None:
+        """Remove the run's spill folder (here; elsewhere the second pass deletes what it takes)."""
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
+    def _reconfigure(
+        self, batch_id: int, saved: SavedStage, config: PipelineConfig
+    ) -> tuple[PartitionedWatermark, PipelineConfig]:
+        """The saved generators under the batch's new configuration version (and that version).
+
+        When the new version fails to apply, it is refused and rolled back: the saved generators go on under
+        the previous version, with a log line and ``awm_config_refused_total``.
+        """
+        try:
+            watermark = saved.watermark.reconfigured(
+                config.strategy,
+                config.params,
+                idle_timeout_ms=config.idle_timeout_ms,
+                mode=config.partition_mode,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure of a new version refuses it
+            previous = saved.config
+            if previous is None or previous.version != saved.config_version:
+                raise
+            reason = (
+                f"version {config.version} failed to apply at batch {batch_id} "
+                f"({type(exc).__name__}: {str(exc)[:300]}); rolled back to version {previous.version}"
+            )
+            log.warning("configuration refused: %s", reason)
+            if self.metrics is not None:
+                self.metrics.config_refused.inc()
+            self.store.repin(batch_id, previous)  # a replay of this batch runs the previous version too
+            if self.watcher is not None:
+                self.watcher.roll_back(previous, reason)
+            else:
+                self._pinned = previous
+            return saved.watermark, previous
+        log.warning(
+            "batch %d: configuration version %d in force (was %d)",
+            batch_id,
+            config.version,
+            saved.config_version,
+        )
+        return watermark, config
+
     def _arrow_rows(self, files: list[str] | None, batch_id: int, ingest_ms: int) -> ArrowRows | None:
         """The batch on the Arrow path after its first pass, or None when Spark's reader must read it."""
         opts = self.options
@@ -352,6 +401,7 @@ class BatchHandler:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
+            spill=str(self.spill_folder()),
         )
         splits = plan_splits(
             [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
@@ -369,7 +419,7 @@ class BatchHandler:
             return None
         if not collected.clean:
             log.info("batch %d: %s; read with Spark's JSON reader", batch_id, collected.why)
-            shutil.rmtree(spill_dir(opts.checkpoint), ignore_errors=True)  # this machine's kept splits
+            shutil.rmtree(self.spill_folder(), ignore_errors=True)  # this machine's kept splits
             return None
         rows = ArrowRows(rdd, checks, opts.checkpoint, batch_id, collected.narrow)
         rows.collect_seconds = time.perf_counter() - tick
@@ -739,6 +789,15 @@ def partition_states(log_rows: list[dict[str, Any]]) -> list[PartitionState]:
     ]
 
 
+def _differs(watermark: PartitionedWatermark, config: PipelineConfig) -> bool:
+    """Whether the generators are not those of ``config`` (a restart with other flags, same version)."""
+    return bool(
+        watermark.mismatch(
+            config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms, mode=config.partition_mode
+        )
+    )
+
+
 def observation(
     report: BatchReport,
     result: Any,
@@ -775,6 +834,7 @@ def observation(
         config_version=config.version,
         strategy=config.strategy,
         late_slo_pct=config.late_slo_pct,
+        idle_timeout_ms=config.idle_timeout_ms,
     )
 
 

@@ -34,6 +34,11 @@ class RateOptions:
     partitions: int = 8
     max_delay_ms: int = 2_000  # event time = arrival time - a hashed delay in [0, max_delay_ms]
     num_partitions: int = 2  # Spark partitions of the source
+    #: Set: Spark's ``rate-micro-batch`` source instead: batch N holds exactly rows [N * rows_per_batch,
+    #: (N + 1) * rows_per_batch), stamped from ``start_ms`` on at ``rows_per_second``, whatever the wall
+    #: clock; a restart replays identical batches (the chaos test compares a killed run with an unbroken one).
+    rows_per_batch: int | None = None
+    start_ms: int = 1_700_000_000_000
 
 
 @dataclass(frozen=True)

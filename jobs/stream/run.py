@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jobs.arrow_path import spill_dir
 from jobs.spark import ship_code
 from jobs.stream.executors import read_open_windows
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
@@ -50,6 +48,7 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     """
     if options.app_id is None:
         options = replace(options, app_id=checkpoint_app_id(options.checkpoint, options.output))
+    StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
     if trigger_interval_ms(options.trigger) is None and options.format == "rate":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)
@@ -93,7 +92,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         from monitoring.listener import MetricsListener
 
         config = handler.watcher.current if handler.watcher is not None else options.config
-        metrics.config_applied(config.version, config.strategy, config.late_slo_pct)
+        metrics.config_applied(config.version, config.strategy, config.late_slo_pct, config.idle_timeout_ms)
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(
@@ -117,9 +116,9 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
     finally:
+        handler.close()  # the run's spill folder
         if listener is not None:
             spark.streams.removeListener(listener)
-    shutil.rmtree(spill_dir(options.checkpoint), ignore_errors=True)
     if options.flush_at_end:
         flushed = flush_open_windows(spark, options)
         if metrics is not None:

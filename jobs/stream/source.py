@@ -228,12 +228,22 @@ def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
     """
     from pyspark.sql import functions as F
 
-    stream = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", str(rate.rows_per_second))
-        .option("numPartitions", str(rate.num_partitions))
-        .load()
-    )
+    if rate.rows_per_batch is None:
+        stream = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", str(rate.rows_per_second))
+            .option("numPartitions", str(rate.num_partitions))
+            .load()
+        )
+    else:  # deterministic batches (RateOptions.rows_per_batch)
+        stream = (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", str(rate.rows_per_batch))
+            .option("startTimestamp", str(rate.start_ms))
+            .option("advanceMillisPerBatch", str(max(1, 1000 * rate.rows_per_batch // rate.rows_per_second)))
+            .option("numPartitions", str(rate.num_partitions))
+            .load()
+        )
     seq = F.col("value")
     tp = F.unix_millis("timestamp")
     delay = F.pmod(F.xxhash64(seq, F.lit("delay")), F.lit(rate.max_delay_ms + 1))

@@ -1,0 +1,233 @@
+"""The stage state under ``CHECKPOINT/stage``: atomic, checksummed, refused when missing or damaged, and
+validated against the configuration version it claims; a configuration that fails to apply is rolled back."""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs.stream.state import MANIFEST, CheckpointError, StageStore, _sha256
+from jobs.windows import empty_partials
+from watermark.combine import PartitionedWatermark
+from watermark.config import PipelineConfig, write_config
+from watermark.registry import make
+
+V1 = PipelineConfig.from_dict(
+    {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}
+)
+
+
+def watermark_of(config: PipelineConfig) -> PartitionedWatermark:
+    return PartitionedWatermark(
+        config.strategy, config.params, idle_timeout_ms=config.idle_timeout_ms, mode=config.partition_mode
+    )
+
+
+def run_batches(store: StageStore, batches: int, config: PipelineConfig = V1) -> PartitionedWatermark:
+    """What the handler does per batch: metadata first, state after."""
+    pw = watermark_of(config)
+    for batch in range(batches):
+        store.batch_meta(batch, config)
+        pw.process(["a", "b"], [1_000 * batch, 1_000 * batch + 5], [1_000 * batch + 10, 1_000 * batch + 20])
+        store.save(batch, pw, empty_partials(), config.version)
+    return pw
+
+
+def state(store: StageStore, batch: int) -> Path:
+    return store.root / f"state-{batch:012d}"
+
+
+def refusal(store: StageStore, batch_id: int) -> str:
+    with pytest.raises(CheckpointError) as info:
+        store.load_before(batch_id)
+    text = str(info.value)
+    assert "restore the whole checkpoint folder from a backup" in text and "new --checkpoint" in text
+    return text
+
+
+def test_a_state_folder_is_complete_with_a_manifest_of_checksums(tmp_path):
+    store = StageStore(str(tmp_path))
+    pw = run_batches(store, 2)
+    folder = state(store, 1)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert set(manifest["files"]) == {"wm.json", "open.parquet"}
+    for name, entry in manifest["files"].items():
+        assert entry == {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+    saved = store.load_before(2)
+    assert saved is not None and saved.batch_id == 1 and saved.config == V1
+    assert saved.watermark.snapshot() == pw.snapshot()
+    assert not list(store.root.glob(".state-*"))  # nothing temporary left
+
+
+def test_a_deleted_newest_wm_json_is_refused_naming_the_file(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 4)
+    (state(store, 3) / "wm.json").unlink()
+    text = refusal(store, 4)  # before: silently went on from state-2
+    assert str(state(store, 3) / "wm.json") in text
+
+
+def test_a_deleted_newest_state_folder_is_refused_naming_it(tmp_path):
+    import shutil
+
+    store = StageStore(str(tmp_path))
+    run_batches(store, 4)
+    shutil.rmtree(state(store, 3))
+    assert str(state(store, 3)) in refusal(store, 4)
+    for batch in (0, 1, 2):
+        shutil.rmtree(state(store, batch), ignore_errors=True)
+    assert str(state(store, 3)) in refusal(store, 4)  # no state at all, but batch 3 ran
+
+
+@pytest.mark.parametrize("name", ["wm.json", "open.parquet"])
+def test_a_truncated_state_file_is_refused_naming_it(tmp_path, name):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 3)
+    file = state(store, 2) / name
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+    text = refusal(store, 3)  # before: a raw JSON or pyarrow error naming no file
+    assert str(file) in text and "checksum" in text
+
+
+def test_a_damaged_file_without_a_manifest_is_refused_naming_it(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 3)
+    (state(store, 2) / MANIFEST).unlink()
+    (state(store, 2) / "open.parquet").write_bytes(b"PAR1 not parquet")
+    assert str(state(store, 2) / MANIFEST) in refusal(store, 3)
+
+
+def test_a_save_killed_half_way_is_discarded_and_the_batch_replays_from_the_state_before(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 3)
+    # SIGKILL while batch 3's state was written: a temporary folder without its manifest.
+    partial = store.root / ".state-000000000003.tmp"
+    partial.mkdir()
+    (partial / "wm.json").write_text('{"format": 2, "waterm')
+    store = StageStore(str(tmp_path))  # the restart
+    assert not partial.exists()
+    saved = store.load_before(3)  # Spark replays batch 3
+    assert saved is not None and saved.batch_id == 2
+
+
+def test_a_rewrite_killed_between_its_renames_restores_the_state_set_aside(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 3)
+    os.replace(state(store, 2), store.root / ".state-000000000002.old")  # killed right after this rename
+    store = StageStore(str(tmp_path))
+    saved = store.load_before(3)
+    assert saved is not None and saved.batch_id == 2
+
+
+def test_the_check_at_start_verifies_the_state_of_the_last_committed_batch(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 3)
+    commits = tmp_path / "query" / "commits"
+    commits.mkdir(parents=True)
+    for batch in range(3):
+        (commits / str(batch)).write_text("v1\n{}\n")
+    store.check()
+    (state(store, 2) / "open.parquet").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="open.parquet"):
+        store.check()
+
+
+def rewrite_state(folder: Path, change) -> None:
+    """Edit ``wm.json`` and record the edit in the manifest (a consistent, but foreign, state)."""
+    doc = json.loads((folder / "wm.json").read_text())
+    change(doc)
+    (folder / "wm.json").write_text(json.dumps(doc))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"]["wm.json"] = {
+        "bytes": (folder / "wm.json").stat().st_size,
+        "sha256": _sha256(folder / "wm.json"),
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_snapshot_whose_strategy_is_not_its_config_versions_is_refused(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 2)
+
+    def to_ingestion(doc):
+        wm = doc["watermark"]
+        wm["strategy"], wm["params"] = "ingestion", {}
+        for part in wm["partitions"]:
+            part[2] = make("ingestion").snapshot()
+
+    rewrite_state(state(store, 1), to_ingestion)
+    text = refusal(store, 2)
+    assert "does not match configuration version 1" in text and "'ingestion'" in text
+
+
+def test_a_snapshot_whose_parameters_or_version_differ_from_its_config_version_is_refused(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 2)
+
+    def other_delay(doc):
+        doc["watermark"]["params"] = {"delay_ms": 5}
+        for part in doc["watermark"]["partitions"]:
+            part[2]["params"] = {"delay_ms": 5, "period_ms": 200}
+
+    rewrite_state(state(store, 1), other_delay)
+    assert "parameters" in refusal(store, 2)
+    rewrite_state(state(store, 1), lambda doc: doc.update(config_version=7))
+    assert "claims configuration version 7" in refusal(store, 2)
+
+
+def test_a_partition_generator_of_another_strategy_than_its_snapshot_is_refused(tmp_path):
+    store = StageStore(str(tmp_path))
+    run_batches(store, 2)
+
+    def plant(doc):
+        doc["watermark"]["partitions"][0][2] = make("ingestion").snapshot()
+
+    rewrite_state(state(store, 1), plant)
+    assert "partition 'a'" in refusal(store, 2)
+
+
+# -- a configuration that fails while a batch applies it ---------------------------------------------------
+def test_a_version_that_fails_to_apply_is_refused_and_rolled_back(tmp_path, monkeypatch, caplog):
+    from prometheus_client import CollectorRegistry
+
+    from jobs.stream.handler import BatchHandler
+    from jobs.stream.options import JobOptions
+    from monitoring.metrics import JobMetrics
+
+    path = tmp_path / "watermark.json"
+    write_config(path, V1)
+    metrics = JobMetrics(CollectorRegistry())
+    options = JobOptions(
+        input=str(tmp_path / "in"),
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        config=V1,
+        config_path=str(path),
+    )
+    handler = BatchHandler(None, options, metrics)
+    run_batches(handler.store, 1)
+    v2 = V1.with_version(2, params={"delay_ms": 300})
+    write_config(path, v2)
+    _, config = handler.store.batch_meta(1, handler._config())
+    assert config.version == 2
+    saved = handler.store.load_before(1)
+    assert saved is not None
+
+    def broken(self, *args, **kwargs):
+        msg = "int too large to convert"
+        raise OverflowError(msg)
+
+    monkeypatch.setattr(PartitionedWatermark, "reconfigured", broken)
+    with caplog.at_level(logging.WARNING, logger="jobs.stream"):
+        watermark, config = handler._reconfigure(1, saved, config)
+    assert config == V1 and watermark is saved.watermark
+    assert any("version 2 failed to apply" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value("awm_config_refused_total") == 1
+    assert handler.watcher is not None and handler.watcher.current == V1
+    assert handler._config() == V1  # the failing file is not applied again until it changes
+    assert handler.store.batch_meta(1, v2)[1] == V1  # a replay of the batch runs version 1 too
+    handler.store.save(1, watermark, empty_partials(), config.version)
+    assert handler.store.load_before(2) is not None  # and its state matches its pinned version
