@@ -36,13 +36,17 @@ from jobs.stage import arrival_order, label_thresholds, run_stage
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
+    ListedFiles,
     RecordNumbers,
+    file_quarantine_rows,
     kafka_batch_files,
     landing_order,
     logged_batch_files,
     modified_ms,
     number_records,
     oldest_input_ms,
+    reason_counts,
+    screen_files,
 )
 from jobs.stream.state import StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
@@ -191,6 +195,7 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
     reparsed: int = 0  # Arrow path: splits the second pass had to parse again
     path: str = ""  # "arrow" (JSON parsed by pyarrow in the executors) or "spark" (Spark's reader)
+    reasons: dict[str, int] = field(default_factory=dict)  # quarantine rows by reason
 
     def mark(self, phase: str, since: float) -> float:
         """Add the time since ``since`` to ``phase``; returns now."""
@@ -219,6 +224,9 @@ class BatchHandler:
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
+        # Landing files: read exactly the files the source listed; set aside those that cannot be read.
+        self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
+        self._unread = screen_files([])[1]  # this batch's files quarantined as files
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -268,7 +276,7 @@ class BatchHandler:
         elif opts.format == "kafka":
             files = kafka_batch_files(batch)
         else:
-            files = logged_batch_files(opts.checkpoint, batch_id)
+            files, self._unread = screen_files(logged_batch_files(opts.checkpoint, batch_id))
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         scoped = config.partition_mode == "scoped"
@@ -279,7 +287,9 @@ class BatchHandler:
             return
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
             uris = [r[0] for r in batch.select("file").distinct().collect()]
-            files = landing_order((uri, modified_ms(uri)) for uri in uris)
+            files, self._unread = screen_files(landing_order((uri, modified_ms(uri)) for uri in uris))
+        if self._listed is not None:
+            batch = self._listed.frame(batch, files)
         records = number_records(batch, files)
         rows = validate(
             records,
@@ -384,6 +394,11 @@ class BatchHandler:
         rows_out: dict[str, Any] = {
             "quarantine": self._quarantine_rows(source, report.quarantined, batch_id, ingest_ms)
         }
+        if self._unread.num_rows and opts.format not in ("rate", "kafka"):  # files quarantined as files
+            unread = file_quarantine_rows(self._unread, batch_id, ingest_ms)
+            rows_out["quarantine"] = pa.concat_tables([rows_out["quarantine"], unread])
+            report.quarantined += unread.num_rows
+        report.reasons = reason_counts(rows_out["quarantine"])
         tick = report.mark("quarantine", tick)
 
         scoped = config.partition_mode == "scoped"
@@ -614,6 +629,7 @@ def observation(
         straggler=straggler,
         late=report.late,
         quarantined=report.quarantined,
+        quarantine_reasons=report.reasons,
         watermark_ms=report.watermark_ms,
         ingestion_clock_ms=ingestion_clock,
         partitions=partitions,
