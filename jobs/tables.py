@@ -84,6 +84,7 @@ QUARANTINE_REASONS = (
     "arrival_time_in_future",
     "missing_value",
     "bad_value",
+    "duplicate_event_id",  # an event id seen before (--dedup-horizon-ms; jobs.stream.dedup)
     "unreadable_file_name",  # a whole landing file whose name Hadoop cannot open (``line`` null)
     "file_missing",  # a whole landing file gone after the source listed it (``line`` null)
 )

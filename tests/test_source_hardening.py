@@ -211,3 +211,61 @@ def test_quarantine_keeps_the_first_kib_of_a_huge_record_and_its_length(spark, t
     # Not a malformed line: the record's fields as JSON (here 80,067 bytes), capped the same way.
     assert second.startswith('{"event_id":"w","key":"éé') and len(second.encode()) < 1100
     assert int(second.rsplit("…[truncated, ", 1)[1].removesuffix(" bytes]")) > 70_000
+
+
+def timed(event_id, tp, key="k"):
+    return {
+        "event_id": event_id,
+        "key": key,
+        "partition": "p",
+        "event_time_ms": tp,
+        "arrival_time_ms": tp,
+        "value": 1.0,
+    }
+
+
+DUPLICATES = {
+    "0.json": [timed("a", BASE), timed("a", BASE + 5), timed("b", BASE + 10), {"event_id": "c", "key": "k"}],
+    "1.json": [timed("a", BASE + 100), timed("c", BASE + 110)],  # a seen; c only in an invalid record
+    "2.json": [timed("x", BASE + 5_000)],  # moves the clock: a and b fall out of the 1 s horizon
+    "3.json": [timed("b", BASE + 5_010), timed("x", BASE + 5_020)],
+}
+
+
+def test_without_a_horizon_event_ids_are_not_deduplicated(spark, tmp_path):
+    land(tmp_path / "in", DUPLICATES)
+    tables, _ = run(spark, tmp_path)
+    counted, late_ids, quarantine = counted_ids(tables)
+    assert counted + len(late_ids) == 8 and [r["reason"] for r in quarantine] == ["missing_event_time"]
+
+
+def test_repeated_event_ids_within_the_horizon_are_quarantined_once_each(spark, tmp_path):
+    land(tmp_path / "in", DUPLICATES)
+    tables, reports = run(spark, tmp_path, dedup_horizon_ms=1_000, max_files_per_trigger=1)
+    assert len(reports) == 4
+    counted, late_ids, quarantine = counted_ids(tables)
+    duplicates = sorted(
+        (r["file"].rsplit("/", 1)[-1], r["line"]) for r in quarantine if r["reason"] == "duplicate_event_id"
+    )
+    # a again in its batch, a again in the next one, x again in the last; b beyond the horizon counts.
+    assert duplicates == [("0.json", 1), ("1.json", 0), ("3.json", 1)]
+    assert counted + len(late_ids) == 5 and len(quarantine) == 4
+    ids = sorted(p.name for p in (tmp_path / "ck" / "dedup").iterdir())
+    assert ids == [f"ids-{n:012d}.arrow" for n in (1, 2, 3)]  # the last three batches' ids
+
+
+def test_the_ids_kept_for_a_batch_are_those_before_it_within_the_horizon(tmp_path):
+    import pyarrow as pa
+
+    from jobs.stream.dedup import SeenIds
+
+    seen = SeenIds(str(tmp_path), horizon_ms=100)
+    assert seen.before(0).num_rows == 0
+    first = pa.table({"event_id": ["a", "b"], "arrival_time_ms": [0, 50]})
+    seen.save(0, seen.before(0), first)
+    seen.save(1, seen.before(1), pa.table({"event_id": ["c"], "arrival_time_ms": [120]}))
+    assert seen.before(1).column("event_id").to_pylist() == ["a", "b"]  # a replay of batch 1 sees these
+    assert seen.before(2).column("event_id").to_pylist() == ["b", "c"]  # a fell out of the horizon
+    (tmp_path / "dedup" / "ids-000000000001.arrow").write_bytes(b"not arrow")
+    with pytest.raises(RuntimeError, match="ids-000000000001.arrow"):
+        seen.before(2)

@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="quarantine records with a longer field (record_too_long)",
     )
     p.add_argument(
+        "--dedup-horizon-ms",
+        type=int,
+        default=None,
+        help="quarantine a repeated event_id (duplicate_event_id) within a batch and this far back in "
+        "arrival time (default: ids are not deduplicated)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=DEFAULT_METRICS_PORT,
@@ -243,6 +250,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,
         arrival_history=not args.no_arrival_history,
+        dedup_horizon_ms=args.dedup_horizon_ms,
     )
 
 

@@ -33,6 +33,7 @@ from jobs.arrow_path import (
 from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
 from jobs.stage import arrival_order, label_thresholds, run_stage
+from jobs.stream.dedup import SeenIds, mark_duplicates
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
@@ -227,6 +228,8 @@ class BatchHandler:
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
         self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
         self._unread = screen_files([])[1]  # this batch's files quarantined as files
+        horizon = options.dedup_horizon_ms
+        self._seen = SeenIds(options.checkpoint, horizon) if horizon is not None else None
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -281,7 +284,7 @@ class BatchHandler:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         scoped = config.partition_mode == "scoped"
         # The Arrow path collects no keys, which partition-scoped firing needs: Spark's reader then.
-        arrow = None if scoped else self._arrow_rows(files, batch_id, ingest_ms)
+        arrow = None if scoped or self._seen is not None else self._arrow_rows(files, batch_id, ingest_ms)
         if arrow is not None:
             self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
             return
@@ -301,6 +304,8 @@ class BatchHandler:
             reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,
         )
+        if self._seen is not None:  # repeated event ids: duplicate_event_id
+            rows = mark_duplicates(self.spark, rows, self._seen, batch_id)
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
         # quarantine action (only when the batch has invalid records) re-reads them for the raw text.
         parsed = rows.drop("raw").persist()
