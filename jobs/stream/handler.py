@@ -23,7 +23,6 @@ from jobs.arrow_path import (
     NARROW_SCHEMA,
     LateThresholds,
     RecordChecks,
-    local_path,
     plan_splits,
     run_aggregate,
     run_collect,
@@ -42,6 +41,7 @@ from jobs.stream.source import (
     file_quarantine_rows,
     kafka_batch_files,
     landing_order,
+    listed_path,
     logged_batch_files,
     modified_ms,
     number_records,
@@ -323,7 +323,7 @@ class BatchHandler:
         names = list(vars(opts.fields).values())
         if len(set(names)) != len(names):
             return None  # a field name shared by two slots: the Spark path's typing rules apply
-        paths = [local_path(f) for f in files]
+        paths = [listed_path(f) for f in files]  # the log's URIs are URL-encoded
         if any(p is None for p in paths):
             return None
         try:
