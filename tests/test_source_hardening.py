@@ -287,3 +287,21 @@ def test_the_arrow_path_passes_a_record_with_invalid_utf8_anywhere_to_spark():
     for extra in (b',"note":"\xff"', b',"\xfe":1'):
         table, why = parse_clean(clean + extra + b"}\n", checks)
         assert table is None and why == "text that is not UTF-8"
+
+
+def test_a_parquet_folder_whose_oldest_file_has_a_colon_takes_its_schema_from_the_next(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for j, name in enumerate(["a:b.parquet", "c.parquet"]):
+        rows = [record(f"{name}-{i}", i) for i in range(3)]
+        pq.write_table(pa.Table.from_pylist(rows), folder / name)
+        os.utime(folder / name, (1_700_000_000 + j, 1_700_000_000 + j))
+    tables, reports = run(spark, tmp_path, format="parquet")
+    counted, late_ids, quarantine = counted_ids(tables)
+    assert counted + len(late_ids) == 3
+    assert [(r["reason"], r["file"].rsplit("/", 1)[-1]) for r in quarantine] == [
+        ("unreadable_file_name", "a:b.parquet")
+    ]

@@ -4,6 +4,9 @@ Every source gives records as ``file`` plus every input field (text, or typed wh
 and the corrupt-record column. Each micro-batch's records are then numbered: ``file`` becomes the index of
 the record's landing file among the batch's files and ``line`` a record id, which :class:`RecordNumbers`
 turns into the record's 0-based number in its file.
+
+Landing files are read exactly as the file source listed them (:class:`ListedFiles`): a file whose name
+Hadoop cannot open, or that is gone, is quarantined as a file (:func:`screen_files`).
 """
 
 from __future__ import annotations
@@ -150,7 +153,12 @@ def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
 
 
 def _oldest_file(directory: str) -> Path | None:
-    files = [p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+    """The oldest landing file Spark can read (a name with a colon is quarantined, never read)."""
+    files = [
+        p
+        for p in Path(directory).iterdir()
+        if p.is_file() and not p.name.startswith((".", "_")) and ":" not in p.name
+    ]
     return min(files, key=lambda p: (p.stat().st_mtime_ns, p.name)) if files else None
 
 
