@@ -452,10 +452,12 @@ def kafka_stream(spark: Any, kafka: KafkaOptions, fields: Fields) -> Any:
     names = list(dict.fromkeys(vars(fields).values()))
     # A value that is not a JSON object at all parses to null, and one that is not valid UTF-8 would
     # parse with U+FFFD in place of its bad bytes: either is kept whole as a corrupt record.
+    # (``_value``: in the second projection a bare ``value`` is not the record's value.)
+    text = F.col("_value")
     corrupt = F.coalesce(
-        F.when(~F.is_valid_utf8(value), value),
+        F.when(~F.is_valid_utf8(text), text),
         F.col(f"_rec.{CORRUPT}"),
-        F.when(F.col("_rec").isNull(), F.coalesce(value, F.lit(""))),
+        F.when(F.col("_rec").isNull(), F.coalesce(text, F.lit(""))),
     )
     return stream.select(
         F.concat_ws("/", F.col("topic"), F.col("partition").cast("string")).alias("file"),
