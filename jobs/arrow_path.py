@@ -183,6 +183,8 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
 
     if not data.strip():
         return (RECORD_SCHEMA.empty_table(), "") if not data else (None, "blank lines")
+    if not valid_utf8(data):  # anywhere in a record: the Spark path quarantines it (bad_encoding)
+        return None, "text that is not UTF-8"
     c = checks
     schema = pa.schema(
         [
@@ -244,6 +246,21 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
         }
     )
     return records, ""
+
+
+def valid_utf8(data: bytes) -> bool:
+    r"""Whether ``data`` is valid UTF-8 (checked by Arrow in place, without decoding a copy).
+
+    >>> valid_utf8("clé".encode()), valid_utf8(b"a\xffb"), valid_utf8(b"\xed\xa0\x80")
+    (True, False, False)
+    """
+    offsets = pa.py_buffer(np.array([0, len(data)], np.int64).tobytes())
+    text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)])
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _all(flags: pa.Array) -> bool:

@@ -70,6 +70,7 @@ LATE_SCHEMA = pa.schema(
 #: :func:`jobs.stream.validate.validate`).
 QUARANTINE_REASONS = (
     "record_too_long",
+    "bad_encoding",  # text that is not valid UTF-8 (``raw`` keeps the record, invalid bytes replaced)
     "malformed_json",
     "malformed_csv",
     "missing_event_id",
@@ -83,6 +84,9 @@ QUARANTINE_REASONS = (
     "arrival_time_in_future",
     "missing_value",
     "bad_value",
+    "duplicate_event_id",  # an event id seen before (--dedup-horizon-ms; jobs.stream.dedup)
+    "unreadable_file_name",  # a whole landing file whose name Hadoop cannot open (``line`` null)
+    "file_missing",  # a whole landing file gone after the source listed it (``line`` null)
 )
 
 QUARANTINE_SCHEMA = pa.schema(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -76,6 +76,9 @@ class BatchObservation:
     straggler: int = 0
     late: int = 0
     quarantined: int = 0
+    #: Quarantine rows by reason (``jobs.tables.QUARANTINE_REASONS``); a whole landing file quarantined as
+    #: a file (``file_missing``, ``unreadable_file_name``) is one row.
+    quarantine_reasons: Mapping[str, int] = field(default_factory=dict)
     watermark_ms: int = NO_WATERMARK  # global event-time watermark after the batch
     ingestion_clock_ms: int = NO_WATERMARK  # latest arrival time read so far
     partitions: Sequence[PartitionState] = ()
@@ -120,6 +123,12 @@ class JobMetrics:
         )
         for outcome in OUTCOMES:
             self.events.labels(outcome)
+        self.quarantined = Counter(
+            f"{p}_quarantined",
+            "Quarantine rows by reason (a landing file quarantined as a file, say file_missing, is one).",
+            ["reason"],
+            registry=registry,
+        )
         self.windows = Counter(
             f"{p}_windows_emitted",
             "Windows written to the aggregates table, by what closed them.",
@@ -184,6 +193,9 @@ class JobMetrics:
             count = getattr(obs, outcome)
             if count:
                 self.events.labels(outcome).inc(count)
+        for reason, count in obs.quarantine_reasons.items():
+            if count:
+                self.quarantined.labels(reason).inc(count)
         for value in obs.emit_latency_ms:
             self.emit_latency.observe(value / 1000)
         for value in obs.trigger_delay_ms:

@@ -62,6 +62,7 @@ def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(s
         json.dumps({"event_id": "x1", "event_time_ms": base, "value": 1}).encode(),  # no key
         json.dumps({"event_id": "x2", "key": "k", "event_time_ms": -5, "value": 1}).encode(),  # negative
         json.dumps({"event_id": "x3", "key": "k" * 2_000_000, "event_time_ms": base, "value": 1}).encode(),
+        b'{"event_id": "x4", "key": "a\xffb", "event_time_ms": %d, "value": 1}' % base,  # not UTF-8
     ]
     produce_raw(servers, topic, bad, partition=2, timestamp_ms=base)
 
@@ -77,10 +78,18 @@ def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(s
         ("missing_key", "iot/2"),
         ("event_time_before_1970", "iot/2"),
         ("record_too_long", "iot/2"),
+        ("bad_encoding", "iot/2"),
     ]
     fed_to_2 = sum(1 for p in kafka_partition_map(records.column("partition"), PARTITIONS).values() if p == 2)
     offsets = [q["line"] for q in quarantine]
-    assert offsets == list(range(offsets[0], offsets[0] + 4)) and (fed_to_2 == 0 or offsets[0] > 0)
+    assert offsets == list(range(offsets[0], offsets[0] + 5)) and (fed_to_2 == 0 or offsets[0] > 0)
+    assert quarantine[0]["raw"] == "{not json"  # a value that is not JSON is kept as it was
+    assert len(quarantine[3]["raw"].encode()) < 1_100  # the 2 MB record is kept as its first KiB
+    # Not UTF-8: kept with U+FFFD for the bad byte.
+    assert (
+        quarantine[4]["raw"]
+        == f'{{"event_id": "x4", "key": "a\ufffdb", "event_time_ms": {base}, "value": 1}}'
+    )
 
     # Replay parity: the library, fed in the job's arrival order (record timestamp, Kafka partition,
     # offset) with the Kafka partition as the watermark partition, gives the same late rows and windows.

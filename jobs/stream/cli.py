@@ -166,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="quarantine records with a longer field (record_too_long)",
     )
     p.add_argument(
+        "--dedup-horizon-ms",
+        type=int,
+        default=None,
+        help="quarantine a repeated event_id (duplicate_event_id) within a batch and this far back in "
+        "arrival time (default: ids are not deduplicated)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=DEFAULT_METRICS_PORT,
@@ -291,6 +298,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         metrics_host=args.metrics_host,
         arrival_history=not args.no_arrival_history,
         stage_in=args.stage_in,
+        dedup_horizon_ms=args.dedup_horizon_ms,
     )
 
 

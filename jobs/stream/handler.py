@@ -24,7 +24,6 @@ from jobs.arrow_path import (
     NARROW_SCHEMA,
     LateThresholds,
     RecordChecks,
-    local_path,
     plan_splits,
     run_aggregate,
     run_collect,
@@ -35,16 +34,22 @@ from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
 from jobs.stage import arrival_order, label_thresholds, run_stage
 from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
+from jobs.stream.dedup import SeenIds, mark_duplicates
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (
+    ListedFiles,
     RecordNumbers,
+    file_quarantine_rows,
     kafka_batch_files,
     landing_order,
+    listed_path,
     logged_batch_files,
     modified_ms,
     number_records,
     oldest_input_ms,
+    reason_counts,
+    screen_files,
 )
 from jobs.stream.state import SavedStage, StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
@@ -196,6 +201,7 @@ class BatchReport:
     stage_in: str = "driver"  # where the watermark stage ran: "driver" or "executors"
     driver_bytes: int = 0  # bytes of results the driver collected from the executors for the batch
     driver_cpu_s: float = 0.0  # CPU seconds of the driver's Python process for the batch
+    reasons: dict[str, int] = field(default_factory=dict)  # quarantine rows by reason
 
     def mark(self, phase: str, since: float) -> float:
         """Add the time since ``since`` to ``phase``; returns now."""
@@ -227,6 +233,11 @@ class BatchHandler:
         self._cpu0 = 0.0  # process CPU time at the start of the batch
         self._spill: Path | None = None  # the run's private folder for parsed splits (spill_folder)
         self._pinned: PipelineConfig | None = None  # without a watcher: the version a refusal rolled back to
+        # Landing files: read exactly the files the source listed; set aside those that cannot be read.
+        self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
+        self._unread = screen_files([])[1]  # this batch's files quarantined as files
+        horizon = options.dedup_horizon_ms
+        self._seen = SeenIds(options.checkpoint, horizon) if horizon is not None else None
 
     def _config(self) -> PipelineConfig:
         if self.watcher is None:
@@ -271,7 +282,7 @@ class BatchHandler:
         elif opts.format == "kafka":
             files = kafka_batch_files(batch)
         else:
-            files = logged_batch_files(opts.checkpoint, batch_id)
+            files, self._unread = screen_files(logged_batch_files(opts.checkpoint, batch_id))
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         scoped = config.partition_mode == "scoped"
@@ -280,13 +291,15 @@ class BatchHandler:
             open_windows = merge_partials(open_windows, read_open_windows(self.spark, open_before_dir))
             open_before_dir = None
         # The Arrow path collects no keys, which partition-scoped firing needs: Spark's reader then.
-        arrow = None if scoped else self._arrow_rows(files, batch_id, ingest_ms)
+        arrow = None if scoped or self._seen is not None else self._arrow_rows(files, batch_id, ingest_ms)
         if arrow is not None:
             self._process(arrow, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
             return
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
             uris = [r[0] for r in batch.select("file").distinct().collect()]
-            files = landing_order((uri, modified_ms(uri)) for uri in uris)
+            files, self._unread = screen_files(landing_order((uri, modified_ms(uri)) for uri in uris))
+        if self._listed is not None:
+            batch = self._listed.frame(batch, files)
         records = number_records(batch, files)
         rows = validate(
             records,
@@ -298,6 +311,8 @@ class BatchHandler:
             reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,
         )
+        if self._seen is not None:  # repeated event ids: duplicate_event_id
+            rows = mark_duplicates(self.spark, rows, self._seen, batch_id)
         if in_executors:
             self._process_in_executors(
                 rows,
@@ -383,7 +398,7 @@ class BatchHandler:
         names = list(vars(opts.fields).values())
         if len(set(names)) != len(names):
             return None  # a field name shared by two slots: the Spark path's typing rules apply
-        paths = [local_path(f) for f in files]
+        paths = [listed_path(f) for f in files]  # the log's URIs are URL-encoded
         if any(p is None for p in paths):
             return None
         try:
@@ -460,6 +475,11 @@ class BatchHandler:
         rows_out: dict[str, Any] = {
             "quarantine": self._quarantine_rows(source, report.quarantined, batch_id, ingest_ms)
         }
+        if self._unread.num_rows and opts.format not in ("rate", "kafka"):  # files quarantined as files
+            unread = file_quarantine_rows(self._unread, batch_id, ingest_ms)
+            rows_out["quarantine"] = pa.concat_tables([rows_out["quarantine"], unread])
+            report.quarantined += unread.num_rows
+        report.reasons = reason_counts(rows_out["quarantine"])
         tick = report.mark("quarantine", tick)
 
         scoped = config.partition_mode == "scoped"
@@ -610,6 +630,7 @@ class BatchHandler:
                 bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
                 report.driver_bytes += bad.nbytes
                 rows_out["quarantine"] = self._quarantine_table(bad, batch_id, ingest_ms)
+                report.reasons = reason_counts(rows_out["quarantine"])
             tick = report.mark("quarantine", tick)
             log_rows = self._log_rows(watermark, outcome.per_partition, batch_id, config, ingest_ms)
             rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
@@ -637,6 +658,7 @@ class BatchHandler:
                 trigger_delay_ms=outcome.trigger_delay_ms,
                 flushed_windows=0,
                 open_windows=outcome.open_windows,
+                quarantine_reasons=report.reasons,
                 config_version=config.version,
                 strategy=config.strategy,
                 late_slo_pct=config.late_slo_pct,
@@ -822,6 +844,7 @@ def observation(
         straggler=straggler,
         late=report.late,
         quarantined=report.quarantined,
+        quarantine_reasons=report.reasons,
         watermark_ms=report.watermark_ms,
         ingestion_clock_ms=ingestion_clock,
         partitions=partitions,

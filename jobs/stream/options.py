@@ -78,6 +78,9 @@ class JobOptions:
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"
     arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)
+    #: Quarantine repeated event ids (``duplicate_event_id``) within a batch and this far back in arrival
+    #: time (jobs.stream.dedup); None: event ids are not deduplicated.
+    dedup_horizon_ms: int | None = None
     #: Where the watermark stage runs: "executors" (per Kafka partition, where Spark reads it; partition-
     #: scoped mode on Kafka only), "driver", or "auto" (executors whenever they can).
     stage_in: str = "auto"

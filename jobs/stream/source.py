@@ -4,21 +4,30 @@ Every source gives records as ``file`` plus every input field (text, or typed wh
 and the corrupt-record column. Each micro-batch's records are then numbered: ``file`` becomes the index of
 the record's landing file among the batch's files and ``line`` a record id, which :class:`RecordNumbers`
 turns into the record's 0-based number in its file.
+
+Landing files are read exactly as the file source listed them (:class:`ListedFiles`): a file whose name
+Hadoop cannot open, or that is gone, is quarantined as a file (:func:`screen_files`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
+import pyarrow as pa
 
-from jobs.arrow_path import local_path
 from jobs.stream.options import FORMATS, RATE_FILE, Fields, JobOptions, KafkaOptions, RateOptions
 from jobs.stream.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
+from jobs.tables import QUARANTINE_SCHEMA
+
+log = logging.getLogger("jobs.stream")
 
 
 def number_records(batch: Any, files: list[str]) -> Any:
@@ -91,7 +100,7 @@ def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
 
 def modified_ms(uri: str) -> int:
     """Modification time of a local landing file in epoch ms (0 for a remote or missing file)."""
-    path = local_path(uri)
+    path = listed_path(uri)
     try:
         return int(os.path.getmtime(path) * 1000) if path is not None else 0
     except OSError:
@@ -134,7 +143,7 @@ def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
     """
     oldest = started_s
     for uri in files or []:
-        path = local_path(uri)
+        path = listed_path(uri)
         if path is not None:
             try:
                 oldest = min(oldest, os.path.getmtime(path))
@@ -144,18 +153,23 @@ def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
 
 
 def _oldest_file(directory: str) -> Path | None:
-    files = [p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+    """The oldest landing file Spark can read (a name with a colon is quarantined, never read)."""
+    files = [
+        p
+        for p in Path(directory).iterdir()
+        if p.is_file() and not p.name.startswith((".", "_")) and ":" not in p.name
+    ]
     return min(files, key=lambda p: (p.stat().st_mtime_ns, p.name)) if files else None
 
 
-def csv_columns(directory: str, default: list[str]) -> list[str]:
+def csv_columns(directory: str, default: list[str], encoding: str = "utf-8") -> list[str]:
     """Column names of a CSV landing directory: the header of its oldest file, or ``default``."""
     import csv
 
     first = _oldest_file(directory)
     if first is None:
         return default
-    with first.open(newline="", encoding="utf-8", errors="replace") as handle:
+    with first.open(newline="", encoding=encoding, errors="replace") as handle:
         header = next(csv.reader(handle), None)
     if not header:
         msg = f"{first}: a CSV landing file must start with a header line"
@@ -171,53 +185,209 @@ def source_stream(spark: Any, options: JobOptions) -> Any:
     read with every field as text; Parquet keeps its schema (taken from the oldest landing file). Either
     way :func:`validate` checks the types, with a reason. The rate source generates records for load
     tests (see :class:`RateOptions`).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    names = list(dict.fromkeys(vars(options.fields).values()))
+    For landing files the stream's own micro-batch DataFrame is not what the job reads: Spark's reader
+    expands glob characters in the names it lists, and cannot open a name with a colon. The file source
+    lists the files and records each batch's list in its log (exactly once, with the checkpoint);
+    :class:`ListedFiles` then reads exactly those files.
+    """
     if options.format == "rate":
         return rate_stream(spark, options.rate, options.fields)
     if options.format == "kafka":
         return kafka_stream(spark, options.kafka, options.fields)
-    text = T.StringType()
-    if options.format == "json":
-        schema = typed_json_schema(options.fields)
-        reader = spark.readStream.format("json").schema(schema)
-    elif options.format == "csv":
-        columns = csv_columns(options.input, names)
-        schema = T.StructType([T.StructField(n, text) for n in [*columns, CORRUPT]])
-        # enforceSchema=false: Spark checks every file's header against the first one's (by position).
-        reader = (
-            spark.readStream.format("csv")
-            .schema(schema)
-            .option("header", "true")
-            .option("enforceSchema", "false")
-        )
-    elif options.format == "parquet":
-        first = _oldest_file(options.input)
-        if first is not None:
-            schema = spark.read.parquet(str(first)).schema
+    return ListedFiles(spark, options).stream()
+
+
+class ListedFiles:
+    """Landing files: the streaming file source, and batch reads of exactly the files a batch listed.
+
+    Spark's file source (4.2) hands the files it listed to a reader that expands glob characters in their
+    names: ``bracket[1].json`` reads ``bracket1.json`` too, and ``qm?.json`` the whole folder, so rows are
+    counted several times. And a name Hadoop cannot make a URI of (``colon:x.json``) fails every attempt
+    of the batch. :meth:`screen` sets aside the files that cannot be read (a missing file, such a name),
+    to be quarantined as files; :meth:`frame` reads the others, each by its literal path (Hadoop's glob
+    escapes), with the stream's schema and options.
+    """
+
+    def __init__(self, spark: Any, options: JobOptions) -> None:
+        from pyspark.sql import types as T
+
+        self.spark, self.options = spark, options
+        self.names = list(dict.fromkeys(vars(options.fields).values()))
+        text = T.StringType()
+        if options.format == "json":
+            self.schema = typed_json_schema(options.fields)
+        elif options.format == "csv":
+            # Read as Latin-1 (each byte one character), so that a field's bytes can be restored and
+            # checked for UTF-8 (validate: bad_encoding) instead of being decoded with U+FFFD for bad ones.
+            latin = [_latin1(n) for n in self.names]
+            columns = csv_columns(options.input, latin, encoding="latin-1")
+            self.schema = T.StructType([T.StructField(n, text) for n in [*columns, CORRUPT]])
+        elif options.format == "parquet":
+            first = _oldest_file(options.input)
+            if first is not None:
+                self.schema = spark.read.parquet(_literal(str(first))).schema
+            else:
+                self.schema = T.StructType([T.StructField(n, text) for n in self.names])
         else:
-            schema = T.StructType([T.StructField(n, text) for n in names])
-        reader = spark.readStream.format("parquet").schema(schema)
-    else:
-        msg = f"--format must be one of {', '.join(FORMATS)}, got {options.format!r}"
-        raise ValueError(msg)
-    if options.format != "parquet":
-        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-    if options.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_trigger))
-    stream = reader.load(options.input)
-    present = set(stream.columns)
+            msg = f"--format must be one of {', '.join(FORMATS)}, got {options.format!r}"
+            raise ValueError(msg)
 
-    def field(name: str) -> Any:
-        if name in present:  # as read: validate() checks text fields and takes typed ones as they are
-            return F.col(f"`{name}`")
-        return F.lit(None).cast("string").alias(name)
+    def _reader(self, reader: Any) -> Any:
+        options = self.options
+        reader = reader.format(options.format).schema(self.schema)
+        if options.format == "csv":
+            # enforceSchema=false: Spark checks every file's header against the first one's (by position).
+            reader = reader.option("header", "true").option("enforceSchema", "false")
+            reader = reader.option("encoding", "ISO-8859-1")
+        if options.format != "parquet":
+            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        return reader
 
-    corrupt = F.col(CORRUPT) if CORRUPT in present else F.lit(None).cast("string").alias(CORRUPT)
-    return stream.select(F.col("_metadata.file_path").alias("file"), *[field(n) for n in names], corrupt)
+    def _project(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        present = set(frame.columns)
+        csv = self.options.format == "csv"
+
+        def field(name: str) -> Any:
+            read = _latin1(name) if csv else name
+            if read in present:  # as read: validate() checks text fields and takes typed ones as they are
+                column = F.col(f"`{read}`")
+                # CSV is read as Latin-1: its bytes again, as text that may not be valid UTF-8.
+                return F.encode(column, "ISO-8859-1").cast("string").alias(name) if csv else column
+            return F.lit(None).cast("string").alias(name)
+
+        corrupt = field(CORRUPT)
+        return frame.select(
+            F.col("_metadata.file_path").alias("file"), *[field(n) for n in self.names], corrupt
+        )
+
+    def stream(self) -> Any:
+        """The streaming source (it lists the landing folder and logs each batch's files)."""
+        reader = self._reader(self.spark.readStream)
+        if self.options.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(self.options.max_files_per_trigger))
+        return self._project(reader.load(self.options.input))
+
+    def frame(self, batch: Any, files: list[str]) -> Any:
+        """The records of exactly ``files`` (source-log URIs), as the stream gives them.
+
+        ``batch``, the stream's micro-batch, is returned as it is for a source that is not landing files.
+        """
+        if self.options.format not in ("json", "csv", "parquet"):
+            return batch
+        if not files:  # every file of the batch was set aside: no records, the stream's columns
+            from pyspark.sql import types as T
+
+            read = {f.name: f.dataType for f in self.schema.fields}
+            columns = [("file", T.StringType())]
+            columns += [(n, read.get(n, T.StringType())) for n in self.names if n != CORRUPT]
+            columns.append((CORRUPT, T.StringType()))
+            return self.spark.createDataFrame([], T.StructType([T.StructField(n, t) for n, t in columns]))
+        return self._project(self._reader(self.spark.read).load([_literal(f) for f in files]))
+
+
+def _latin1(name: str) -> str:
+    """How a column name's UTF-8 bytes read as Latin-1 (the CSV reader's view of the header).
+
+    >>> _latin1("key"), _latin1("clé")
+    ('key', 'clÃ©')
+    """
+    return name.encode("utf-8", "surrogateescape").decode("latin-1")
+
+
+#: Characters Hadoop's glob gives a meaning to (outside brackets); a backslash makes each literal.
+_GLOB_CHARS = re.compile(r"([\\\[\]{}*?])")
+
+
+def _literal(uri: str) -> str:
+    r"""A path Spark's reader takes for the one file ``uri`` names (a source-log URI or a local path).
+
+    The log spells a file as a URL-encoded URI; Spark's reader takes a Hadoop path, which it globs.
+
+    >>> _literal("file:///in/qm%3F.json"), _literal("file:///in/b%5B1%5D.json"), _literal("/in/a{b}.json")
+    ('file:///in/qm\\?.json', 'file:///in/b\\[1\\].json', '/in/a\\{b\\}.json')
+    """
+    parts = urlsplit(uri)
+    if not parts.scheme:
+        return _GLOB_CHARS.sub(r"\\\1", uri)
+    path = _GLOB_CHARS.sub(r"\\\1", unquote(parts.path))
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def listed_path(uri: str) -> str | None:
+    """The local path of a file the source log names (URL-encoded), or None for a remote file.
+
+    >>> listed_path("file:///in/qm%3F.json"), listed_path("file:/in/a%20b.json"), listed_path("s3a://b/k")
+    ('/in/qm?.json', '/in/a b.json', None)
+    """
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return unquote(parts.path) if parts.scheme else uri
+    return None
+
+
+#: Quarantine reasons of a whole landing file (its ``line`` is null).
+UNREADABLE_FILE_NAME = "unreadable_file_name"
+FILE_MISSING = "file_missing"
+
+
+def unreadable_reason(uri: str) -> str | None:
+    """Why the listed file ``uri`` cannot be read (a :data:`QUARANTINE_REASONS` entry), or None.
+
+    - ``unreadable_file_name``: a colon in the name; Hadoop's local file system cannot open it (its
+      checksum file's name is not a valid URI), so each attempt of the batch would fail.
+    - ``file_missing``: a local file that is gone since the source listed it (deleted or moved).
+    """
+    path = listed_path(uri)
+    name = (path if path is not None else unquote(urlsplit(uri).path)).rsplit("/", 1)[-1]
+    if ":" in name:
+        return UNREADABLE_FILE_NAME
+    if path is not None and not os.path.isfile(path):
+        return FILE_MISSING
+    return None
+
+
+def screen_files(files: list[str] | None) -> tuple[list[str] | None, pa.Table]:
+    """The batch's files that can be read (in order), and a row per file that cannot (``raw, reason, file``).
+
+    Such a file is not read; the job quarantines it as a file (the ``quarantine`` row names it, ``line``
+    null) and goes on, rather than failing the batch at every restart.
+    """
+    empty = pa.table({"raw": pa.array([], pa.string()), "reason": pa.array([], pa.string()),
+                      "file": pa.array([], pa.string())})  # fmt: skip
+    if files is None:
+        return None, empty
+    readable, raw, reasons, bad = [], [], [], []
+    for uri in files:
+        reason = unreadable_reason(uri)
+        if reason is None:
+            readable.append(uri)
+            continue
+        log.warning("landing file %s is quarantined as a file: %s", uri, reason)
+        raw.append(listed_path(uri) or unquote(uri))
+        reasons.append(reason)
+        bad.append(uri)
+    if not bad:
+        return readable, empty
+    return readable, pa.table({"raw": raw, "reason": reasons, "file": bad}, schema=empty.schema)
+
+
+def file_quarantine_rows(unread: pa.Table, batch_id: int, ingest_ms: int) -> pa.Table:
+    """``quarantine`` rows for the files :func:`screen_files` set aside (``line`` null: the whole file)."""
+    n = unread.num_rows
+    return pa.table(
+        {
+            "raw": unread.column("raw"),
+            "reason": unread.column("reason"),
+            "file": unread.column("file"),
+            "line": pa.nulls(n, pa.int64()),
+            "batch_id": np.full(n, batch_id, np.int64),
+            "ingested_at_ms": np.full(n, ingest_ms, np.int64),
+        },
+        schema=QUARANTINE_SCHEMA,
+    )
 
 
 def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
@@ -290,9 +460,14 @@ def kafka_stream(spark: Any, kafka: KafkaOptions, fields: Fields) -> Any:
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     parsed = F.from_json(value, typed_json_schema(fields), options).alias("_rec")
     names = list(dict.fromkeys(vars(fields).values()))
-    # A value that is not a JSON object at all parses to null: it is kept whole as a corrupt record.
+    # A value that is not a JSON object at all parses to null, and one that is not valid UTF-8 would
+    # parse with U+FFFD in place of its bad bytes: either is kept whole as a corrupt record.
+    # (``_value``: in the second projection a bare ``value`` is not the record's value.)
+    text = F.col("_value")
     corrupt = F.coalesce(
-        F.col(f"_rec.{CORRUPT}"), F.when(F.col("_rec").isNull(), F.coalesce(value, F.lit("")))
+        F.when(~F.is_valid_utf8(text), text),
+        F.col(f"_rec.{CORRUPT}"),
+        F.when(F.col("_rec").isNull(), F.coalesce(text, F.lit(""))),
     )
     return stream.select(
         F.concat_ws("/", F.col("topic"), F.col("partition").cast("string")).alias("file"),
@@ -317,3 +492,15 @@ def kafka_batch_files(batch: Any) -> list[str]:
         (r[0], int(r[1])) for r in batch.select("file", SOURCE_COLUMNS["partition"]).distinct().collect()
     }
     return [name for name, _ in sorted(pairs, key=lambda p: (p[0].rsplit("/", 1)[0], p[1]))]
+
+
+def reason_counts(quarantine: pa.Table) -> dict[str, int]:
+    """Rows of a batch's ``quarantine`` rows by reason.
+
+    >>> reason_counts(pa.table({"reason": ["file_missing", "bad_value", "bad_value"]}))
+    {'bad_value': 2, 'file_missing': 1}
+    """
+    if not quarantine.num_rows:
+        return {}
+    counts = quarantine.column("reason").value_counts().to_pylist()
+    return {c["values"]: int(c["counts"]) for c in sorted(counts, key=lambda c: c["values"])}

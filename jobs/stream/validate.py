@@ -28,6 +28,9 @@ CORRUPT = "__corrupt_record__"
 SOURCE_COLUMNS = {"partition": "_source_partition", "tp": "_source_arrival_ms"}
 
 
+#: ``quarantine.raw`` keeps at most this many bytes of a record, then ``…[truncated, N bytes]``.
+RAW_MAX_BYTES = 1024
+
 #: Slots whose values are epoch milliseconds, and the slot whose value is a double.
 _TIME_SLOTS = ("event_time", "arrival_time")
 _VALUE_SLOT = "value"
@@ -168,13 +171,18 @@ def validation_steps(
         max_field_bytes
     )
     corrupt = F.col("_again").getField(CORRUPT).isNotNull() if reread_corrupt else retyped
-    raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))
+    # Invalid UTF-8 would become U+FFFD (so different bad keys collide): a text field as read, or the
+    # record's raw text (JSON's parser sets such a record aside whole, and its re-read would replace them).
+    texts = [col(n) for n in names if is_text(n)]
+    invalid = [F.coalesce(~F.is_valid_utf8(c), F.lit(False)) for c in [*texts, F.col(CORRUPT)]]
+    bad_encoding = invalid[0] if len(invalid) == 1 else F.greatest(*invalid)
     projected = [
         F.col("file"),
         F.col("line"),
         F.col("_ingest_ms"),
-        raw.alias("raw"),
+        capped_raw(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))).alias("raw"),
         too_long.alias("_too_long"),
+        bad_encoding.alias("_bad_encoding"),
         F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
     ]
     fast_slots = [slot for slot in typed_ok if is_typed(slot) or slot in sourced]
@@ -212,7 +220,10 @@ def validation_steps(
         has_text = F.col(f"_{slot}").isNotNull()
         return has_text | F.col(f"_{slot}_v").isNotNull() if slot in fast_slots else has_text
 
-    carried = ["file", "line", "_ingest_ms", "raw", "_too_long", "_corrupt", *[f"_{s}" for s in slots]]
+    carried = [
+        *["file", "line", "_ingest_ms", "raw", "_too_long", "_bad_encoding", "_corrupt"],
+        *[f"_{s}" for s in slots],
+    ]
     steps.append(
         [
             *[F.col(c) for c in carried],
@@ -229,6 +240,7 @@ def validation_steps(
     finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
     reason = F.coalesce(
         F.when(F.col("_too_long"), F.lit("record_too_long")),
+        F.when(F.col("_bad_encoding"), F.lit("bad_encoding")),
         F.when(F.col("_corrupt"), F.lit(malformed)),
         F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
         F.when(F.col("_key").isNull(), F.lit("missing_key")),
@@ -258,3 +270,17 @@ def validation_steps(
         ]
     )
     return steps
+
+
+def capped_raw(raw: Any) -> Any:
+    """A record's text as ``quarantine.raw`` stores it: valid UTF-8, at most about a KiB.
+
+    Invalid bytes are replaced by U+FFFD; a text longer than :data:`RAW_MAX_BYTES` bytes keeps its first
+    ones and ``…[truncated, N bytes]`` (N: the whole length).
+    """
+    from pyspark.sql import functions as F
+
+    size = F.octet_length(raw)
+    head = F.substring(raw.cast("binary"), 1, RAW_MAX_BYTES).cast("string")
+    mark = F.concat(F.lit("…[truncated, "), size.cast("string"), F.lit(" bytes]"))
+    return F.make_valid_utf8(F.when(size > RAW_MAX_BYTES, F.concat(head, mark)).otherwise(raw))
