@@ -27,7 +27,6 @@ Examples
 from __future__ import annotations
 
 import csv
-import decimal
 import io
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -37,32 +36,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from watermark.timeparse import MAX_ABS_SECONDS, MS_PER_DAY, TIME_FORMATS, parse_text
+
 __all__ = ["TIME_FORMATS", "InputError", "RecordedStream", "read_stream"]
 
-TIME_FORMATS = ("epoch_ms", "epoch_s", "iso")
 
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _PARQUET_MAGIC = b"PAR1"
 _VALUE_WIDTH = 40  # offending values are shown truncated to about this many characters
 _MAX_LISTED_COLUMNS = 15
-_MS_PER_DAY = 86_400_000
-# |seconds| must stay below this for seconds * 1000 (+ rounding) to fit in int64.
-_MAX_ABS_SECONDS = (2**63 - 1) // 1000 - 1
 _MAX_ABS_MS_FLOAT = 2.0**63
-
-# Accepted text forms (RE2 syntax). Surrounding white space is ignored.
-_EPOCH_MS_RE = r"^\s*(?:\+|(?P<neg>-))?(?P<int>\d+)(?:\.0*)?\s*$"
-_EPOCH_S_RE = r"^\s*(?P<sign>[+-]?)(?P<int>\d*)(?:\.(?P<frac>\d*))?\s*$"
-_ISO_RE = (
-    r"^\s*(?P<date>\d{4}-\d{2}-\d{2})"
-    r"(?:[Tt ](?P<h>\d{2})(?::(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?)?)?"
-    r"\s*(?:(?P<z>[Zz])|(?P<zs>[+-])(?P<zh>\d{2})(?::?(?P<zm>\d{2}))?)?\s*$"
-)
-_FORMAT_NAMES = {
-    "epoch_ms": "an integer epoch_ms time",
-    "epoch_s": "an epoch_s number",
-    "iso": "an ISO-8601 time",
-}
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -151,7 +134,8 @@ def read_stream(
         How time text is written: integer epoch milliseconds (integral decimals such as ``"12.0"``
         accepted), epoch seconds (decimals allowed, rounded to the nearest millisecond, halves away from
         zero), or ISO-8601 (``2013-01-01 00:00:00``, ``T`` separator, fractions of seconds - truncated to
-        the millisecond -, ``Z`` or offsets ``+01:00`` / ``+0100`` / ``+01``; naive times are UTC).
+        the millisecond -, ``Z`` or offsets ``+01:00`` / ``+0100`` / ``+01``; naive times are UTC): the
+        syntax of :mod:`watermark.timeparse`, which the streaming job reads time text with too.
         Parquet timestamp and date columns are read natively whatever this says (naive = UTC); Parquet
         integer and float columns are taken as ``epoch_ms`` or ``epoch_s`` as given.
 
@@ -332,11 +316,6 @@ def _mask(array: Any) -> npt.NDArray[np.bool_]:
     import pyarrow.compute as pc
 
     return _np(pc.fill_null(array, False)).astype(bool, copy=False)
-
-
-def _owned_int64(array: Any) -> Int64Array:
-    """Copy a null-free arrow integer array to a writeable int64 numpy array."""
-    return np.array(_np(array), dtype=np.int64)
 
 
 def _arrow_error_text(exc: BaseException) -> str:
@@ -613,16 +592,6 @@ def _cast(array: Any, target: Any, faults: _Faults, reason: str) -> Any:
         return pa.nulls(len(array), target)
 
 
-def _ints(array: Any, faults: _Faults, reason: str, default: str = "0") -> Int64Array:
-    """Digit strings (nulls and empty strings meaning ``default``) to int64."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    filled = pc.fill_null(array, default)
-    filled = pc.if_else(pc.equal(filled, ""), default, filled)
-    return _np(pc.fill_null(_cast(filled, pa.int64(), faults, reason), 0)).astype(np.int64, copy=False)
-
-
 def _to_epoch_ms(array: Any, time_format: str) -> Int64Array:
     """Convert a time column (text or native Parquet type) to int64 epoch ms."""
     import pyarrow as pa
@@ -650,13 +619,13 @@ def _native_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
         if pa.types.is_date32(kind):
             raw = _np(pc.fill_null(pc.cast(array, pa.int32()), 0)).astype(np.int64)
-            factor, divisor = _MS_PER_DAY, 1
+            factor, divisor = MS_PER_DAY, 1
         else:
             raw = _np(pc.fill_null(pc.cast(array, pa.int64()), 0)).astype(np.int64, copy=False)
             unit = "ms" if pa.types.is_date64(kind) else kind.unit
             factor, divisor = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}[unit]
         if factor != 1:
-            faults.where(np.abs(raw) > _MAX_ABS_SECONDS, "time out of the int64 millisecond range")
+            faults.where(np.abs(raw) > MAX_ABS_SECONDS, "time out of the int64 millisecond range")
         faults.check()
         return raw * factor if factor != 1 else np.floor_divide(raw, divisor)
     if time_format == "iso" and (
@@ -668,7 +637,7 @@ def _native_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
         values = _np(pc.fill_null(_cast(array, pa.int64(), faults, "value out of the int64 range"), 0))
         values = values.astype(np.int64, copy=False)
         if time_format == "epoch_s":
-            faults.where(np.abs(values) > _MAX_ABS_SECONDS, "time out of the int64 millisecond range")
+            faults.where(np.abs(values) > MAX_ABS_SECONDS, "time out of the int64 millisecond range")
             faults.check()
             return values * 1000
         faults.check()
@@ -687,97 +656,13 @@ def _native_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
     raise _ColumnFault(msg)
 
 
-def _fast_text_to_epoch_ms(array: Any, time_format: str) -> Int64Array | None:
-    """Convert the plain forms arrow casts directly; None when the column needs the general parser.
-
-    Each cast is first tried on the first value alone, because a failing cast of a large column is slow.
-    Every form accepted here is accepted, with the same meaning, by the general parser.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if array.null_count:
-        return None
-    targets = {
-        "epoch_ms": [pa.int64()],
-        "epoch_s": [pa.int64(), pa.decimal128(20, 3)],
-        "iso": [pa.timestamp("ms"), pa.timestamp("ms", tz="UTC")],
-    }[time_format]
-    for target in targets:
-        try:
-            pc.cast(array.slice(0, 1), target)
-            converted = pc.cast(array, target)
-            if pa.types.is_decimal(target):  # seconds with up to 3 decimals, exactly
-                if pc.any(pc.match_substring_regex(array, "[eE]")).as_py():
-                    continue  # exponent notation is not part of the accepted syntax
-                scale = pa.scalar(decimal.Decimal(1000), pa.decimal128(4, 0))
-                return _owned_int64(pc.cast(pc.multiply(converted, scale), pa.int64()))
-            values = _owned_int64(pc.cast(converted, pa.int64()))
-        except pa.ArrowInvalid:
-            continue
-        if time_format != "epoch_s":
-            return values
-        if not (np.abs(values) > _MAX_ABS_SECONDS).any():
-            return values * 1000
-    return None
-
-
 def _text_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
-    """Parse a string column: a vectorised fast path, then a slower one that pinpoints bad rows."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    fast = _fast_text_to_epoch_ms(array, time_format)
-    if fast is not None:
-        return fast
-
-    faults = _Faults()
-    faults.where(_mask(array.is_null()), "missing (null) value")
-    blank = _mask(pc.equal(pc.utf8_trim_whitespace(array), ""))
-    faults.where(blank, "empty value")
-    pattern = {"epoch_ms": _EPOCH_MS_RE, "epoch_s": _EPOCH_S_RE, "iso": _ISO_RE}[time_format]
-    parts = pc.extract_regex(array, pattern)
-    unmatched = _mask(parts.is_null()) & ~_mask(array.is_null()) & ~blank
-    faults.where(unmatched, f"not {_FORMAT_NAMES[time_format]}")
-
-    def part(name: str) -> Any:
-        return pc.struct_field(parts, name)
-
-    if time_format == "epoch_ms":
-        magnitude = _ints(part("int"), faults, "value out of the int64 range")
-        result = np.where(_mask(pc.equal(part("neg"), "-")), -magnitude, magnitude)
-    elif time_format == "epoch_s":
-        whole, frac = part("int"), part("frac")
-        no_digits = _mask(pc.and_(pc.equal(whole, ""), pc.equal(frac, "")))
-        faults.where(no_digits, f"not {_FORMAT_NAMES[time_format]}")
-        seconds = _ints(whole, faults, "time out of the int64 millisecond range")
-        faults.where(seconds > _MAX_ABS_SECONDS, "time out of the int64 millisecond range")
-        digits = pc.utf8_rpad(pc.fill_null(frac, ""), width=4, padding="0")
-        millis = _ints(pc.utf8_slice_codeunits(digits, 0, 3), faults, "bad fraction")
-        round_up = _ints(pc.utf8_slice_codeunits(digits, 3, 4), faults, "bad fraction") >= 5
-        negative = _mask(pc.equal(part("sign"), "-"))
-        faults.check()
-        magnitude = seconds * 1000 + millis + round_up
-        result = np.where(negative, -magnitude, magnitude)
-    else:
-        dates = _cast(part("date"), pa.date32(), faults, "invalid date")
-        days = _np(pc.fill_null(pc.cast(dates, pa.int32()), 0))
-        hours, minutes = _ints(part("h"), faults, "bad hour"), _ints(part("m"), faults, "bad minute")
-        seconds = _ints(part("s"), faults, "bad second")
-        faults.where((hours > 23) | (minutes > 59) | (seconds > 59), "time of day out of range")
-        padded = pc.utf8_rpad(pc.fill_null(part("f"), ""), width=3, padding="0")
-        fraction = pc.utf8_slice_codeunits(padded, 0, 3)
-        millis = _ints(fraction, faults, "bad fraction")
-        offset_hours = _ints(part("zh"), faults, "bad UTC offset")
-        offset_minutes = _ints(part("zm"), faults, "bad UTC offset")
-        faults.where((offset_hours > 23) | (offset_minutes > 59), "UTC offset out of range")
-        offset_sign = np.where(_mask(pc.equal(part("zs"), "-")), -1, 1)
-        faults.check()
-        offset_ms = offset_sign * (offset_hours * 3_600_000 + offset_minutes * 60_000)
-        day_ms = ((hours * 60 + minutes) * 60 + seconds) * 1000 + millis
-        result = days.astype(np.int64) * _MS_PER_DAY + day_ms - offset_ms
-    faults.check()
-    return np.asarray(result, dtype=np.int64)
+    """Parse a string column with the shared parser (:mod:`watermark.timeparse`); the first bad row faults."""
+    parsed = parse_text(array, time_format)
+    first = parsed.first()
+    if first is not None:
+        raise _RowFault(*first)
+    return parsed.ms
 
 
 def _to_labels(array: Any) -> npt.NDArray[Any]:

@@ -33,8 +33,8 @@ from jobs.arrow_path import (
 from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
 from jobs.stage import arrival_order, label_thresholds, run_stage
-from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
 from jobs.stream.dedup import SeenIds, mark_duplicates
+from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, JobOptions
 from jobs.stream.source import (

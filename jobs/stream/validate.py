@@ -11,6 +11,7 @@ from typing import Any
 
 from jobs.stream.options import Fields
 from jobs.tables import QUARANTINE_REASONS
+from watermark.timeparse import spark_epoch_ms
 
 __all__ = [
     "CORRUPT",
@@ -205,8 +206,8 @@ def validation_steps(
     steps.append(projected)
 
     def epoch_ms(value: Any) -> Any:
-        """Epoch milliseconds from integral text, else from an ISO-8601 timestamp."""
-        return F.coalesce(value.try_cast("long"), F.unix_millis(value.try_cast("timestamp")))
+        """Epoch milliseconds from text, in the job's time syntax and meaning (:mod:`watermark.timeparse`)."""
+        return spark_epoch_ms(value)
 
     def typed_value(slot: str, parse: Any) -> Any:
         """The typed value of ``slot``: as read when typed, else parsed from its text."""
