@@ -556,8 +556,9 @@ def parse_instant(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``jobs/backfill.py`` argument parser."""
     from watermark.cli import OneLineParser
+    from watermark.clilog import entry_prog
 
-    p = OneLineParser(prog="jobs/backfill.py", description=__doc__.split("\n", 1)[0])
+    p = OneLineParser(prog=entry_prog("jobs/backfill.py"), description=__doc__.split("\n", 1)[0])
     p.add_argument("--tables", required=True, help="the streaming job's --output (Delta tables)")
     p.add_argument("--interval-start", required=True, help="data interval start (ISO-8601 or epoch ms)")
     p.add_argument("--interval-end", required=True, help="data interval end, exclusive")
@@ -591,21 +592,20 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``spark-submit jobs/backfill.py`` or ``python -m jobs.backfill``)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
-        options = options_from_args(args)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    from jobs.spark import build_session
+    from watermark.clilog import run_main
 
+    return run_main(build_parser(), _run, argv, errors={BackfillError: 1})
+
+
+def _run(args: argparse.Namespace) -> int:
+    from jobs.spark import build_session
+    from watermark.clilog import usage_errors
+
+    with usage_errors(ConfigError, ValueError):
+        options = options_from_args(args)
     spark = build_session("jobs.backfill")
     try:
         report = run_backfill(spark, options)
-    except BackfillError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     finally:
         spark.stop()
     if args.report:

@@ -52,7 +52,8 @@ generator's source partitions, so that source partition ``i`` goes to Kafka part
 
 The producer is idempotent with ``acks=all``; the feed flushes at the end and checks every delivery report:
 a record not delivered is an error (exit status 1), never a silent drop. ``--pace realtime`` releases each
-record at ``start + (its arrival - first arrival) / speed``; progress lines come every 10,000 records.
+record at ``start + (its arrival - first arrival) / speed``. Progress (every file, every 10,000 records) is
+a bar on a terminal, else a plain line on standard error each 10 % of the work (:mod:`watermark.progress`).
 
 Bad input prints one line ``error: ...`` on standard error and exits with status 2, as ``python -m
 watermark`` does; a Kafka failure (broker unreachable, delivery failed) exits with status 1.
@@ -86,7 +87,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser, delimiter_arg
+from watermark.clilog import CliError, entry_prog, plain_text, run_main
+from watermark.progress import Progress, ProgressReporter, progress_line
 
 __all__ = [
     "FIELDS",
@@ -133,8 +136,6 @@ _MAX_NUMBER = 10**_DIGITS - 1
 _FEED_FILE = re.compile(rf"^{_PREFIX}(\d+)\.(?:{'|'.join(FORMATS)})$")
 _JSON_SPECIAL = r'["\\\x00-\x1f]'  # characters a JSON string must escape (RE2 syntax)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-Progress = Callable[[str], None]
 
 #: Topic configuration of a topic the Kafka feed creates (a replay keeps the recorded arrival times).
 REPLAY_TOPIC_CONFIG = {
@@ -454,7 +455,8 @@ def feed(
         finally:
             temporary.unlink(missing_ok=True)
         if progress is not None:
-            progress(f"file {k + 1}/{files}: {count:,} rows, arrival {_utc(int(tp_ms[lo]))}")
+            line = f"file {k + 1}/{files}: {count:,} rows, arrival {_utc(int(tp_ms[lo]))}"
+            progress(progress_line(line, k + 1, files))
     return {
         "files": files,
         "rows": rows,
@@ -725,7 +727,7 @@ def feed_kafka(
             break
         if progress is not None and (i + 1) % _KAFKA_PROGRESS_ROWS == 0:
             producer.poll(0)
-            progress(f"records {i + 1:,}/{rows:,}: arrival {_utc(timestamps[i])}")
+            progress(progress_line(f"records {i + 1:,}/{rows:,}: arrival {_utc(timestamps[i])}", i + 1, rows))
     undelivered = producer.flush(timeout)
     if failures:
         msg = f"{len(failures):,} record(s) not delivered to topic {topic!r}; first: {failures[0]}"
@@ -737,7 +739,7 @@ def feed_kafka(
         )
         raise KafkaFeedError(msg)
     if progress is not None and rows % _KAFKA_PROGRESS_ROWS:
-        progress(f"records {rows:,}/{rows:,}: arrival {_utc(timestamps[-1])}")
+        progress(progress_line(f"records {rows:,}/{rows:,}: arrival {_utc(timestamps[-1])}", rows, rows))
     return {
         "topic": topic,
         "bootstrap_servers": bootstrap_servers,
@@ -864,7 +866,9 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; its errors print one line and exit with status 2.
 
     """
-    parser = OneLineParser(prog="python -m jobs.feed", description=__doc__.splitlines()[0])
+    parser = OneLineParser(
+        prog=entry_prog("python -m jobs.feed"), description=plain_text(__doc__.splitlines()[0])
+    )
     source = parser.add_argument_group("recorded source (INPUT)")
     source.add_argument(
         "input", nargs="?", metavar="INPUT", help="CSV or Parquet file of the recorded stream"
@@ -873,7 +877,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--arrival-time", metavar="COL", help="arrival-time column")
     source.add_argument("--delimiter", type=delimiter_arg, help="CSV field separator (default ,)")
     source.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is an index")
-    source.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), help="default epoch_ms")
+    source.add_argument(
+        "--time-format",
+        choices=("epoch_ms", "epoch_s", "iso"),
+        help="how times are written (default epoch_ms)",
+    )
     source.add_argument("--partition", metavar="COL", help="source-partition column")
     source.add_argument("--key", metavar="COL", help="key column (default: the partition, else 'all')")
     source.add_argument("--value", metavar="COL", help="numeric value column (default: 1.0)")
@@ -892,7 +900,9 @@ def build_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output: landing files (--out) or a Kafka topic (--topic)")
     output.add_argument("--out", metavar="DIR", help="landing directory (created if missing)")
     output.add_argument("--format", choices=FORMATS, help="file format (default json)")
-    output.add_argument("--rows-per-file", type=int, metavar="N", help="default 1000")
+    output.add_argument(
+        "--rows-per-file", type=int, metavar="N", help="records a landing file (default 1000)"
+    )
     output.add_argument("--max-files", type=int, metavar="N", help="stop after N files")
     output.add_argument(
         "--kafka-bootstrap-servers",
@@ -900,12 +910,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="produce to Kafka (with --topic) instead of files",
     )
     output.add_argument("--topic", metavar="NAME", help="Kafka topic (created if missing, see --partitions)")
-    output.add_argument("--pace", choices=PACES, default="fast", help="default fast")
+    output.add_argument(
+        "--pace",
+        choices=PACES,
+        default="fast",
+        help="fast, or realtime: at the recorded arrival times (default fast)",
+    )
     output.add_argument(
         "--speed", type=float, default=1.0, metavar="X", help="realtime multiplier (default 1)"
     )
     output.add_argument("--no-arrival-time", action="store_true", help="leave arrival_time_ms out")
-    output.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    output.add_argument("--quiet", action="store_true", help="no progress bar or lines on stderr")
     return parser
 
 
@@ -962,7 +977,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from watermark.io import InputError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return run_main(
+        parser,
+        lambda args: _run(parser, args),
+        argv,
+        errors={
+            (InputError, ValueError): EXIT_BAD_INPUT,
+            KafkaFeedError: EXIT_KAFKA_FAILED,
+            KeyboardInterrupt: EXIT_INTERRUPTED,
+        },
+    )
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The feed the parsed arguments ask for; prints its summary (JSON) on standard output."""
+    try:
+        summary = _feed(parser, args)
+    except OSError as exc:
+        msg = f"{exc.filename or args.out}: {exc.strerror or exc}"
+        raise CliError(msg, EXIT_BAD_INPUT) from None
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def _feed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     kafka = _check_output(parser, args)
     options = {
         "fmt": args.format or "json",
@@ -971,17 +1009,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pace": args.pace,
         "speed": args.speed,
     }
-    try:
-        check_options(**options)  # before loading, so a bad option fails fast
+    check_options(**options)  # before loading, so a bad option fails fast
+    if kafka:
+        _check_bootstrap_servers(args.kafka_bootstrap_servers)
+    if args.partitions is not None and args.partitions < 1:
+        msg = f"--partitions must be >= 1, got {args.partitions}"
+        raise ValueError(msg)
+    records = _load(parser, args)
+    with ProgressReporter("feed", unit="record" if kafka else "file", enabled=not args.quiet) as progress:
         if kafka:
-            _check_bootstrap_servers(args.kafka_bootstrap_servers)
-        if args.partitions is not None and args.partitions < 1:
-            msg = f"--partitions must be >= 1, got {args.partitions}"
-            raise ValueError(msg)
-        records = _load(parser, args)
-        progress = None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True)
-        if kafka:
-            summary = feed_kafka(
+            return feed_kafka(
                 records,
                 args.kafka_bootstrap_servers,
                 args.topic,
@@ -991,24 +1028,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 arrival_time=not args.no_arrival_time,
                 progress=progress,
             )
-        else:
-            summary = feed(
-                records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress
-            )
-    except (InputError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KafkaFeedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_KAFKA_FAILED
-    except OSError as exc:
-        print(f"error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(json.dumps(summary), flush=True)
-    return 0
+        return feed(records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress)
 
 
 def _check_output(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser
+from watermark.clilog import entry_prog, plain_text, run_main
 
 __all__ = [
     "DEFAULT_PORT",
@@ -715,8 +716,14 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; its errors print one line and exit with status 2.
 
     """
-    parser = OneLineParser(prog="bin/kafka-local", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "stop", "status"))
+    parser = OneLineParser(
+        prog=entry_prog("bin/kafka-local"), description=plain_text(__doc__.splitlines()[0])
+    )
+    parser.add_argument(
+        "command",
+        choices=("start", "stop", "status"),
+        help="start the broker (in the background), stop it, or report whether it runs",
+    )
     parser.add_argument(
         "--port", metavar="N", help=f"client port for start (default ${PORT_ENV}, else {DEFAULT_PORT})"
     )
@@ -740,16 +747,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ``status`` finds no broker.
 
     """
-    args = build_parser().parse_args(argv)
-    try:
-        port = None if args.port is None else _check_port(args.port, "--port")
-        if not args.timeout > 0:
-            msg = f"--timeout must be > 0, got {args.timeout:g}"
-            raise ValueError(msg)
-        kafka = LocalKafka(port=port, dir=args.dir, start_timeout=args.timeout)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return run_main(
+        build_parser(), _run, argv, errors={ValueError: EXIT_BAD_INPUT, KafkaLocalError: EXIT_FAILED}
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    port = None if args.port is None else _check_port(args.port, "--port")
+    if not args.timeout > 0:
+        msg = f"--timeout must be > 0, got {args.timeout:g}"
+        raise ValueError(msg)
+    kafka = LocalKafka(port=port, dir=args.dir, start_timeout=args.timeout)
 
     if args.command == "status":
         status = kafka.status()
@@ -768,11 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kafka: pid {result['pid']} did not stop within {args.timeout:g} s of SIGTERM: killed")
             return EXIT_FAILED
         return 0
-    try:
-        kafka.start()
-    except KafkaLocalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    kafka.start()
     print(
         f"kafka: started in {kafka.start_seconds:.1f} s, pid {kafka.status()['pid']}, "
         f"listening on {kafka.bootstrap_servers} (dir {kafka.dir}, log {kafka.log_file})"

@@ -19,6 +19,7 @@ how many rows broke it and a few of them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass, field
@@ -215,27 +216,29 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.quality TABLES [--sliding]``: print the summary; exit 1 if an expectation broke."""
-    import argparse
-    import logging
-
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.quality`` argument parser."""
     from watermark.cli import OneLineParser
+    from watermark.clilog import entry_prog, plain_text
 
-    logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    p: argparse.ArgumentParser = OneLineParser(
-        prog="python -m jobs.quality", description=__doc__.split("\n")[0]
+    p = OneLineParser(
+        prog=entry_prog("python -m jobs.quality"), description=plain_text(__doc__.split("\n")[0])
     )
     p.add_argument("tables", help="the streaming job's --output")
     p.add_argument("--sliding", action="store_true", help="the job uses sliding windows")
-    args = p.parse_args(argv)
-    try:
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.quality TABLES [--sliding]``: print the summary; exit 1 if an expectation broke."""
+    from watermark.clilog import run_main
+
+    def run(args: argparse.Namespace) -> int:
         report = check_tables(args.tables, sliding=args.sliding)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(report.summary())
-    return 0 if report.success else 1
+        print(report.summary())
+        return 0 if report.success else 1
+
+    return run_main(build_parser(), run, argv, errors={FileNotFoundError: 2})
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ little history). Only errors (unreadable tables or configuration, a concurrent p
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -252,10 +253,21 @@ def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneRes
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m jobs.retune``: prints the outcome as JSON."""
-    from jobs.backfill import parse_instant
-    from watermark.cli import OneLineParser
+    from watermark.clilog import run_main
 
-    p = OneLineParser(prog="python -m jobs.retune", description=__doc__.split("\n", 1)[0])
+    return run_main(
+        build_parser(), _run, argv, errors={(ConfigError, ValueError, FileNotFoundError, RetuneError): 2}
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m jobs.retune`` argument parser."""
+    from watermark.cli import OneLineParser
+    from watermark.clilog import entry_prog, plain_text
+
+    p = OneLineParser(
+        prog=entry_prog("python -m jobs.retune"), description=plain_text(__doc__.split("\n", 1)[0])
+    )
     p.add_argument("--tables", required=True, help="the streaming job's --output")
     p.add_argument("--config", required=True, help="the job's configuration file (updated when published)")
     p.add_argument("--reports", required=True, help="folder for the report and plot")
@@ -264,23 +276,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-late-pct", type=float, help="default: the configuration's late_slo_pct")
     p.add_argument("--strategies", help="comma-separated strategies to search (default: all)")
     p.add_argument("--min-events", type=int, default=1_000, help="skip with less history (default 1000)")
-    args = p.parse_args(argv)
-    try:
-        options = RetuneOptions(
-            tables=args.tables,
-            config=args.config,
-            reports=args.reports,
-            end_ms=parse_instant(args.end),
-            history_ms=int(args.history_hours * 3_600_000),
-            target_late_pct=args.target_late_pct,
-            strategies=tuple(s for s in args.strategies.split(",") if s) if args.strategies else None,
-            min_events=args.min_events,
-        )
-        outcome = retune(options)
-    except (ConfigError, ValueError, FileNotFoundError, RetuneError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(outcome.as_dict()))
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from jobs.backfill import parse_instant
+
+    options = RetuneOptions(
+        tables=args.tables,
+        config=args.config,
+        reports=args.reports,
+        end_ms=parse_instant(args.end),
+        history_ms=int(args.history_hours * 3_600_000),
+        target_late_pct=args.target_late_pct,
+        strategies=tuple(s for s in args.strategies.split(",") if s) if args.strategies else None,
+        min_events=args.min_events,
+    )
+    print(json.dumps(retune(options).as_dict()))
     return 0
 
 

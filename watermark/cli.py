@@ -1,7 +1,10 @@
-"""Command line: ``python -m watermark {replay,compare,synth,strategies} ...``.
+"""Command line: ``python -m watermark`` (``awm``) ``{replay,compare,tune,synth,strategies} ...``.
 
 Bad input (a missing column, an unparseable time, an empty file, an invalid parameter) prints one line
-``error: ...`` on standard error and exits with status 2.
+``error: ...`` on standard error and exits with status 2; ``tune`` exits with status 1 when no setting
+meets the target. Logging, ``--log-format`` and the exit statuses are shared with the other commands
+(:mod:`watermark.clilog`); ``compare`` and ``tune`` show a progress bar on a terminal
+(:mod:`watermark.progress`).
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import sys
 from collections.abc import Sequence
 from typing import Any
+
+from watermark.clilog import entry_prog, run_main
+from watermark.progress import ProgressReporter
 
 EXIT_BAD_INPUT = 2
 
@@ -40,7 +45,12 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arrival-time", required=True, metavar="COL", help="arrival-time column")
     p.add_argument("--delimiter", type=delimiter_arg, default=",", help="CSV field separator (default ,)")
     p.add_argument("--no-header", action="store_true", help="the CSV has no header: COL is a 0-based index")
-    p.add_argument("--time-format", choices=("epoch_ms", "epoch_s", "iso"), default="epoch_ms")
+    p.add_argument(
+        "--time-format",
+        choices=("epoch_ms", "epoch_s", "iso"),
+        default="epoch_ms",
+        help="how the time columns are written (default epoch_ms)",
+    )
     p.add_argument("--partition", metavar="COL", help="source partition column: one generator per partition")
     p.add_argument("--key", metavar="COL", help="aggregation key column: windows per key")
     p.add_argument("--straggler-ms", type=int, default=500, help="straggler window width (default 500)")
@@ -66,8 +76,14 @@ def _window_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m watermark`` argument parser."""
-    parser = OneLineParser(prog="python -m watermark", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser = OneLineParser(
+        prog=entry_prog("python -m watermark"),
+        description="Replay recorded streams through watermark strategies: replay one, compare a grid, "
+        "tune for a late-data target, write a synthetic stream, list the strategies.",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND", title="commands"
+    )
 
     rp = sub.add_parser("replay", help="replay a recorded stream through one strategy and report")
     _add_input_flags(rp)
@@ -113,10 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--plot", metavar="FILE.png", help="write the trade-off curve with the choice marked")
 
     sp = sub.add_parser("synth", help="write a synthetic out-of-order stream (CSV or Parquet)")
-    sp.add_argument("--events", type=int, default=100_000)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--partitions", type=int, default=8)
-    sp.add_argument("--keys", type=int, default=1_000)
+    sp.add_argument("--events", type=int, default=100_000, help="events to generate (default 100000)")
+    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sp.add_argument("--partitions", type=int, default=8, help="source partitions (default 8)")
+    sp.add_argument("--keys", type=int, default=1_000, help="aggregation keys (default 1000)")
     sp.add_argument("--output", required=True, help="file to write: .parquet or .csv")
 
     sub.add_parser("strategies", help="list the strategies with their parameters and defaults")
@@ -210,26 +226,27 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
     windows = [WindowSpec(w) for w in args.window_ms]
     stream = _read(args)
-    rows = run_grid(
-        stream.te_ms,
-        stream.tp_ms,
-        windows=windows,
-        grid=grid,
-        strategies=strategies,
-        **_options(args, stream),
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    with ProgressReporter("compare", unit="run") as progress:
+        rows = run_grid(
+            stream.te_ms,
+            stream.tp_ms,
+            windows=windows,
+            grid=grid,
+            strategies=strategies,
+            **_options(args, stream),
+            progress=progress,
+        )
     print(json.dumps(rows) if args.json else markdown_table(rows))
     return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from watermark.evaluate import WindowSpec
-    from watermark.tune import TuneError, plot, tune
+    from watermark.tune import plot, tune
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
     stream = _read(args)
-    try:
+    with ProgressReporter("tune", unit="run") as progress:
         result = tune(
             stream.te_ms,
             stream.tp_ms,
@@ -238,11 +255,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             strategies=strategies,
             **_options(args, stream),
             recent_fraction=args.recent_fraction,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            progress=progress,
         )
-    except TuneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     if args.plot:
         plot(result, args.plot)
     out = result.as_dict()
@@ -297,8 +311,8 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     from watermark.io import InputError
+    from watermark.tune import TuneError
 
-    args = build_parser().parse_args(argv)
     commands = {
         "replay": _cmd_replay,
         "compare": _cmd_compare,
@@ -306,8 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "synth": _cmd_synth,
         "strategies": _cmd_strategies,
     }
-    try:
-        return commands[args.command](args)
-    except (InputError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return run_main(
+        build_parser(),
+        lambda args: commands[args.command](args),
+        argv,
+        errors={TuneError: 1, (InputError, ValueError): EXIT_BAD_INPUT},
+    )

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.progress import progress_line
 from watermark.registry import STRATEGIES, make
 
 #: The default grid: the seed papers' settings (Tables 2 and 3 of the adaptive-watermarks paper, Table 2 of
@@ -93,8 +94,6 @@ def run_grid(
     runs = [(n, dict(p), w) for n in names for p in grid[n] for w in windows]
     rows = []
     for i, (name, params, window) in enumerate(runs, 1):
-        if progress is not None:
-            progress(f"[{i}/{len(runs)}] {name} {params} window {window.window_ms} ms")
         result = replay(
             te_a,
             tp_a,
@@ -108,6 +107,9 @@ def run_grid(
             partition_mode=partition_mode,
         )
         rows.append(result.summary() | {"grid_params": params})
+        if progress is not None:  # after each run: the line counts the runs done
+            line = f"[{i}/{len(runs)}] {name} {params} window {window.window_ms} ms"
+            progress(progress_line(line, i, len(runs)))
     return rows
 
 

@@ -46,6 +46,7 @@ from numpy.typing import ArrayLike
 from watermark.combine import factorize
 from watermark.compare import chosen_strategies, run_grid
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.progress import offset_progress
 
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
 SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
@@ -243,7 +244,8 @@ def tune(
         if key is not None and _keys_in_one_partition(partition, key):
             modes.append("scoped")
     rows = []
-    for mode in modes:
+    per_mode = sum(len(grid[name]) for name in names)
+    for index, mode in enumerate(modes):
         rows += run_grid(
             te_a,
             tp_a,
@@ -254,7 +256,7 @@ def tune(
             key=key,
             straggler_ms=straggler_ms,
             idle_timeout_ms=idle_timeout_ms,
-            progress=progress,
+            progress=offset_progress(progress, index * per_mode, len(modes) * per_mode),
             partition_mode=mode or "min",
         )
     candidates = [

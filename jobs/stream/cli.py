@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ from watermark.config import (
     load_config,
     write_config,
 )
+
+log = logging.getLogger("jobs.stream")
 
 
 def summarize(output: str) -> dict[str, Any]:
@@ -78,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.stream`` argument parser."""
     import jobs.stream as package
     from watermark.cli import OneLineParser
+    from watermark.clilog import entry_prog, plain_text
 
-    p = OneLineParser(prog="python -m jobs.stream", description=package.__doc__.splitlines()[0])
+    p = OneLineParser(
+        prog=entry_prog("python -m jobs.stream"), description=plain_text(package.__doc__.splitlines()[0])
+    )
     p.add_argument("--input", help="landing directory (not with --format rate or kafka)")
     p.add_argument(
         "--format",
@@ -99,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
     )
-    p.add_argument("--rate-rows-per-second", type=int, default=RateOptions.rows_per_second)
+    p.add_argument(
+        "--rate-rows-per-second",
+        type=int,
+        default=RateOptions.rows_per_second,
+        help="rows a second (--format rate)",
+    )
     p.add_argument(
         "--rate-rows-per-batch",
         type=int,
@@ -107,8 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="deterministic rate source: exactly N rows per micro-batch, timestamps advancing N / "
         "rows-per-second seconds a batch whatever the wall clock (a restart replays identical batches)",
     )
-    p.add_argument("--rate-keys", type=int, default=RateOptions.keys)
-    p.add_argument("--rate-partitions", type=int, default=RateOptions.partitions)
+    p.add_argument("--rate-keys", type=int, default=RateOptions.keys, help="keys (--format rate)")
+    p.add_argument(
+        "--rate-partitions", type=int, default=RateOptions.partitions, help="partitions (--format rate)"
+    )
     p.add_argument(
         "--rate-max-delay-ms", type=int, default=RateOptions.max_delay_ms, help="event time = arrival - delay"
     )
@@ -124,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="watermark strategy (without --config; default slo, the late-rate SLO watermark)",
     )
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
-    p.add_argument("--window-ms", type=int, default=1_000)
-    p.add_argument("--slide-ms", type=int)
+    p.add_argument("--window-ms", type=int, default=1_000, help="window length (default 1000)")
+    p.add_argument("--slide-ms", type=int, help="window slide (default: tumbling windows)")
     p.add_argument(
         "--late-slo-pct", type=float, default=1.0, help="target late share, %% (the slo strategy's target)"
     )
@@ -154,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="available-now",
         help="available-now, or interval=DURATION (5s, 500ms, 2 minutes)",
     )
-    p.add_argument("--max-files-per-trigger", type=int)
+    p.add_argument("--max-files-per-trigger", type=int, help="landing files per micro-batch at most")
     p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
     p.add_argument(
         "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
@@ -304,35 +315,31 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; prints the run's summary as JSON."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
-        options = options_from_args(args)
-    except (ConfigError, ValueError, CheckpointError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    from watermark.clilog import run_main
+
+    return run_main(build_parser(), _run, argv, errors={})
+
+
+def _run(args: argparse.Namespace) -> int:
     from jobs.spark import build_session
     from monitoring.server import MetricsPortBusy
+    from watermark.clilog import usage_errors
 
+    with usage_errors(ConfigError, ValueError, CheckpointError):
+        options = options_from_args(args)
     metrics, server = None, None
     if options.metrics_port is not None:  # bound before Spark starts, so a busy port fails at once
-        try:
+        with usage_errors(MetricsPortBusy):
             metrics, server = serve_metrics(options)
-        except MetricsPortBusy as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     idle = idle_timeout_summary(options.config)
-    print(f"partition idle timeout: {idle['idle_timeout_ms']} ms ({idle['idle_timeout']})", file=sys.stderr)
+    log.info("partition idle timeout: %s ms (%s)", idle["idle_timeout_ms"], idle["idle_timeout"])
     spark = build_session("jobs.stream")
     try:
         run_job(spark, options, metrics)
     except KeyboardInterrupt:
         for query in spark.streams.active:
             query.stop()
-        print(
-            "interrupted: restart with the same --checkpoint to continue exactly where it stopped",
-            file=sys.stderr,
-        )
+        log.warning("interrupted: restart with the same --checkpoint to continue exactly where it stopped")
         return 130
     finally:
         spark.stop()

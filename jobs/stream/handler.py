@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -572,14 +571,21 @@ class BatchHandler:
             self.metrics.batch_done(observe())
         if self.options.progress:
             wm = "none" if report.watermark_ms == NO_WATERMARK else f"{report.watermark_ms}"
-            print(
-                f"batch {report.batch_id}: {report.rows:,} rows ({report.path} reader, stage in "
-                f"{report.stage_in}), {report.quarantined:,} quarantined, "
-                f"{report.late:,} late, "
-                f"{report.fired:,} windows fired, {report.open_windows:,} open, watermark {wm}, "
-                f"config v{report.config_version}, {report.seconds:.2f} s",
-                file=sys.stderr,
-                flush=True,
+            log.info(  # bare: the text log format writes the line alone, like a progress line
+                "batch %d: %s rows (%s reader, stage in %s), %s quarantined, %s late, %s windows fired, "
+                "%s open, watermark %s, config v%d, %.2f s",
+                report.batch_id,
+                f"{report.rows:,}",
+                report.path,
+                report.stage_in,
+                f"{report.quarantined:,}",
+                f"{report.late:,}",
+                f"{report.fired:,}",
+                f"{report.open_windows:,}",
+                wm,
+                report.config_version,
+                report.seconds,
+                extra={"bare": True},
             )
 
     def _process_in_executors(

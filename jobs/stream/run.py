@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,6 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
     assert options.metrics_port is not None
     metrics = JobMetrics(CollectorRegistry())
     server = serve(metrics.registry, options.metrics_port, options.metrics_host)
-    print(f"metrics at {server.url}", file=sys.stderr, flush=True)
     return metrics, server
 
 
