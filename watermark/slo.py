@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from river.drift import ADWIN
 
+from watermark.adwin_state import adwin_state, restore_adwin
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int, optional_int
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
@@ -216,7 +217,7 @@ class LateRateSLO(WatermarkGenerator):
         self._recent: deque[int] = deque()  # lateness values of the current regime, oldest first
         self._recent_tp: deque[int] = deque()  # their arrival instants
         self._sorted: list[int] = []  # the same values, sorted
-        self._fed: list[int] = []  # values fed to ADWIN since it was last rebuilt (a snapshot re-feeds them)
+        self._fed = 0  # values fed to ADWIN since it was last rebuilt
         self._adwin = ADWIN(delta=self.adwin_delta)
         self._arrivals = 0
         self._late = 0
@@ -328,7 +329,7 @@ class LateRateSLO(WatermarkGenerator):
             while self._recent_tp[0] <= tp - self.horizon_ms:
                 self._drop_oldest()
         value = min(lateness, 2 * self._delay + 50)  # a burst of outliers is not a new regime
-        self._fed.append(value)
+        self._fed += 1
         self._adwin.update(_scaled(value))
         if self._adwin.drift_detected:
             self._drifts += 1
@@ -339,7 +340,7 @@ class LateRateSLO(WatermarkGenerator):
             while len(self._recent) > keep:
                 self._drop_oldest()
             self._rebuild(self._clipped(list(self._recent)))
-        elif len(self._fed) >= 2 * self.sample_size:
+        elif self._fed >= 2 * self.sample_size:
             self._rebuild(self._clipped(list(self._recent)))
 
     def _clipped(self, values: list[int]) -> list[int]:
@@ -353,14 +354,10 @@ class LateRateSLO(WatermarkGenerator):
 
     def _rebuild(self, values: list[int]) -> None:
         self._adwin = ADWIN(delta=self.adwin_delta)
-        self._fed = []
+        self._fed = 0
         for v in values:
-            self._fed.append(v)
+            self._fed += 1
             self._adwin.update(_scaled(v))
-
-    def _refeed(self, fed: list[int]) -> None:
-        """Rebuild ADWIN from the exact values it was fed (a snapshot's)."""
-        self._rebuild(fed)
 
     def _estimate(self) -> int:
         k = len(self._sorted)
@@ -420,7 +417,10 @@ class LateRateSLO(WatermarkGenerator):
             "max_te": self._max_te,
             "recent": encode_i64(np.array(self._recent, np.int64)),
             "recent_tp": encode_i64(np.array(self._recent_tp, np.int64)),
-            "fed": encode_i64(np.array(self._fed, np.int64)),
+            # ADWIN's window buckets as plain data (watermark.adwin_state): O(log n), never a pickle, and
+            # not the values it was fed (up to 2 * sample_size of them), so a snapshot stays small.
+            "adwin": adwin_state(self._adwin),
+            "fed": self._fed,
             "arrivals": self._arrivals,
             "late": self._late,
             "delay": self._delay,
@@ -444,7 +444,11 @@ class LateRateSLO(WatermarkGenerator):
         self._recent = deque(recent)
         self._recent_tp = deque(decode_i64(state["recent_tp"]).tolist())
         self._sorted = sorted(recent)
-        self._refeed(decode_i64(state["fed"]).tolist())  # ADWIN is deterministic: re-feeding restores it
+        if "adwin" in state:
+            self._adwin = restore_adwin(state["adwin"])
+            self._fed = int(state["fed"])
+        else:  # a snapshot from before ADWIN's state was kept: the values it was fed (re-feeding restores it)
+            self._rebuild(decode_i64(state["fed"]).tolist())
         self._arrivals = int(state["arrivals"])
         self._late = int(state["late"])
         self._delay = int(state["delay"])
