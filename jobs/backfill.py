@@ -68,7 +68,7 @@ from deltalake import DeltaTable  # noqa: E402
 from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
 from jobs.spark import arrow_frame  # noqa: E402
-from jobs.tables import AGGREGATES_SCHEMA, read_delta  # noqa: E402
+from jobs.tables import AGGREGATES_SCHEMA, PARTITIONS, day_of, read_delta  # noqa: E402
 from jobs.windows import assign_windows  # noqa: E402
 from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
@@ -183,7 +183,12 @@ def rows_to_mark(classified: Any) -> Any:
     from pyspark.sql import functions as F
 
     done = F.min(F.when(F.col("status") == "deferred", 0).otherwise(1))
-    return classified.groupBy(*_ROW_ID).agg(done.alias("_done")).filter("_done = 1").select(*_ROW_ID)
+    return (
+        classified.groupBy(*_ROW_ID)
+        .agg(done.alias("_done"), F.min("event_time_ms").alias("event_time_ms"))
+        .filter("_done = 1")
+        .select(*_ROW_ID, "event_time_ms")
+    )
 
 
 def corrected_rows(partials: pa.Table, current: pa.Table, now_ms: int) -> pa.Table:
@@ -262,8 +267,26 @@ def _open(path: str) -> DeltaTable | None:
         return None
 
 
-def _read(dt: DeltaTable, path: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
-    return read_delta(dt, path, columns, where)
+def _read(
+    dt: DeltaTable,
+    path: str,
+    columns: list[str] | None = None,
+    where: Any = None,
+    days: tuple[int | None, int | None] | None = None,
+) -> pa.Table:
+    return read_delta(dt, path, columns, where, days)
+
+
+def _partition_condition(spark: Any, path: str, table: str, lo_ms: int, hi_ms: int) -> str:
+    """A MERGE condition on ``table``'s date partition for instants in ``[lo_ms, hi_ms]``.
+
+    Empty when the table is not partitioned that way. Delta then reads, and checks for conflicts, only
+    those partitions.
+    """
+    column = PARTITIONS[table][0]
+    if column not in _spark_table(spark, path).toDF().columns:
+        return ""
+    return f" AND t.{column} >= DATE'{day_of(lo_ms)}' AND t.{column} <= DATE'{day_of(hi_ms)}'"
 
 
 def run_backfill(
@@ -362,7 +385,7 @@ def _plan(
     stats = _read(agg_dt, agg_path, ["trigger_watermark_ms", "window_end_ms", "flushed"])
     wm_horizon = horizon(stats)
     span = (pc.field("window_start_ms") >= lo) & (pc.field("window_start_ms") <= hi)
-    current = _read(agg_dt, agg_path, None, span)
+    current = _read(agg_dt, agg_path, list(AGGREGATES_SCHEMA.names), span, days=(lo, hi))
 
     late_df = arrow_frame(spark, late.select(["key", "event_time_ms", "value", *_ROW_ID]))
     windows_df = arrow_frame(
@@ -422,7 +445,7 @@ def _merge_aggregates(spark: Any, path: str, corrected: pa.Table, current: pa.Ta
     condition = (
         "t.key = s.key AND t.window_start_ms = s.window_start_ms AND t.window_end_ms = s.window_end_ms"
         f" AND t.window_start_ms >= {lo} AND t.window_start_ms <= {hi}"
-    )
+    ) + _partition_condition(spark, path, "aggregates", lo, hi)
     metrics = (
         _spark_table(spark, path)
         .alias("t")
@@ -496,10 +519,11 @@ def _mark_reconciled(spark: Any, path: str, marks: pa.Table) -> int:
 
     batches = marks.column("batch_id")
     lo, hi = int(pc.min(batches).as_py()), int(pc.max(batches).as_py())
+    te = marks.column("event_time_ms")
     condition = (
         "t.batch_id = s.batch_id AND t.line = s.line AND coalesce(t.file, '') = coalesce(s.file, '')"
         f" AND t.batch_id >= {lo} AND t.batch_id <= {hi}"
-    )
+    ) + _partition_condition(spark, path, "late_events", int(pc.min(te).as_py()), int(pc.max(te).as_py()))
     metrics = (
         _spark_table(spark, path)
         .alias("t")
