@@ -283,7 +283,7 @@ def overview() -> dict[str, Any]:
             "Query failures",
             "Streaming queries that ended with an error in the last hour (the job keeps serving its metrics "
             "until Prometheus has scraped the failure).",
-            [(f"sum(increase(awm_query_terminated_with_error_total{{{I}}}[1h]))", "failures")],
+            [(f"sum(max_over_time(awm_query_terminated_with_error_total{{{I}}}[1h]))", "failures")],
             "stat",
             "short",
             4,

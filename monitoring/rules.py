@@ -119,7 +119,9 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "AwmStreamingQueryFailed",
         "page",
-        "increase(awm_query_terminated_with_error_total[{rate_window}]) > 0",
+        # max_over_time, not increase(): a job that fails before its first scrape has one sample only. The
+        # job exits after a failure (a restart counts from 0), and serves until the failure is scraped.
+        "max_over_time(awm_query_terminated_with_error_total[{rate_window}]) > 0",
         "0m",
         "The streaming query ended with an error",
         "Spark's streaming query on {{{{ $labels.instance }}}} terminated with an exception; no batch runs "

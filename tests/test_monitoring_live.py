@@ -227,3 +227,42 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         endpoint.stop()
         for server in servers:
             server.stop()
+
+
+def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(spark, tmp_path):
+    """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
+    keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
+    from jobs.feed import feed
+    from monitoring.local import free_port
+    from tests.test_stream import iot_records
+
+    port = free_port()
+    alert_file = tmp_path / "alerts.yml"
+    alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=TEST_THRESHOLDS))
+    cfg = prometheus_config(
+        tmp_path / "prometheus.json", {"awm_job": f"127.0.0.1:{port}"}, rule_files=[alert_file], interval="1s"
+    )
+    prom = start_prometheus(cfg, tmp_path / "prometheus")
+    try:
+        feed(iot_records(400), tmp_path / "in", rows_per_file=200)
+        (tmp_path / "out").write_text("a file where the tables should be\n")
+        opts = JobOptions(
+            input=str(tmp_path / "in"),
+            output=str(tmp_path / "out"),
+            checkpoint=str(tmp_path / "ck"),
+            config=config(),
+            progress=False,
+            metrics_port=port,
+        )
+        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever Spark raises for the failed query
+            run_job(spark, opts)
+        # run_job has returned: its server is down, so only what was scraped before counts
+        with pytest.raises(OSError):
+            import urllib.request
+
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        scraped = query(prom, "max_over_time(awm_query_terminated_with_error_total[5m])")["data"]["result"]
+        assert [float(r["value"][1]) for r in scraped] == [1.0]
+        wait_until(lambda: "AwmStreamingQueryFailed" in firing(prom), 60, "AwmStreamingQueryFailed to fire")
+    finally:
+        prom.stop()
