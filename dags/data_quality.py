@@ -77,7 +77,7 @@ def awm_data_quality() -> None:
         if not report.success:  # the data will not change by retrying: fail at once
             raise AirflowFailException(report.summary())
         print(outcome.report_outcome("quality", ok=True, context=context, values=values))
-        return report.as_dict() | {"interval": interval}
+        return report.as_dict() | {"interval": list(interval) if interval else None}
 
     check_tables(settings_.override(task_id="settings")())
 
