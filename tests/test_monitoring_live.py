@@ -144,6 +144,20 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             },
             duration_s=30.0,
         )
+        push_outcome(
+            gateway.url,
+            "quality",
+            ok=True,
+            values={"expectations": 20, "failed_expectations": 0, "rows_checked": 4_800},
+            duration_s=6.0,
+        )
+        push_outcome(
+            gateway.url,
+            "maintenance",
+            ok=True,
+            values={"files_before": 120, "files_after": 9, "files_vacuumed": 111, "arrivals_deleted": 0},
+            duration_s=40.0,
+        )
         rule_dir = tmp_path / "rules"
         rule_dir.mkdir()
         alert_file = rule_dir / "alerts.yml"
@@ -185,6 +199,9 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             f"alert {name}": expr for name, expr in rules.all_alert_expressions(TEST_THRESHOLDS).items()
         }
         expressions |= {f"record {name}": expr for name, expr in rules.all_recording_rules().items()}
+        expressions |= {  # parsed and fed, not required to return data (no configuration change yet)
+            f"annotation {uid} / {name}": expr for uid, name, expr in dashboards.annotation_queries()
+        }
         problems = []
         for label, expr in expressions.items():
             answer = query(prom, expr)
