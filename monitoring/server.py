@@ -13,12 +13,17 @@ import errno
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 log = logging.getLogger(__name__)
+
+
+#: After the scrape that collected a failure, how long the server stays up so that its response is sent.
+SCRAPE_GRACE_S = 1.0
 
 
 class MetricsPortBusy(RuntimeError):
@@ -67,6 +72,8 @@ class MetricsServer:
         seen = metrics.wait_until_scraped(wait)
         if not seen:
             log.error("no scrape within %.0f s: the failure may not reach Prometheus", wait)
+        else:  # the scrape has collected the failure; let its response reach Prometheus before shutting down
+            time.sleep(SCRAPE_GRACE_S)
         return seen
 
 

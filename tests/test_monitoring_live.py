@@ -278,8 +278,12 @@ def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_
             import urllib.request
 
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
-        scraped = query(prom, "max_over_time(awm_query_terminated_with_error_total[5m])")["data"]["result"]
-        assert [float(r["value"][1]) for r in scraped] == [1.0]
+
+        def failures_scraped():
+            got = query(prom, "max_over_time(awm_query_terminated_with_error_total[5m])")["data"]["result"]
+            return [float(r["value"][1]) for r in got]
+
+        assert wait_until(failures_scraped, 30, "the scraped failure in Prometheus's storage") == [1.0]
         wait_until(lambda: "AwmStreamingQueryFailed" in firing(prom), 60, "AwmStreamingQueryFailed to fire")
     finally:
         prom.stop()
