@@ -34,6 +34,11 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway 
     say "Prometheus not found (monitoring tests need prometheus, promtool and the Pushgateway): installing"
     apt_install prometheus prometheus-pushgateway
 fi
+# Airflow's real-scheduler test runs its metadata DB on PostgreSQL (initdb/pg_ctl of the Debian package).
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+    say "PostgreSQL not found (the Airflow scheduler test runs one): installing postgresql"
+    apt_install postgresql
+fi
 
 STAMP_FILE=.venv/.installed
 STAMP="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"

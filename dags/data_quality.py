@@ -1,4 +1,4 @@
-"""### Data quality (hourly, at half past)
+"""### Data quality (after each backfill)
 
 Great Expectations suites on the pipeline's Delta tables (`jobs/quality.py`): `aggregates` (keys not
 null, window end after start, counts positive, revisions and late counts non-negative, one row per
@@ -6,38 +6,53 @@ window), `late_events`, `quarantine` (reasons from the known set) and the conser
 tables after reconciliation. A broken expectation fails the task at once (no retry: the data would not
 change); its log and error list each one with its table, the rule, how many rows break it and examples.
 
-Runs at half past the hour, after the hourly backfill. Params: `tables`, `config` (sliding windows skip
-the one-window-per-late-row total).
+**Scheduled on the Assets** `awm_aggregates` and `awm_late_events`: it runs when the backfill DAG has
+updated them, and checks **that backfill's data interval only** (named by the Asset events; several
+events: from the earliest start to the latest end), with every read pushed down to the files. A manual run
+checks `interval_start`..`interval_end` (ISO-8601), or the hour before its logical date, or with
+`whole_tables` every row.
+
+The outcome is pushed as `awm_quality_*` (alert `AwmDataQualityFailing`) by `dags/outcome.py`.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, task
 
+from dags import outcome
 from dags import pipeline_settings as settings
 
 
 @dag(
     dag_id="awm_data_quality",
-    schedule="30 * * * *",
+    schedule=[settings.AGGREGATES, settings.LATE_EVENTS],
     start_date=settings.START,
     catchup=False,
     max_active_runs=1,
-    default_args=settings.DEFAULT_ARGS,
+    dagrun_timeout=timedelta(minutes=30),
+    default_args=settings.default_args("quality"),
+    on_failure_callback=outcome.PushOutcome("quality"),
     tags=[*settings.TAGS, "data-quality"],
     doc_md=__doc__,
-    params={
-        "tables": Param(settings.TABLES, type="string", description="the streaming job's --output"),
-        "config": Param(settings.CONFIG, type="string", description="the job's --config (window spec)"),
+    params=settings.location_params()
+    | {
+        "interval_start": Param("", type="string", description="manual runs: ISO-8601 start"),
+        "interval_end": Param("", type="string", description="manual runs: ISO-8601 end (exclusive)"),
+        "whole_tables": Param(False, type="boolean", description="check every row, not one interval"),
     },
 )
 def awm_data_quality() -> None:
-    """Hourly data-quality checks (see the module docstring)."""
+    """Data-quality checks of each backfilled interval (see the module docstring)."""
 
-    @task
-    def check_tables(**context: Any) -> dict[str, Any]:
+    @task(execution_timeout=timedelta(minutes=2))
+    def settings_(**context: Any) -> dict[str, str]:
+        return settings.resolve(context["params"])
+
+    @task(execution_timeout=timedelta(minutes=20))
+    def check_tables(resolved: dict[str, str], **context: Any) -> dict[str, Any]:
         import os
 
         from airflow.sdk.exceptions import AirflowFailException
@@ -45,18 +60,48 @@ def awm_data_quality() -> None:
         from jobs.quality import check_tables
         from watermark.config import load_config
 
-        params = context["params"]
-        sliding = False
-        if os.path.exists(params["config"]):
-            window = load_config(params["config"]).window
+        sliding, window_ms = False, None
+        if os.path.exists(resolved["config"]):
+            window = load_config(resolved["config"]).window
             sliding = window.slide_ms is not None and window.slide_ms != window.window_ms
-        report = check_tables(params["tables"], sliding=sliding)
+            window_ms = window.window_ms
+        interval, tables = checked_interval(context)
+        tables = tables or resolved["tables"]
+        report = check_tables(tables, sliding=sliding, interval=interval, window_ms=window_ms)
         print(report.summary())
+        values = {
+            "expectations": report.expectations,
+            "failed_expectations": len(report.failures),
+            "rows_checked": sum(report.rows.values()),
+        }
         if not report.success:  # the data will not change by retrying: fail at once
             raise AirflowFailException(report.summary())
-        return report.as_dict()
+        print(outcome.report_outcome("quality", ok=True, context=context, values=values))
+        return report.as_dict() | {"interval": list(interval) if interval else None}
 
-    check_tables()
+    check_tables(settings_.override(task_id="settings")())
+
+
+def checked_interval(context: Any) -> tuple[tuple[int, int] | None, str | None]:
+    """The interval to check (epoch ms; None: whole tables) and the tables the Asset events name."""
+    from datetime import datetime, timedelta
+
+    params = context["params"]
+    if params.get("whole_tables"):
+        return None, None
+    events = [e for evs in (context.get("triggering_asset_events") or {}).values() for e in evs]
+    extras = [e.extra for e in events if e.extra and "interval_start_ms" in e.extra]
+    if extras:
+        start = min(int(x["interval_start_ms"]) for x in extras)
+        end = max(int(x["interval_end_ms"]) for x in extras)
+        return (start, end), str(extras[-1].get("tables") or "") or None
+    if params.get("interval_start") and params.get("interval_end"):
+        start_at = datetime.fromisoformat(params["interval_start"])
+        end_at = datetime.fromisoformat(params["interval_end"])
+    else:
+        end_at = context["logical_date"] or datetime.now().astimezone()
+        start_at = end_at - timedelta(hours=1)
+    return (int(start_at.timestamp() * 1000), int(end_at.timestamp() * 1000)), None
 
 
 awm_data_quality()

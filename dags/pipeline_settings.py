@@ -1,70 +1,145 @@
-"""Defaults every DAG of the pipeline shares, read from the environment (no other work at import).
+"""What every DAG of the pipeline shares: its Assets, timeouts, and settings read from Airflow at run time.
 
-=====================  ==============================================  ===================================
-variable               meaning                                         default
-=====================  ==============================================  ===================================
-``AWM_TABLES``         the streaming job's ``--output`` (Delta tables)  ``<project>/out/demo/tables``
-``AWM_CONFIG``         the job's ``--config`` (watermark configuration) ``<project>/out/demo/watermark.json``
-``AWM_REPORTS``        where backfill and re-tuning reports go          ``<project>/out/reports``
-``AWM_SPARK_CONN_ID``  Airflow connection of the Spark master           ``awm_spark_local`` (local)
-``AWM_PUSHGATEWAY``    Pushgateway ``host:port`` for task outcomes       empty: nothing is pushed
-``AWM_PYTHON``         Python of the Spark driver and workers           this interpreter
-=====================  ==============================================  ===================================
+Nothing here reads the environment or the metadata DB when a DAG file is parsed. Settings are Airflow
+Variables and Connections, looked up by the first task of each run (:func:`resolve`), which hands them to
+the others by XCom; a run's params (``--conf`` or the UI) override the Variables.
 
-Each becomes the default of a typed DAG parameter, so a run can override it (``--conf`` or the UI).
+Variables (built-in default in parentheses):
+
+- ``awm_tables``: the streaming job's ``--output``, the Delta tables (``<project>/out/demo/tables``)
+- ``awm_config``: the job's ``--config``, its watermark configuration (``<project>/out/demo/watermark.json``)
+- ``awm_reports``: re-tuning reports and plots (``<project>/out/reports``)
+- ``awm_python``: Python of the Spark driver and executors (the worker's interpreter)
+- ``awm_vacuum_retain_hours``: VACUUM keeps files removed less than this long ago (``168``, 7 days)
+- ``awm_arrivals_retain_days``: ``arrivals`` rows that arrived longer ago are deleted (``30``)
+
+Connections:
+
+- ``awm_spark``: the Spark master the backfill and maintenance jobs are submitted to (type ``spark``; host
+  ``local[*]``, ``spark://HOST`` with a port, ``yarn`` or ``k8s://...``)
+- ``awm_pushgateway``: the Pushgateway (host, port) for every DAG's outcome; not defined: nothing is pushed
+
+Results pass between tasks by XCom, or as files under the tables' own storage (``<tables>/_reports/``),
+never on a worker's local disk.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.sdk import Asset
+
+from dags import outcome
+
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = os.environ.get("AWM_TABLES", str(ROOT / "out" / "demo" / "tables"))
-CONFIG = os.environ.get("AWM_CONFIG", str(ROOT / "out" / "demo" / "watermark.json"))
-REPORTS = os.environ.get("AWM_REPORTS", str(ROOT / "out" / "reports"))
-SPARK_CONN_ID = os.environ.get("AWM_SPARK_CONN_ID", "awm_spark_local")
-#: The default connection, local Spark on every core, defined here so the backfill runs with no set-up; a
-#: cluster gets a connection of its own name (``AWM_SPARK_CONN_ID``), which this never shadows.
-LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
-os.environ.setdefault("AIRFLOW_CONN_AWM_SPARK_LOCAL", LOCAL_SPARK_CONNECTION)
-PUSHGATEWAY = os.environ.get("AWM_PUSHGATEWAY", "")
-PYTHON = os.environ.get("AWM_PYTHON", sys.executable)
+#: Built-in defaults of the Variables (used when a Variable is not defined).
+VARIABLES: dict[str, str] = {
+    "awm_tables": str(ROOT / "out" / "demo" / "tables"),
+    "awm_config": str(ROOT / "out" / "demo" / "watermark.json"),
+    "awm_reports": str(ROOT / "out" / "reports"),
+    "awm_python": "",  # empty: the interpreter running the task
+    "awm_vacuum_retain_hours": "168",
+    "awm_arrivals_retain_days": "30",
+}
+SPARK_CONN_ID = "awm_spark"
+PUSHGATEWAY_CONN_ID = outcome.PUSHGATEWAY_CONN_ID
+
+#: The backfill's output. One Asset per table; an event's ``extra`` names the tables' location and the data
+#: interval the backfill reconciled, which the data-quality DAG checks.
+AGGREGATES = Asset(name="awm_aggregates", uri="awm://tables/aggregates", group="awm")
+LATE_EVENTS = Asset(name="awm_late_events", uri="awm://tables/late_events", group="awm")
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TAGS = ["awm"]
-DEFAULT_ARGS: dict[str, Any] = {
-    "owner": "awm",
-    "retries": 2,
-    "retry_delay": timedelta(minutes=1),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=15),
-}
+#: Every task's default; DAGs and tasks set tighter ``execution_timeout``\\ s where they know better.
+TASK_TIMEOUT = timedelta(minutes=30)
 
 
-def location_params(reports: str) -> dict[str, Any]:
-    """The typed params every DAG that reads the tables shares (``reports``: what goes in that folder)."""
-    from airflow.sdk import Param
+def default_args(task: str) -> dict[str, Any]:
+    """Default arguments of a DAG reporting as ``task``: retries, a timeout, the failure notifier.
 
+    ``task`` is ``backfill``, ``tuning``, ``quality`` or ``maintenance``; the notifier is
+    :class:`dags.outcome.PushOutcome`.
+    """
     return {
-        "tables": Param(TABLES, type="string", description="the streaming job's --output"),
-        "config": Param(CONFIG, type="string", description="the job's --config"),
-        "reports": Param(REPORTS, type="string", description=reports),
-        "pushgateway": Param(PUSHGATEWAY, type="string", description="Pushgateway host:port; empty: no push"),
+        "owner": "awm",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=15),
+        "execution_timeout": TASK_TIMEOUT,
+        "on_failure_callback": outcome.PushOutcome(task),
     }
 
 
-def push(gateway: str, task: str, *, ok: bool, values: dict[str, float] | None, duration_s: float) -> str:
-    """Push a task outcome to the Pushgateway (when one is configured); returns what was done, for the log."""
-    if not gateway:
-        return f"no Pushgateway configured (AWM_PUSHGATEWAY / param pushgateway): {task} outcome not pushed"
-    from monitoring.push import push_outcome
+def location_params() -> dict[str, Any]:
+    """Params every DAG shares; empty means: the Airflow Variable (then the built-in default)."""
+    from airflow.sdk import Param
+
+    return {
+        "tables": Param("", type="string", description="the streaming job's --output; empty: awm_tables"),
+        "config": Param("", type="string", description="the job's --config; empty: Variable awm_config"),
+    }
+
+
+def resolve(params: dict[str, Any]) -> dict[str, str]:
+    """Run time: every setting, from the run's params, else the Airflow Variable, else the default.
+
+    Also the worker's ``PATH`` with the Spark driver's Python first (``spark-submit`` runs from it).
+    """
+    import os
+    import sys
+
+    from airflow.sdk import Variable
+
+    out = {}
+    for name, default in VARIABLES.items():
+        key = name.removeprefix("awm_")
+        given = params.get(key)
+        out[key] = str(given) if given not in (None, "") else str(Variable.get(name, default=default))
+    out["python"] = out["python"] or sys.executable
+    out["path"] = os.pathsep.join([str(Path(out["python"]).parent), os.environ.get("PATH", "")])
+    out["root"] = str(ROOT)
+    out["spark_local_ip"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    return out
+
+
+def check_spark_connection() -> dict[str, str]:
+    """Run time: the Spark connection exists, and so do the jars the jobs need (``spark-submit --jars``)."""
+    from airflow.sdk import BaseHook
+
+    from jobs.spark import project_jars
 
     try:
-        push_outcome(gateway, task, ok=ok, values=values if ok else None, duration_s=duration_s)
-    except OSError as exc:  # an unreachable gateway must not hide the task's own outcome
-        return f"could not push the {task} outcome to {gateway}: {exc}"
-    return f"pushed the {task} outcome ({'success' if ok else 'failure'}) to {gateway}"
+        conn = BaseHook.get_connection(SPARK_CONN_ID)
+    except Exception as exc:  # AirflowNotFoundException; its module moves between Airflow versions
+        msg = (
+            f"the Spark connection {SPARK_CONN_ID!r} is not defined ({exc}). Create it, e.g. "
+            f"airflow connections add {SPARK_CONN_ID} --conn-type spark --conn-host 'local[*]' "
+            "(local) or --conn-host spark://HOST --conn-port 7077 (a cluster); or set "
+            f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}"
+        )
+        raise RuntimeError(msg) from None
+    try:
+        jars = ",".join(project_jars())
+    except FileNotFoundError as exc:
+        raise RuntimeError(str(exc)) from None
+    master = f"{conn.conn_type}://{conn.host or ''}{':' + str(conn.port) if conn.port else ''}"
+    return {"master": master, "jars": jars}
+
+
+def xcom(key: str, task_id: str = "settings") -> str:
+    """A template pulling ``key`` of a task's XCom dict (``settings`` by default)."""
+    return f"{{{{ ti.xcom_pull(task_ids='{task_id}')['{key}'] }}}}"
+
+
+def spark_submit_env() -> dict[str, str]:
+    """``env_vars`` of a SparkSubmitOperator: the project importable, Spark's Python on PATH."""
+    return {"PYTHONPATH": xcom("root"), "PATH": xcom("path"), "SPARK_LOCAL_IP": xcom("spark_local_ip")}
+
+
+def spark_submit_conf() -> dict[str, str]:
+    """``conf`` of a SparkSubmitOperator: driver and executors run the configured Python."""
+    return {"spark.pyspark.python": xcom("python"), "spark.pyspark.driver.python": xcom("python")}

@@ -4,19 +4,23 @@ Runs the tuner on the last `history_hours` of the streaming job's arrival histor
 and publishes a new configuration version only when it is valid and better than the running one on that
 history: it meets the late-rate target and the running setting misses it or is slower by at least
 `min_gain`. The streaming job applies the new version at its next batch boundary. A report (JSON) and the
-trade-off plot (PNG) are kept under `reports`; the outcome is pushed as `awm_tuning_*` metrics.
+trade-off plot (PNG) are kept under `reports` (Variable `awm_reports`); the outcome is passed by XCom
+and pushed as `awm_tuning_*` metrics by `dags/outcome.py` (a failure or a timeout too: alert
+`AwmTuningFailing`).
 
-Params: `tables`, `config`, `reports`, `pushgateway`, `history_hours`, `target_late_pct` (empty: the
+Params (empty: the Airflow Variables of `dags/pipeline_settings.py`): `tables`, `config`, `reports`,
+`history_hours`, `target_late_pct` (empty: the
 configuration's `late_slo_pct`), `strategies` (comma-separated; empty: all), `min_events`, `min_gain`.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, task
-from airflow.timetables.interval import CronDataIntervalTimetable
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
+from dags import outcome
 from dags import pipeline_settings as settings
 
 
@@ -26,11 +30,14 @@ from dags import pipeline_settings as settings
     start_date=settings.START,
     catchup=False,
     max_active_runs=1,
-    default_args=settings.DEFAULT_ARGS,
+    dagrun_timeout=timedelta(hours=3),
+    default_args=settings.default_args("tuning"),
+    on_failure_callback=outcome.PushOutcome("tuning"),
     tags=[*settings.TAGS, "tuning", "watermark"],
     doc_md=__doc__,
-    params=settings.location_params("folder for re-tuning reports and plots")
+    params=settings.location_params()
     | {
+        "reports": Param("", type="string", description="reports and plots; empty: Variable awm_reports"),
         "history_hours": Param(24, type="number", exclusiveMinimum=0, description="history to tune on"),
         "target_late_pct": Param(
             None, type=["null", "number"], minimum=0, maximum=100, description="empty: the config's SLO"
@@ -43,8 +50,12 @@ from dags import pipeline_settings as settings
 def awm_watermark_retuning() -> None:
     """Daily re-tuning (see the module docstring)."""
 
-    @task
-    def retune(**context: Any) -> dict[str, Any]:
+    @task(execution_timeout=timedelta(minutes=2))
+    def settings_(**context: Any) -> dict[str, str]:
+        return settings.resolve(context["params"])
+
+    @task(execution_timeout=timedelta(hours=1))
+    def retune(resolved: dict[str, str], **context: Any) -> dict[str, Any]:
         import time
 
         from jobs.retune import RetuneOptions
@@ -52,9 +63,9 @@ def awm_watermark_retuning() -> None:
 
         params = context["params"]
         options = RetuneOptions(
-            tables=params["tables"],
-            config=params["config"],
-            reports=params["reports"],
+            tables=resolved["tables"],
+            config=resolved["config"],
+            reports=resolved["reports"],
             end_ms=int(context["data_interval_end"].timestamp() * 1000),
             history_ms=int(float(params["history_hours"]) * 3_600_000),
             target_late_pct=params["target_late_pct"],
@@ -63,20 +74,15 @@ def awm_watermark_retuning() -> None:
             min_gain=float(params["min_gain"]),
         )
         started = time.monotonic()
-        try:
-            outcome = run(options)
-        except Exception:
-            took = time.monotonic() - started
-            print(settings.push(params["pushgateway"], "tuning", ok=False, values=None, duration_s=took))
-            raise
+        result = run(options)  # a failure or a timeout is pushed by the DAG's notifier
         took = time.monotonic() - started
-        print(f"{outcome.decision}: {outcome.reason}")
-        print(f"report {outcome.report}, plot {outcome.plot}")
-        values = outcome.metric_values()
-        print(settings.push(params["pushgateway"], "tuning", ok=True, values=values, duration_s=took))
-        return outcome.as_dict()
+        print(f"{result.decision}: {result.reason}")
+        print(f"report {result.report}, plot {result.plot}")
+        values = result.metric_values()
+        print(outcome.report_outcome("tuning", ok=True, values=values, duration_s=took))
+        return result.as_dict()
 
-    retune()
+    retune(settings_.override(task_id="settings")())
 
 
 awm_watermark_retuning()

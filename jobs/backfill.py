@@ -68,7 +68,7 @@ from deltalake import DeltaTable  # noqa: E402
 from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
 from jobs.spark import arrow_frame  # noqa: E402
-from jobs.tables import AGGREGATES_SCHEMA, read_delta  # noqa: E402
+from jobs.tables import AGGREGATES_SCHEMA, PARTITIONS, day_of, read_delta  # noqa: E402
 from jobs.windows import assign_windows  # noqa: E402
 from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
@@ -183,7 +183,12 @@ def rows_to_mark(classified: Any) -> Any:
     from pyspark.sql import functions as F
 
     done = F.min(F.when(F.col("status") == "deferred", 0).otherwise(1))
-    return classified.groupBy(*_ROW_ID).agg(done.alias("_done")).filter("_done = 1").select(*_ROW_ID)
+    return (
+        classified.groupBy(*_ROW_ID)
+        .agg(done.alias("_done"), F.min("event_time_ms").alias("event_time_ms"))
+        .filter("_done = 1")
+        .select(*_ROW_ID, "event_time_ms")
+    )
 
 
 def corrected_rows(partials: pa.Table, current: pa.Table, now_ms: int) -> pa.Table:
@@ -255,6 +260,35 @@ def horizon(aggregates: pa.Table) -> int | None:
 
 
 # -- I/O ---------------------------------------------------------------------------------------------------
+def stream_horizon(dt: DeltaTable, path: str) -> int | None:
+    """:func:`horizon` of the ``aggregates`` table at ``path`` without reading its history.
+
+    The highest trigger watermark comes from the Delta log's per-file statistics (``max``); only the
+    flushed windows (few: the end of an input) are read, with a pushed-down filter. A file without
+    statistics for the column falls back to reading the column.
+    """
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    column = "max.trigger_watermark_ms"
+    if not actions.num_rows:
+        return None
+    if column not in actions.column_names:
+        maxima, unknown = pa.array([], pa.int64()), True
+    else:
+        maxima = actions.column(column)
+        nulls = actions.column("null_count.trigger_watermark_ms")
+        # a file has statistics when its max is there or when every value is null
+        known = pc.or_(pc.is_valid(maxima), pc.equal(nulls, actions.column("num_records")))
+        unknown = not pc.all(pc.fill_null(known, False)).as_py()
+    if unknown:
+        stats = _read(dt, path, ["trigger_watermark_ms", "window_end_ms", "flushed"])
+        return horizon(stats)
+    trig = pc.max(maxima).as_py()
+    flushed = _read(dt, path, ["window_end_ms"], pc.field("flushed") == pa.scalar(True))
+    ends = pc.max(flushed.column("window_end_ms")).as_py() if flushed.num_rows else None
+    values = [v for v in (trig, ends) if v is not None]
+    return max(values) if values else None
+
+
 def _open(path: str) -> DeltaTable | None:
     try:
         return DeltaTable(path)
@@ -262,8 +296,26 @@ def _open(path: str) -> DeltaTable | None:
         return None
 
 
-def _read(dt: DeltaTable, path: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
-    return read_delta(dt, path, columns, where)
+def _read(
+    dt: DeltaTable,
+    path: str,
+    columns: list[str] | None = None,
+    where: Any = None,
+    days: tuple[int | None, int | None] | None = None,
+) -> pa.Table:
+    return read_delta(dt, path, columns, where, days)
+
+
+def _partition_condition(spark: Any, path: str, table: str, lo_ms: int, hi_ms: int) -> str:
+    """A MERGE condition on ``table``'s date partition for instants in ``[lo_ms, hi_ms]``.
+
+    Empty when the table is not partitioned that way. Delta then reads, and checks for conflicts, only
+    those partitions.
+    """
+    column = PARTITIONS[table][0]
+    if column not in _spark_table(spark, path).toDF().columns:
+        return ""
+    return f" AND t.{column} >= DATE'{day_of(lo_ms)}' AND t.{column} <= DATE'{day_of(hi_ms)}'"
 
 
 def run_backfill(
@@ -330,17 +382,21 @@ def run_backfill(
     return report
 
 
-def _plan(
-    spark: Any,
+def read_inputs(
     options: BackfillOptions,
-    now_ms: int,
     agg_dt: DeltaTable,
     agg_path: str,
     late_dt: DeltaTable,
     late_path: str,
     report: BackfillReport,
-) -> tuple[pa.Table, pa.Table, pa.Table] | None:
-    """Read both tables: the corrected rows, the rows they replace, the rows to mark; None: nothing to do."""
+) -> tuple[pa.Table, int | None, pa.Table] | None:
+    """The run's reads, each filtered at the files; None when no late row waits.
+
+    Returns the late rows to classify, the stream's horizon and the aggregates rows of their windows.
+    Only unreconciled late rows are read, the horizon comes from the Delta log's statistics
+    (:func:`stream_horizon`), and the aggregates from the date partitions the late rows' windows fall in:
+    what a run holds in memory grows with the backlog of late rows, not with the tables' history.
+    """
     unreconciled = _read(late_dt, late_path, _LATE_COLUMNS, pc.field("reconciled") == pa.scalar(False))
     before_end = unreconciled.filter(pc.field("ingested_at_ms") < options.end_ms)
     report.folded_events = report.corrected_windows = report.inserted_windows = 0
@@ -359,11 +415,27 @@ def _plan(
     te = late.column("event_time_ms")
     lo = int(pc.min(te).as_py()) - options.window.window_ms
     hi = int(pc.max(te).as_py())
-    stats = _read(agg_dt, agg_path, ["trigger_watermark_ms", "window_end_ms", "flushed"])
-    wm_horizon = horizon(stats)
+    wm_horizon = stream_horizon(agg_dt, agg_path)
     span = (pc.field("window_start_ms") >= lo) & (pc.field("window_start_ms") <= hi)
-    current = _read(agg_dt, agg_path, None, span)
+    current = _read(agg_dt, agg_path, list(AGGREGATES_SCHEMA.names), span, days=(lo, hi))
+    return late, wm_horizon, current
 
+
+def _plan(
+    spark: Any,
+    options: BackfillOptions,
+    now_ms: int,
+    agg_dt: DeltaTable,
+    agg_path: str,
+    late_dt: DeltaTable,
+    late_path: str,
+    report: BackfillReport,
+) -> tuple[pa.Table, pa.Table, pa.Table] | None:
+    """Read both tables: the corrected rows, the rows they replace, the rows to mark; None: nothing to do."""
+    inputs = read_inputs(options, agg_dt, agg_path, late_dt, late_path, report)
+    if inputs is None:
+        return None
+    late, wm_horizon, current = inputs
     late_df = arrow_frame(spark, late.select(["key", "event_time_ms", "value", *_ROW_ID]))
     windows_df = arrow_frame(
         spark,
@@ -422,7 +494,7 @@ def _merge_aggregates(spark: Any, path: str, corrected: pa.Table, current: pa.Ta
     condition = (
         "t.key = s.key AND t.window_start_ms = s.window_start_ms AND t.window_end_ms = s.window_end_ms"
         f" AND t.window_start_ms >= {lo} AND t.window_start_ms <= {hi}"
-    )
+    ) + _partition_condition(spark, path, "aggregates", lo, hi)
     metrics = (
         _spark_table(spark, path)
         .alias("t")
@@ -496,10 +568,11 @@ def _mark_reconciled(spark: Any, path: str, marks: pa.Table) -> int:
 
     batches = marks.column("batch_id")
     lo, hi = int(pc.min(batches).as_py()), int(pc.max(batches).as_py())
+    te = marks.column("event_time_ms")
     condition = (
         "t.batch_id = s.batch_id AND t.line = s.line AND coalesce(t.file, '') = coalesce(s.file, '')"
         f" AND t.batch_id >= {lo} AND t.batch_id <= {hi}"
-    )
+    ) + _partition_condition(spark, path, "late_events", int(pc.min(te).as_py()), int(pc.max(te).as_py()))
     metrics = (
         _spark_table(spark, path)
         .alias("t")

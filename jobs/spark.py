@@ -66,6 +66,8 @@ def _non_empty(table: Any) -> Any:
 def build_session(app_name: str, *, master: str | None = None, shuffle_partitions: int | None = None) -> Any:
     """A SparkSession for ``app_name``: local by default, shuffle partitions = cores, no UI, quiet logs.
 
+    Under ``spark-submit`` the UI and the log level are left to its ``--conf`` and log4j settings.
+
     The session loads delta-spark and the Kafka source from :func:`project_jars` (``spark.jars``: no Ivy
     resolution at run time) with Delta's SQL extension and catalog. Under ``spark-submit`` the jars are
     given by its ``--jars`` (README: running on a cluster) and only the Delta settings are added.
@@ -79,7 +81,9 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     from pyspark.sql import SparkSession
 
     cores = os.cpu_count() or 2
-    submitted = "SPARK_MASTER" in os.environ or bool(os.environ.get("SPARK_HOME"))
+    # spark-submit starts the JVM first and hands this process its gateway (PYSPARK_GATEWAY_PORT)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    submitted = under_submit or "SPARK_MASTER" in os.environ or bool(os.environ.get("SPARK_HOME"))
     local = master.startswith("local") if master is not None else not submitted
     if local:
         # Local Python workers run this interpreter (with pyarrow) and import the project from its root.
@@ -87,11 +91,11 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         if str(ROOT) not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
+    builder = SparkSession.builder.appName(app_name)
+    if not under_submit:  # under spark-submit its --conf decides the UI (and the log level, below)
+        builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
     builder = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
+        builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # The job caches each micro-batch's typed columns for a few actions only: building the cache
         # uncompressed is cheaper than compressing it.
@@ -113,7 +117,8 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     elif local:
         builder = builder.master(f"local[{cores}]")
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not under_submit:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

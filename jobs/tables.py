@@ -19,6 +19,13 @@ never written twice. A batch with no rows for a table is not written to it: a re
 (empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
 Each table is created by its first append, with the schema given here.
 
+**Layout.** ``aggregates`` and ``late_events`` are partitioned by a UTC date that Delta generates from the
+window start or the event time (:data:`PARTITIONS`: ``window_date``, ``event_date``; generated columns, so
+writers never supply them and the backfill's MERGE inserts without them). Readers prune by it with
+:func:`day_range`. ``aggregates`` has Delta's Change Data Feed on (:data:`PROPERTIES`), so a consumer sees
+the backfill's revisions as update pre- and post-images. Both are created on the first append by
+:func:`create_table`; tables created before this layout keep theirs (readers work on both).
+
 **Reads without Spark** (Airflow tasks, tests, the job's summary) use ``deltalake`` (delta-rs) through
 pyarrow's local file system, not delta-rs's own file-system handler: with the latter, a process that read a
 table aborts now and then at exit (``terminate called without an active exception``, exit 134; a thread
@@ -36,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.arrow_path import RECORD_SCHEMA
 from jobs.spark import arrow_frame
@@ -130,6 +138,17 @@ ARRIVALS_SCHEMA = pa.schema(
         ("ingested_at_ms", pa.int64()),
     ]
 )
+#: Generated date partition column of a table: (column, the epoch-ms column it is derived from). The date is
+#: the UTC day, computed without a time zone (``DATE_ADD(DATE'1970-01-01', ms DIV 86400000)``).
+PARTITIONS: Mapping[str, tuple[str, str]] = {
+    "aggregates": ("window_date", "window_start_ms"),
+    "late_events": ("event_date", "event_time_ms"),
+}
+#: Delta table properties set when a table is created.
+PROPERTIES: Mapping[str, Mapping[str, str]] = {
+    "aggregates": {"delta.enableChangeDataFeed": "true"},
+}
+DAY_MS = 86_400_000
 TABLES: Mapping[str, pa.Schema] = {
     "aggregates": AGGREGATES_SCHEMA,
     "late_events": LATE_SCHEMA,
@@ -198,7 +217,61 @@ def _check_batch_id(batch_id: object) -> int:
     return int(batch_id)
 
 
-def read_delta(dt: Any, path: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
+def day_of(ms: int) -> Any:
+    """The UTC date holding the epoch-ms instant ``ms`` (a partition value of :data:`PARTITIONS`).
+
+    >>> day_of(1795341600000), day_of(0)
+    (datetime.date(2026, 11, 22), datetime.date(1970, 1, 1))
+    """
+    import datetime
+
+    return datetime.date(1970, 1, 1) + datetime.timedelta(days=ms // DAY_MS)
+
+
+def day_range(table: str, lo_ms: int | None, hi_ms: int | None) -> Any:
+    """A pyarrow filter on ``table``'s date partition for instants in ``[lo_ms, hi_ms]`` (None: open).
+
+    Tables that are not partitioned (or were created before the layout) get no filter (None): the
+    caller's own predicate on the epoch-ms column still applies.
+    """
+    if table not in PARTITIONS:
+        return None
+    column = pc.field(PARTITIONS[table][0])
+    parts = []
+    if lo_ms is not None:
+        parts.append(column >= pa.scalar(day_of(lo_ms), pa.date32()))
+    if hi_ms is not None:
+        parts.append(column <= pa.scalar(day_of(hi_ms), pa.date32()))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else parts[0] & parts[1]
+
+
+def create_table(spark: Any, path: str, table: str) -> None:
+    """Create ``table`` at ``path`` (if absent) with its schema, generated partition column and properties."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import DateType
+
+    builder = DeltaTable.createIfNotExists(spark).location(path)
+    for spark_field in from_arrow_schema(TABLES[table]).fields:
+        builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)
+    if table in PARTITIONS:
+        column, source = PARTITIONS[table]
+        generated = f"DATE_ADD(DATE'1970-01-01', CAST({source} DIV {DAY_MS} AS INT))"
+        builder = builder.addColumn(column, DateType(), generatedAlwaysAs=generated).partitionedBy(column)
+    for key, value in PROPERTIES.get(table, {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def read_delta(
+    dt: Any,
+    path: str,
+    columns: list[str] | None = None,
+    where: Any = None,
+    days: tuple[int | None, int | None] | None = None,
+) -> pa.Table:
     """Rows of the Delta table ``dt`` (at ``path``, local) read by pyarrow from the snapshot's data files.
 
     delta-rs lists the files of the snapshot; pyarrow reads them through its local file system (not
@@ -206,6 +279,11 @@ def read_delta(dt: Any, path: str, columns: list[str] | None = None, where: Any 
     the Parquet files' own statistics. delta-rs's own dataset is not used for filtering: it turns the
     Delta statistics into guarantees, and for a column delta-spark keeps no min/max of (booleans) it
     guarantees ``column >= null``, which prunes every file for any filter on that column.
+
+    Hive-style partition directories (``window_date=2026-11-22``) become a column. ``days=(lo_ms, hi_ms)``
+    (epoch ms, None: open) adds the date-partition filter of :func:`day_range` when the table (named by
+    ``path``'s last component) is partitioned that way, so whole directories are pruned before a file is
+    opened; the caller's ``where`` on the epoch-ms column keeps the result exact.
 
     Raises
     ------
@@ -217,13 +295,31 @@ def read_delta(dt: Any, path: str, columns: list[str] | None = None, where: Any 
     import pyarrow.fs as pafs
 
     features = set(dt.protocol().reader_features or [])
-    if features - {"timestampNtz"} or dt.metadata().partition_columns:
-        msg = f"{path}: reader features {sorted(features)} / partition columns are not read by read_delta"
+    if features - {"timestampNtz"}:
+        msg = f"{path}: reader features {sorted(features)} are not read by read_delta"
         raise NotImplementedError(msg)
+    table = os.path.basename(os.path.normpath(path))
     local = pafs.LocalFileSystem()
     schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, local)).schema
     files = [uri.removeprefix("file://") for uri in dt.file_uris()]
-    dataset = pads.dataset(files, schema=schema, format="parquet", filesystem=local)
+    partition_columns = list(dt.metadata().partition_columns)
+    partitioning = None
+    if partition_columns:
+        partitioning = pads.partitioning(
+            pa.schema([schema.field(c) for c in partition_columns]), flavor="hive"
+        )
+    dataset = pads.dataset(
+        files,
+        schema=schema,
+        format="parquet",
+        filesystem=local,
+        partitioning=partitioning,
+        partition_base_dir=os.path.abspath(path) if partition_columns else None,
+    )
+    if days is not None and table in PARTITIONS and PARTITIONS[table][0] in partition_columns:
+        pruning = day_range(table, *days)
+        if pruning is not None:
+            where = pruning if where is None else pruning & where
     return dataset.to_table(columns=columns, filter=where)
 
 
@@ -248,6 +344,7 @@ class DeltaTables:
         self.root = os.path.abspath(os.fspath(root))
         self.app_id = app_id
         self.spark = spark
+        self._created: set[str] = set()
 
     def __repr__(self) -> str:
         return f"DeltaTables(root={self.root!r}, app_id={self.app_id!r})"
@@ -290,6 +387,9 @@ class DeltaTables:
             frame = arrow_frame(self.spark, data)
         else:
             frame = data
+        if (table in PARTITIONS or table in PROPERTIES) and table not in self._created:
+            create_table(self.spark, self.path(table), table)
+            self._created.add(table)
         started = time.perf_counter()
         (
             frame.write.format("delta")
@@ -337,11 +437,19 @@ class DeltaTables:
         version = dt.transaction_version(self.app_id)
         return None if version is None else int(version)
 
-    def read(self, table: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+    def read(
+        self,
+        table: str,
+        columns: list[str] | None = None,
+        filters: Any = None,
+        days: tuple[int | None, int | None] | None = None,
+    ) -> pa.Table:
         """Rows of ``table`` (optionally some columns, filtered by a pyarrow expression), without Spark.
 
         A table that does not exist yet (no batch wrote a row to it) reads as no rows with its schema when
-        it is one of :data:`TABLES`.
+        it is one of :data:`TABLES`. The pipeline's tables read as their :data:`TABLES` schema (the
+        generated date partition column only when named in ``columns``). ``days=(lo_ms, hi_ms)`` prunes
+        the date partitions to instants in that range (:func:`read_delta`).
 
         Raises
         ------
@@ -357,7 +465,9 @@ class DeltaTables:
                 return empty.select(columns) if columns else empty
             msg = f"Delta table {table!r} does not exist (no Delta log under {path})"
             raise FileNotFoundError(msg)
-        return read_delta(dt, path, columns, filters)
+        if columns is None and table in TABLES:
+            columns = list(TABLES[table].names)
+        return read_delta(dt, path, columns, filters, days)
 
     def version(self, table: str) -> int | None:
         """The table's newest Delta version, or None when it does not exist."""

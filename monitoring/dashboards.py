@@ -3,7 +3,10 @@
     python -m monitoring.dashboards --write    # regenerate infra/grafana/dashboards/*.json
     python -m monitoring.dashboards --check    # exit 1 if the committed files differ
 
-Plain dicts in Grafana's dashboard JSON model (schema 39), no SDK. Every query selects
+Plain dicts in Grafana's dashboard JSON model (schema 39), no SDK. Each panel links to the runbooks of
+the alerts whose metrics it shows (``docs/runbooks/``, base URL: ``AWM_RUNBOOK_BASE_URL``, see
+:mod:`monitoring.rules`), and the alerts and runbooks link back to the dashboard. Configuration changes
+(``awm_config_version`` moving) are annotations on every time series. Every query selects
 ``instance=~"$instance"`` so one Grafana serves several jobs; :func:`prometheus_queries` substitutes the
 variables so that a test can run every panel's query through a real Prometheus's HTTP API.
 
@@ -27,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from monitoring.rules import all_alert_expressions, runbook_base, runbook_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "infra" / "grafana" / "dashboards"
@@ -59,6 +64,8 @@ class Panel:
     thresholds: list[tuple[float | None, str]] | None = None
     instant: bool = False
     content: str = ""  # text panels
+    #: Series (by legend) whose unit differs from the panel's ``unit``.
+    units: dict[str, str] = field(default_factory=dict)
 
     def model(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
         """The panel's JSON model at grid position ``(x, y)``."""
@@ -78,8 +85,16 @@ class Panel:
         out["datasource"] = DATASOURCE
         out["fieldConfig"] = {
             "defaults": {"unit": self.unit, "thresholds": {"mode": "absolute", "steps": steps}},
-            "overrides": [],
+            "overrides": [
+                {"matcher": {"id": "byName", "options": name}, "properties": [{"id": "unit", "value": unit}]}
+                for name, unit in sorted(self.units.items())
+            ],
         }
+        links = panel_runbooks(self.targets)
+        if links:
+            out["links"] = [
+                {"title": f"Runbook: {name}", "url": runbook_url(name), "targetBlank": True} for name in links
+            ]
         out["targets"] = [
             {
                 "refId": chr(ord("A") + i),
@@ -177,10 +192,56 @@ def _dashboard(
         "graphTooltip": 1,
         "time": {"from": "now-1h", "to": "now"},
         "refresh": "30s",
-        "annotations": {"list": []},
+        "annotations": {"list": [CONFIG_ANNOTATION]},
+        "links": [
+            {
+                "title": "Runbooks",
+                "type": "link",
+                "url": runbook_base() + "/",
+                "icon": "doc",
+                "targetBlank": True,
+            }
+        ],
         "templating": {"list": _variables(partition)},
         "panels": _layout(panels),
     }
+
+
+#: Every configuration change (a new version applied, or refused) marked on the time series.
+CONFIG_ANNOTATION: dict[str, Any] = {
+    "name": "Configuration changes",
+    "datasource": DATASOURCE,
+    "enable": True,
+    "iconColor": "purple",
+    "expr": f"changes(max by (instance) (awm_config_version{{{I}}})[5m:1m]) > 0"
+    f" or increase(awm_config_refused_total{{{I}}}[5m]) > 0",
+    "step": "1m",
+    "titleFormat": "configuration change on {{instance}}",
+    "textFormat": "config version applied or refused (awm_config_version, awm_config_refused_total)",
+}
+
+
+def _metrics(expr: str) -> set[str]:
+    """The ``awm_*`` metric names ``expr`` reads (label values such as ``job="awm_job"`` are not)."""
+    return set(re.findall(r'(?<![\w"])(awm_[a-z0-9_]+)(?![\w"])', expr))
+
+
+def _base_metric(name: str) -> str:
+    return re.sub(r"_(bucket|count|sum)$", "", name)
+
+
+def panel_runbooks(targets: list[tuple[str, str]]) -> list[str]:
+    """Alerts (sorted) reading a metric some query of the panel reads: the panel links their runbooks."""
+    shown = {_base_metric(m) for expr, _ in targets for m in _metrics(expr)}
+    return sorted(
+        name
+        for name, expr in all_alert_expressions().items()
+        if shown & {_base_metric(m) for m in _metrics(expr)}
+    )
+
+
+#: The DAGs pushing their outcome (``awm_<task>_last_run_ok``).
+BATCH_TASKS = ("backfill", "quality", "tuning", "maintenance")
 
 
 def _ratio(outcome: str, window: str) -> str:
@@ -217,6 +278,17 @@ def overview() -> dict[str, Any]:
             4,
             4,
             [(None, "red"), (1, "green")],
+        ),
+        Panel(
+            "Query failures",
+            "Streaming queries that ended with an error in the last hour (the job keeps serving its metrics "
+            "until Prometheus has scraped the failure).",
+            [(f"sum(max_over_time(awm_query_terminated_with_error_total{{{I}}}[1h]))", "failures")],
+            "stat",
+            "short",
+            4,
+            4,
+            [(None, "green"), (1, "red")],
         ),
         Panel(
             "Last batch",
@@ -452,12 +524,22 @@ def watermark_deep_dive() -> dict[str, Any]:
         ),
         Panel(
             "Configuration versions",
-            "Version of the watermark configuration in force, and its strategy.",
+            "Version of the watermark configuration in force, its strategy, and versions the job refused "
+            "(invalid, not newer, or a window change) in the last 15 minutes.",
             [
                 (f"max(awm_config_version{{{I}}})", "version"),
                 (f"max by (strategy) (awm_config_info{{{I}}})", "{{strategy}}"),
+                (f"sum(increase(awm_config_refused_total{{{I}}}[15m]))", "refused (15 min)"),
             ],
             unit="none",
+        ),
+        Panel(
+            "DAG outcomes",
+            "Whether the last run of each DAG succeeded (1) or failed (0), as pushed by dags/outcome.py: "
+            "backfill, data quality, tuning, table maintenance.",
+            [(f"min(awm_{task}_last_run_ok{{{tasks}}})", task) for task in BATCH_TASKS],
+            unit="bool_yes_no",
+            width=8,
         ),
         Panel(
             "Backfill corrections",
@@ -479,17 +561,24 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (f"min(awm_backfill_last_run_ok{{{tasks}}})", "last run ok"),
             ],
             unit="s",
+            units={"last run ok": "bool_yes_no"},
             width=8,
         ),
         Panel(
             "Tuning results",
-            "Whether the last tuning run published a new version, and the version it left in force.",
+            "Whether the last tuning run published a new version, the version it left in force, whether it "
+            "succeeded, and the time since the last success.",
             [
                 (f"max(awm_tuning_published{{{tasks}}})", "published"),
                 (f"max(awm_tuning_config_version{{{tasks}}})", "config version"),
                 (f"min(awm_tuning_last_run_ok{{{tasks}}})", "last run ok"),
+                (
+                    f"time() - max(awm_tuning_last_success_timestamp_seconds{{{tasks}}})",
+                    "since last success",
+                ),
             ],
             unit="none",
+            units={"last run ok": "bool_yes_no", "since last success": "s"},
             width=8,
         ),
         Panel(
@@ -502,6 +591,7 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (f"max(awm_tuning_dropped_ratio{{{tasks}}})", "chosen late share"),
             ],
             unit="s",
+            units={"chosen late share": "percentunit"},
             width=8,
         ),
     ]
@@ -528,6 +618,16 @@ def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     """``(panel title, expr)`` of every target of every panel."""
     return [(p["title"], t["expr"]) for p in _panels(dashboard) for t in p.get("targets", [])]
+
+
+def annotation_queries() -> list[tuple[str, str, str]]:
+    """``(dashboard uid, annotation name, expr)`` of every annotation query, variables substituted."""
+    return [
+        (board["uid"], a["name"], substitute(a["expr"]))
+        for board in build_dashboards().values()
+        for a in board["annotations"]["list"]
+        if "expr" in a
+    ]
 
 
 def substitute(expr: str) -> str:

@@ -48,5 +48,5 @@ class MetricsListener(StreamingQueryListener):  # type: ignore[misc]
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         """The query ended; an exception counts as a failure."""
         if self._ours(event.id) and event.exception:
-            self.metrics.query_failures.inc()
+            self.metrics.query_failed()
             log.error("streaming query %s ended with an error: %s", event.id, event.exception[:500])

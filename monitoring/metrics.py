@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -114,6 +115,14 @@ class JobMetrics:
         self._lock = threading.Lock()
         self._state = _State()
         self._ptw = ProcessingTimeWatermark(start_ms=int(clock() * 1000))
+        #: Scrapes begun and finished (markers registered first and last): a failure recorded while
+        #: ``scrapes_begun`` was n has been seen by Prometheus once ``scrapes_done`` exceeds n.
+        self.scrapes_begun = 0
+        self.scrapes_done = 0
+        self._failure_recorded = False
+        self._scraped = threading.Condition()
+        registry.register(_ScrapeMarker(self, begin=True))
+        _JOB_METRICS[registry] = self
         p = PREFIX
         self.events = Counter(
             f"{p}_events",
@@ -178,6 +187,30 @@ class JobMetrics:
             registry=registry,
         )
         registry.register(_ScrapeTimeCollector(self))
+        registry.register(_ScrapeMarker(self, begin=False))
+
+    # -- the query's end ------------------------------------------------------------------------------------
+    def query_failed(self) -> None:
+        """The streaming query ended with an error: count it (once, whoever notices first)."""
+        with self._lock:
+            if self._failure_recorded:
+                return
+            self._failure_recorded = True
+        self.query_failures.inc()
+
+    def wait_until_scraped(self, timeout_s: float) -> bool:
+        """Block until a scrape begun after this call has finished (False: none within ``timeout_s``)."""
+        with self._scraped:
+            begun = self.scrapes_begun
+            return self._scraped.wait_for(lambda: self.scrapes_done > begun, timeout=timeout_s)
+
+    def _scrape_marker(self, begin: bool) -> None:
+        with self._scraped:
+            if begin:
+                self.scrapes_begun += 1
+            else:
+                self.scrapes_done += 1
+                self._scraped.notify_all()
 
     # -- called by the job ----------------------------------------------------------------------------------
     def batch_started(self, batch_id: int, oldest_input_ms: int) -> None:
@@ -267,6 +300,30 @@ def _shown(partitions: dict[str, PartitionState]) -> list[PartitionState]:
     """The partitions given series: the holding-back one, then the rest by name, at most the cap."""
     ordered = sorted(partitions.values(), key=lambda p: (not p.holds_back, p.partition))
     return ordered[:MAX_PARTITION_SERIES]
+
+
+#: The :class:`JobMetrics` of each registry (the metrics server finds the job's through its registry).
+_JOB_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, JobMetrics] = weakref.WeakKeyDictionary()
+
+
+def job_metrics_of(registry: CollectorRegistry) -> JobMetrics | None:
+    """The :class:`JobMetrics` registered in ``registry`` (None: none)."""
+    return _JOB_METRICS.get(registry)
+
+
+class _ScrapeMarker(Collector):
+    """Counts scrapes: registered first (a scrape begins) and last (it has collected everything)."""
+
+    def __init__(self, metrics: JobMetrics, begin: bool) -> None:
+        self.metrics = metrics
+        self.begin = begin
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self.metrics._scrape_marker(self.begin)
+        return iter(())
 
 
 class _ScrapeTimeCollector(Collector):

@@ -44,6 +44,17 @@ TASK_VALUES: dict[str, dict[str, str]] = {
         "emit_latency_seconds": "Mean emit latency of the chosen setting on the tuning history.",
         "running_emit_latency_seconds": "Mean emit latency of the running setting on the same history.",
     },
+    "quality": {
+        "expectations": "Expectations the last successful data-quality run checked.",
+        "failed_expectations": "Expectations the last successful data-quality run found broken (0).",
+        "rows_checked": "Rows of the checked interval the last successful data-quality run read.",
+    },
+    "maintenance": {
+        "files_before": "Active data files of all tables before the last successful maintenance.",
+        "files_after": "Active data files of all tables after the last successful maintenance.",
+        "files_vacuumed": "Data files the last successful maintenance's VACUUM deleted.",
+        "arrivals_deleted": "Arrivals rows past their retention the last successful maintenance deleted.",
+    },
 }
 #: Pushgateway job label of the batch tasks.
 PUSH_JOB = "awm_batch_tasks"

@@ -2,6 +2,12 @@
 
     python -m monitoring.rules --write    # regenerate infra/prometheus/{recording,alert}_rules.yml
     python -m monitoring.rules --check    # exit 1 if the committed files differ from this spec
+    python -m monitoring.rules --write --runbook-base URL --grafana-url URL   # links of your deployment
+
+Runbook and dashboard links are settings: ``--runbook-base`` (or ``AWM_RUNBOOK_BASE_URL``) is where
+``docs/runbooks/`` is served, ``--grafana-url`` (or ``AWM_GRAFANA_URL``) the Grafana holding the
+dashboards; each alert's annotations carry ``runbook_url`` and ``dashboard_url`` (the dashboard showing
+its metrics), and each runbook links back to that dashboard.
 
 Every alert has a severity (``page``: someone acts now; ``ticket``: next working day), a summary, a
 description and a runbook (``docs/runbooks/<alert>.md``). Expressions are templates over named thresholds,
@@ -24,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +40,20 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_DIR = ROOT / "infra" / "prometheus"
-RUNBOOK_BASE = "https://github.com/adaptive-watermarks/adaptive-watermarks/blob/main/docs/runbooks"
+#: Defaults of the link settings (the committed files use them).
+DEFAULT_RUNBOOK_BASE = "https://github.com/adaptive-watermarks/adaptive-watermarks/blob/main/docs/runbooks"
+DEFAULT_GRAFANA_URL = "http://127.0.0.1:3000"
+
+
+def runbook_base() -> str:
+    """Where ``docs/runbooks/`` is served: ``AWM_RUNBOOK_BASE_URL``, else :data:`DEFAULT_RUNBOOK_BASE`."""
+    return (os.environ.get("AWM_RUNBOOK_BASE_URL") or DEFAULT_RUNBOOK_BASE).rstrip("/")
+
+
+def grafana_url() -> str:
+    """The Grafana serving the dashboards: ``AWM_GRAFANA_URL``, else :data:`DEFAULT_GRAFANA_URL`."""
+    return (os.environ.get("AWM_GRAFANA_URL") or DEFAULT_GRAFANA_URL).rstrip("/")
+
 
 #: Production thresholds (seconds, ratios, PromQL ranges).
 THRESHOLDS: dict[str, float | str] = {
@@ -46,6 +66,9 @@ THRESHOLDS: dict[str, float | str] = {
     "quarantine_min_rate": 1,  # quarantined rows per second, so a handful of bad rows pages no one
     "backfill_overdue_s": 3 * 3600,  # hourly DAG: three missed runs
     "tuning_overdue_s": 2 * 86400,  # daily DAG: two missed runs
+    "config_refused_window": "15m",  # a refused configuration version stays visible this long
+    "hourly_outcome_window": "3h",  # no outcome of an hourly DAG (backfill, data quality) pushed in this long
+    "daily_outcome_window": "2d",  # no outcome of a daily DAG (tuning, maintenance) pushed in this long
 }
 #: The same rules at a test's scale (seconds), for a live run against a real Prometheus.
 TEST_THRESHOLDS: dict[str, float | str] = {
@@ -96,7 +119,9 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "AwmStreamingQueryFailed",
         "page",
-        "increase(awm_query_terminated_with_error_total[{rate_window}]) > 0",
+        # max_over_time, not increase(): a job that fails before its first scrape has one sample only. The
+        # job exits after a failure (a restart counts from 0), and serves until the failure is scraped.
+        "max_over_time(awm_query_terminated_with_error_total[{rate_window}]) > 0",
         "0m",
         "The streaming query ended with an error",
         "Spark's streaming query on {{{{ $labels.instance }}}} terminated with an exception; no batch runs "
@@ -186,6 +211,50 @@ ALERTS: tuple[Alert, ...] = (
         "The last successful backfill ended {{{{ $value | humanizeDuration }}}} ago.",
     ),
     Alert(
+        "AwmDataQualityFailing",
+        "ticket",
+        'awm_quality_last_run_ok{{job="awm_batch_tasks"}} == 0',
+        "0m",
+        "A data-quality check failed",
+        "The last data-quality run of a backfilled interval failed (broken expectations, an error or a "
+        "timeout): its task log lists each broken expectation with examples.",
+    ),
+    Alert(
+        "AwmMaintenanceFailing",
+        "ticket",
+        'awm_maintenance_last_run_ok{{job="awm_batch_tasks"}} == 0',
+        "0m",
+        "Delta table maintenance failed",
+        "The last OPTIMIZE / VACUUM / retention run failed; small files and old versions accumulate until "
+        "one succeeds.",
+    ),
+    Alert(
+        "AwmConfigRefused",
+        "ticket",
+        "increase(awm_config_refused_total[{config_refused_window}]) > 0",
+        "0m",
+        "The streaming job refused a configuration version",
+        "{{{{ $labels.instance }}}} refused a published watermark configuration (invalid, not newer, or a "
+        "window change) and keeps running the previous version.",
+    ),
+    Alert(
+        "AwmBatchOutcomeAbsent",
+        "ticket",
+        'absent_over_time(awm_backfill_last_run_timestamp_seconds{{job="awm_batch_tasks", task="backfill"}}'
+        "[{hourly_outcome_window}])"
+        ' or absent_over_time(awm_quality_last_run_timestamp_seconds{{job="awm_batch_tasks", task="quality"}}'
+        "[{hourly_outcome_window}])"
+        ' or absent_over_time(awm_tuning_last_run_timestamp_seconds{{job="awm_batch_tasks", task="tuning"}}'
+        "[{daily_outcome_window}])"
+        " or absent_over_time(awm_maintenance_last_run_timestamp_seconds"
+        '{{job="awm_batch_tasks", task="maintenance"}}[{daily_outcome_window}])',
+        "0m",
+        "A DAG's outcome is not reaching Prometheus",
+        "No {{{{ $labels.task }}}} outcome has been scraped from the Pushgateway for a whole schedule "
+        "window: the DAG is paused or not running, its Pushgateway connection is missing, or the "
+        "Pushgateway lost its state.",
+    ),
+    Alert(
         "AwmTuningFailing",
         "ticket",
         'awm_tuning_last_run_ok{{job="awm_batch_tasks"}} == 0',
@@ -232,9 +301,34 @@ RECORDING_RULES: dict[str, str] = {
 }
 
 
-def runbook_url(name: str) -> str:
-    """Where an alert's runbook lives."""
-    return f"{RUNBOOK_BASE}/{name}.md"
+def runbook_url(name: str, base: str | None = None) -> str:
+    """Where an alert's runbook lives (``base``: the runbook base URL setting)."""
+    return f"{(base or runbook_base()).rstrip('/')}/{name}.md"
+
+
+#: The dashboard each alert's metrics are on (its ``dashboard_url``; the runbooks link to it too).
+ALERT_DASHBOARDS: dict[str, str] = {
+    "AwmPartitionHoldingBackWatermark": "awm-watermark",
+    "AwmWatermarkStalled": "awm-watermark",
+    "AwmBackfillFailing": "awm-watermark",
+    "AwmBackfillOverdue": "awm-watermark",
+    "AwmTuningFailing": "awm-watermark",
+    "AwmTuningOverdue": "awm-watermark",
+    "AwmDataQualityFailing": "awm-watermark",
+    "AwmMaintenanceFailing": "awm-watermark",
+    "AwmBatchOutcomeAbsent": "awm-watermark",
+    "AwmConfigRefused": "awm-watermark",
+}
+
+
+def dashboard_uid(alert: str) -> str:
+    """The uid of the dashboard showing ``alert``'s metrics (``awm-overview`` unless said otherwise)."""
+    return ALERT_DASHBOARDS.get(alert, "awm-overview")
+
+
+def dashboard_url(alert: str, grafana: str | None = None) -> str:
+    """Link to the dashboard showing ``alert``'s metrics (``grafana``: the Grafana URL setting)."""
+    return f"{(grafana or grafana_url()).rstrip('/')}/d/{dashboard_uid(alert)}"
 
 
 def all_alert_expressions(thresholds: Mapping[str, float | str] | None = None) -> dict[str, str]:
@@ -252,6 +346,8 @@ def render_alert_rules(
     for_override: str | None = None,
     thresholds: Mapping[str, float | str] | None = None,
     annotations: bool = True,
+    runbooks: str | None = None,
+    grafana: str | None = None,
 ) -> str:
     """The alert rule file; ``for_override`` replaces every ``for`` duration (tests).
 
@@ -273,7 +369,8 @@ def render_alert_rules(
             rule["annotations"] = {
                 "summary": alert.summary.format(**fill),
                 "description": alert.description.format(**fill),
-                "runbook_url": runbook_url(alert.name),
+                "runbook_url": runbook_url(alert.name, runbooks),
+                "dashboard_url": dashboard_url(alert.name, grafana),
             }
         rules.append(rule)
     doc = {"groups": [{"name": "awm-alerts", "rules": rules}]}
@@ -302,7 +399,13 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate the rule files")
     mode.add_argument("--check", action="store_true", help="exit 1 if a committed file differs")
+    parser.add_argument("--runbook-base", help="URL of docs/runbooks/ (default: $AWM_RUNBOOK_BASE_URL)")
+    parser.add_argument("--grafana-url", help="Grafana's URL (default: $AWM_GRAFANA_URL)")
     args = parser.parse_args(argv)
+    if args.runbook_base:
+        os.environ["AWM_RUNBOOK_BASE_URL"] = args.runbook_base
+    if args.grafana_url:
+        os.environ["AWM_GRAFANA_URL"] = args.grafana_url
     stale = []
     for name, render in FILES.items():
         path = RULES_DIR / name

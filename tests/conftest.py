@@ -51,8 +51,9 @@ def airflow_home(tmp_path_factory):
 
 
 def airflow_environment(home, root) -> dict:
-    """Settings for a throwaway Airflow: SQLite DB, no examples (the DAGs define their Spark connection)."""
+    """Settings for a throwaway Airflow: SQLite DB, no examples, the local Spark connection ``awm_spark``."""
     return {
+        "AIRFLOW_CONN_AWM_SPARK": '{"conn_type": "spark", "host": "local[*]"}',
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -24,7 +24,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_prometheus_config_and_its_rule_files_pass_promtool_check():
     result = promtool("check", "config", str(PROM / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout + result.stderr
+    assert "SUCCESS: 16 rules found" in result.stdout + result.stderr
 
 
 def test_the_rule_files_pass_promtool_check_rules():
@@ -62,6 +62,43 @@ def test_every_alert_has_severity_summary_description_and_an_existing_runbook():
         assert runbook.exists(), f"missing runbook {runbook}"
         text = runbook.read_text()
         assert text.startswith(f"# {alert['alert']}") and "**What it means.**" in text and "**Do.**" in text
+        # both ways: the alert links its dashboard, and the runbook links that dashboard back
+        uid = rules.dashboard_uid(alert["alert"])
+        assert notes["dashboard_url"] == f"{rules.DEFAULT_GRAFANA_URL}/d/{uid}"
+        assert f"/d/{uid}" in text, f"{runbook.name} does not link its dashboard {uid}"
+
+
+def test_every_runbook_is_linked_from_a_dashboard_panel_showing_its_metrics():
+    from monitoring import dashboards
+
+    linked = {
+        link["url"].rsplit("/", 1)[-1].removesuffix(".md")
+        for board in dashboards.build_dashboards().values()
+        for panel in board["panels"]
+        for link in panel.get("links", [])
+    }
+    by_board = {
+        board["uid"]: {
+            link["url"].rsplit("/", 1)[-1].removesuffix(".md")
+            for panel in board["panels"]
+            for link in panel.get("links", [])
+        }
+        for board in dashboards.build_dashboards().values()
+    }
+    missing = {a.name for a in rules.ALERTS} - linked - {"AwmJobDown", "AwmBatchOutcomeAbsent"}
+    assert missing == set()
+    for alert in rules.ALERTS:  # the dashboard an alert links to shows the alert's metrics, where any
+        if alert.name in linked:
+            assert alert.name in by_board[rules.dashboard_uid(alert.name)], alert.name
+
+
+def test_the_link_bases_are_settings(monkeypatch):
+    monkeypatch.setenv("AWM_RUNBOOK_BASE_URL", "https://wiki.example/runbooks/")
+    monkeypatch.setenv("AWM_GRAFANA_URL", "https://grafana.example")
+    doc = yaml.safe_load(rules.render_alert_rules())
+    notes = doc["groups"][0]["rules"][0]["annotations"]
+    assert notes["runbook_url"] == "https://wiki.example/runbooks/AwmJobDown.md"
+    assert notes["dashboard_url"] == "https://grafana.example/d/awm-overview"
 
 
 def test_every_alert_is_unit_tested_both_firing_and_silent():

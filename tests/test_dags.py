@@ -15,7 +15,8 @@ from watermark.config import load_config, write_config
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-DAG_IDS = {"awm_late_data_backfill", "awm_watermark_retuning", "awm_data_quality"}
+DAG_IDS = {"awm_late_data_backfill", "awm_watermark_retuning", "awm_data_quality", "awm_table_maintenance"}
+DAG_FILES = ["late_data_backfill", "watermark_retuning", "data_quality", "table_maintenance"]
 
 
 @pytest.fixture(scope="module")
@@ -52,24 +53,74 @@ def test_every_dag_has_tags_retries_docs_and_typed_params(dagbag):
         assert dag.catchup is False and dag.max_active_runs == 1, dag_id
         for name, param in dag.params.items():
             assert "type" in param.schema, f"{dag_id} param {name} has no type"
-        work = [t for t in dag.tasks if t.task_id != "push_outcome"]
+        work = [t for t in dag.tasks if t.task_id != "publish"]
         assert all(t.retries >= 1 for t in work), dag_id
 
 
-def test_importing_the_dags_starts_no_spark_and_reads_no_table(airflow_home):
+def test_every_task_has_a_timeout_and_every_dag_a_run_timeout_and_one_failure_notifier(dagbag):
+    from dags.outcome import PushOutcome
+
+    reported = set()
+    for dag_id in DAG_IDS:
+        dag = dagbag.get_dag(dag_id)
+        assert dag.dagrun_timeout is not None, dag_id
+        dag_callbacks = (
+            dag.on_failure_callback
+            if isinstance(dag.on_failure_callback, list)
+            else [dag.on_failure_callback]
+        )
+        assert any(isinstance(c, PushOutcome) for c in dag_callbacks), dag_id
+        for t in dag.tasks:
+            assert t.execution_timeout is not None and t.execution_timeout <= dag.dagrun_timeout, (
+                dag_id,
+                t.task_id,
+            )
+            callbacks = (
+                t.on_failure_callback if isinstance(t.on_failure_callback, list) else [t.on_failure_callback]
+            )
+            notifiers = [c for c in callbacks if isinstance(c, PushOutcome)]
+            assert len(notifiers) == 1, (dag_id, t.task_id)
+            reported.add(notifiers[0].task)
+    assert reported == {"backfill", "tuning", "quality", "maintenance"}
+
+
+def test_the_backfill_output_is_an_asset_the_data_quality_dag_is_scheduled_on(dagbag):
+    from dags.pipeline_settings import AGGREGATES, LATE_EVENTS
+
+    backfill = dagbag.get_dag("awm_late_data_backfill")
+    assert {a.name for a in backfill.get_task("publish").outlets} == {AGGREGATES.name, LATE_EVENTS.name}
+    quality = dagbag.get_dag("awm_data_quality")
+    scheduled_on = {asset.name for asset in quality.timetable.asset_condition.objects}
+    assert scheduled_on == {AGGREGATES.name, LATE_EVENTS.name}
+
+
+def test_importing_the_dags_starts_no_spark_reads_no_table_and_sets_no_environment(airflow_home):
     import subprocess
     import sys
 
     code = (
-        "import sys, runpy\n"
-        "for f in ['late_data_backfill', 'watermark_retuning', 'data_quality']:\n"
+        "import os, sys, runpy\n"
+        "before = dict(os.environ)\n"
+        f"for f in {DAG_FILES!r}:\n"
         "    runpy.run_path(f'dags/{f}.py')\n"
         "heavy = ('pyspark', 'deltalake', 'great_expectations', 'jobs.stream')\n"
         "heavy = [m for m in heavy if m in sys.modules]\n"
-        "print(heavy)\n"
+        "print(heavy, dict(os.environ) == before)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert out.stdout.strip().splitlines()[-1] == "[] True"
+    sources = "\n".join(
+        (ROOT / "dags" / f"{f}.py").read_text() for f in [*DAG_FILES, "pipeline_settings", "outcome"]
+    )
+    assert "os.environ.setdefault" not in sources and "from airflow.sdk" in sources
+    private = [
+        line
+        for line in sources.splitlines()
+        if line.lstrip().startswith(("from airflow.", "import airflow."))
+    ]
+    assert all(
+        line.lstrip().startswith(("from airflow.sdk", "from airflow.providers.")) for line in private
+    ), private
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +139,7 @@ def stream_tables(spark, tmp_path_factory):
 
 
 def run_conf(tmp):
-    return {
-        "tables": str(tmp / "out"),
-        "config": str(tmp / "watermark.json"),
-        "reports": str(tmp / "reports"),
-    }
+    return {"tables": str(tmp / "out"), "config": str(tmp / "watermark.json")}
 
 
 def test_the_backfill_dag_submits_the_spark_job_and_reconciles_exactly(dagbag, stream_tables, spark):
@@ -102,8 +149,12 @@ def test_the_backfill_dag_submits_the_spark_job_and_reconciles_exactly(dagbag, s
     run = dag.test(logical_date=ending_next_hour(), run_conf=run_conf(tmp))
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"check_spark_connection": "success", "backfill": "success", "push_outcome": "success"}
-    report = json.loads((tmp / "reports" / "backfill" / f"{start:%Y%m%dT%H%M%SZ}.json").read_text())
+    assert set(states.values()) == {"success"}
+    assert set(states) == {"settings", "check_spark_connection", "backfill", "publish"}
+    report_file = (
+        tmp / "out" / "_reports" / "backfill" / f"{start:%Y%m%dT%H%M%SZ}.json"
+    )  # the tables' storage
+    report = json.loads(report_file.read_text())
     assert report["run_id"] == run.run_id and report["folded_events"] > 0
     assert table_aggregates(tmp / "out") == batch_aggregation(spark, records)
 
@@ -119,42 +170,123 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
 
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_data_quality")
-    assert dag.test(logical_date=this_hour(), run_conf=run_conf(tmp)).state == "success"
+    whole = run_conf(tmp) | {"whole_tables": True}
+    assert dag.test(logical_date=this_hour(), run_conf=whole).state == "success"
+    hour = run_conf(tmp) | {
+        "interval_start": this_hour().isoformat(),
+        "interval_end": ending_next_hour().isoformat(),
+    }
+    run = dag.test(logical_date=this_hour() + timedelta(seconds=1), run_conf=hour)
+    assert run.state == "success"
 
     broken = tmp / "broken"
     shutil.copytree(tmp / "out", broken)
     odd = pa.Table.from_pylist([{"raw": "x", "reason": "gremlins"}], schema=QUARANTINE_SCHEMA)
     DeltaTables(str(broken), "vandal", spark).append("quarantine", odd, 0, schema=QUARANTINE_SCHEMA)
-    conf = run_conf(tmp) | {"tables": str(broken)}
+    conf = whole | {"tables": str(broken)}
     assert dag.test(logical_date=this_hour() + timedelta(minutes=1), run_conf=conf).state == "failed"
 
 
-def test_the_retuning_dag_keeps_the_running_version_when_history_is_short_and_pushes_its_outcome(
-    dagbag, stream_tables, tmp_path
-):
-    import urllib.request
-
+@pytest.fixture
+def pushgateway(tmp_path, monkeypatch):
+    """A Pushgateway, configured as the DAGs' Connection ``awm_pushgateway``."""
     from monitoring.local import start_pushgateway
 
+    gateway = start_pushgateway(tmp_path / "pushgateway")
+    host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWM_PUSHGATEWAY", json.dumps({"conn_type": "http", "host": host, "port": int(port)})
+    )
+    yield gateway
+    gateway.stop()
+
+
+def pushed_lines(gateway) -> list[str]:
+    return pushed(gateway)
+
+
+def pushed(gateway) -> list[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(gateway.url + "/metrics", timeout=10) as response:
+        return [x for x in response.read().decode().splitlines() if x.startswith("awm_")]
+
+
+def test_the_maintenance_dag_compacts_and_vacuums_through_spark_submit_and_pushes_its_outcome(
+    dagbag, stream_tables, pushgateway, tmp_path, monkeypatch
+):
+    import shutil
+
+    tmp, _ = stream_tables
+    tables = tmp_path / "tables"
+    shutil.copytree(tmp / "out", tables)
+    before = {
+        t: sorted(DeltaTables(str(tables), "r").read(t).to_pylist(), key=repr)
+        for t in ("aggregates", "arrivals")
+    }
+    monkeypatch.setenv("AIRFLOW_VAR_AWM_VACUUM_RETAIN_HOURS", "0")  # settings are Airflow Variables
+    dag = dagbag.get_dag("awm_table_maintenance")
+    run = dag.test(logical_date=ending_tomorrow(), run_conf={"tables": str(tables)})
+    assert run.state == "success"
+    report = next((tables / "_reports" / "maintenance").glob("*.json"))
+    tables_report = json.loads(report.read_text())["tables"]
+    assert tables_report["arrivals"]["files_after"] <= tables_report["arrivals"]["files_before"]
+    after = {
+        t: sorted(DeltaTables(str(tables), "r").read(t).to_pylist(), key=repr)
+        for t in ("aggregates", "arrivals")
+    }
+    assert after == before
+    lines = pushed(pushgateway)
+    assert any(x.startswith("awm_maintenance_last_run_ok{") and x.endswith(" 1") for x in lines), lines
+    assert any(x.startswith("awm_maintenance_files_after{") for x in lines), lines
+
+
+def test_the_retuning_dag_keeps_the_running_version_when_history_is_short_and_pushes_its_outcome(
+    dagbag, stream_tables, pushgateway
+):
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_watermark_retuning")
     before = load_config(tmp / "watermark.json")
-    gateway = start_pushgateway(tmp_path / "pushgateway")
-    try:
-        conf = run_conf(tmp) | {"min_events": 1_000_000, "pushgateway": gateway.url}
-        run = dag.test(logical_date=ending_tomorrow(), run_conf=conf)
-        with urllib.request.urlopen(gateway.url + "/metrics", timeout=10) as response:
-            pushed = response.read().decode()
-    finally:
-        gateway.stop()
+    conf = run_conf(tmp) | {"min_events": 1_000_000, "reports": str(tmp / "reports")}
+    run = dag.test(logical_date=ending_tomorrow(), run_conf=conf)
     assert run.state == "success"
-    lines = [x for x in pushed.splitlines() if x.startswith("awm_tuning_")]
+    lines = [x for x in pushed(pushgateway) if x.startswith("awm_tuning_")]
     assert any(x.startswith("awm_tuning_last_run_ok{") and x.endswith(" 1") for x in lines), lines
     assert any(x.startswith("awm_tuning_published{") and x.endswith(" 0") for x in lines), lines
     assert any(x.startswith("awm_tuning_config_version{") and x.endswith(" 1") for x in lines), lines
     assert load_config(tmp / "watermark.json") == before
     report = json.loads(next((tmp / "reports").glob("retune-*.json")).read_text())
     assert report["decision"] == "skipped" and "at least 1,000,000" in report["reason"]
+
+
+def test_a_task_timeout_fails_the_run_and_its_failure_reaches_the_pushgateway(
+    dagbag, stream_tables, pushgateway, monkeypatch
+):
+    import time
+
+    import jobs.quality
+
+    def stuck(*args, **kwargs):
+        time.sleep(60)
+
+    monkeypatch.setattr(jobs.quality, "check_tables", stuck)  # the task imports it when it runs
+    tmp, _ = stream_tables
+    dag = dagbag.get_dag("awm_data_quality")
+    task = dag.get_task("check_tables")
+    monkeypatch.setattr(task, "execution_timeout", timedelta(seconds=2))
+    monkeypatch.setattr(task, "retries", 0)
+    started = time.monotonic()
+    run = dag.test(
+        logical_date=this_hour() + timedelta(minutes=2), run_conf=run_conf(tmp) | {"whole_tables": True}
+    )
+    assert time.monotonic() - started < 50  # the timeout, not the sleep, ended it
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["check_tables"] == "failed"
+    lines = pushed(pushgateway)
+    assert any(x.startswith("awm_quality_last_run_ok{") and x.endswith(" 0") for x in lines), lines
+    assert any(x.startswith("awm_quality_last_failure_timestamp_seconds{") for x in lines), lines
+    assert not any(x.startswith("awm_quality_last_success_timestamp_seconds{") for x in lines), lines
 
 
 def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(dagbag, spark, tmp_path):
@@ -192,7 +324,11 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
 
     try:
         wait_for(lambda: (stage / "state-000000000003").exists(), "the first 4 batches")
-        conf = run_conf(tmp_path) | {"min_events": 500, "strategies": "periodic,adaptive,percentile"}
+        conf = run_conf(tmp_path) | {
+            "min_events": 500,
+            "strategies": "periodic,adaptive,percentile",
+            "reports": str(tmp_path / "reports"),
+        }
         run = dagbag.get_dag("awm_watermark_retuning").test(logical_date=ending_tomorrow(), run_conf=conf)
         assert run.state == "success"
         published = load_config(cfg_path)
@@ -234,24 +370,75 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_real_scheduler_completes_a_scheduled_run_of_the_backfill_dag(stream_tables, tmp_path):
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL cluster (the Debian package's initdb / pg_ctl) on 127.0.0.1; yields its URL.
+
+    PostgreSQL refuses to run as root: as root the cluster belongs to the ``postgres`` system user (runuser).
+    """
+    import glob
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found:
+        pytest.fail("PostgreSQL not found: bin/bootstrap.sh installs the Debian package postgresql")
+    bindir = Path(found[-1]).parent
+    data = Path(tempfile.mkdtemp(prefix="awm-pg-"))
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(data, user.pw_uid, user.pw_gid)
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+
+    def run(*args: str) -> None:
+        subprocess.run([*prefix, *args], check=True, capture_output=True, text=True, timeout=120)
+
+    run(str(bindir / "initdb"), "-D", str(data / "db"), "-U", "airflow", "--auth=trust", "-E", "UTF8")
+    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    run(str(bindir / "pg_ctl"), "-D", str(data / "db"), "-o", options, "-l", str(data / "log"), "-w", "start")
+    try:
+        run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow")
+        yield f"postgresql+psycopg2://airflow@127.0.0.1:{port}/airflow"
+    finally:
+        run(str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "-w", "stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.mark.timeout(1800)
+def test_a_real_scheduler_on_postgresql_runs_a_scheduled_backfill_then_data_quality_on_its_assets(
+    stream_tables, tmp_path, postgres
+):
+    """Production-shaped: scheduler, DAG processor, triggerer and API server (``airflow standalone``) with
+    the LocalExecutor and a PostgreSQL metadata DB; settings as Variables and Connections only."""
     import os
     import signal
-    import sqlite3
     import subprocess
     import sys
     import time
 
+    import psycopg2
+
+    from monitoring.local import start_pushgateway
     from tests.conftest import airflow_environment
 
     tmp, _ = stream_tables
-    folder = tmp_path / "dags"  # only the backfill DAG, so the scheduler runs nothing else
+    folder = tmp_path / "dags"  # the backfill and the DAG its Assets schedule
     folder.mkdir()
-    (folder / "late_data_backfill.py").symlink_to(ROOT / "dags" / "late_data_backfill.py")
+    for name in ("late_data_backfill", "data_quality"):
+        (folder / f"{name}.py").symlink_to(ROOT / "dags" / f"{name}.py")
     home = tmp_path / "airflow"
     port = free_port()
+    gateway = start_pushgateway(tmp_path / "pushgateway")
+    gateway_host, gateway_port = gateway.url.removeprefix("http://").rsplit(":", 1)
     env = os.environ | airflow_environment(home, ROOT)
     env |= {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -259,9 +446,11 @@ def test_a_real_scheduler_completes_a_scheduled_run_of_the_backfill_dag(stream_t
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AWM_TABLES": str(tmp / "out"),
-        "AWM_CONFIG": str(tmp / "watermark.json"),
-        "AWM_REPORTS": str(tmp_path / "reports"),
+        "AIRFLOW_VAR_AWM_TABLES": str(tmp / "out"),
+        "AIRFLOW_VAR_AWM_CONFIG": str(tmp / "watermark.json"),
+        "AIRFLOW_CONN_AWM_PUSHGATEWAY": json.dumps(
+            {"conn_type": "http", "host": gateway_host, "port": int(gateway_port)}
+        ),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     log = (tmp_path / "standalone.log").open("w")
@@ -272,23 +461,32 @@ def test_a_real_scheduler_completes_a_scheduled_run_of_the_backfill_dag(stream_t
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    runs = []
+    runs: dict[str, tuple] = {}
+    checked = None
     try:
-        deadline = time.monotonic() + 420
+        deadline = time.monotonic() + 1200
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "standalone.log").read_text()[-3000:]
-            if (home / "airflow.db").exists():
-                try:
-                    with sqlite3.connect(f"file:{home}/airflow.db?mode=ro", uri=True, timeout=5) as db:
-                        runs = db.execute(
-                            "select run_id, run_type, state, data_interval_start, data_interval_end "
-                            "from dag_run where dag_id = 'awm_late_data_backfill'"
-                        ).fetchall()
-                except sqlite3.OperationalError:  # tables not migrated yet, or locked
-                    runs = []
-            if runs and runs[0][2] in ("success", "failed"):
+            try:
+                with (
+                    psycopg2.connect(postgres.replace("+psycopg2", ""), connect_timeout=5) as db,
+                    db.cursor() as cur,
+                ):
+                    cur.execute("select dag_id, run_id, run_type, state from dag_run order by id")
+                    runs = {row[0]: row[1:] for row in cur.fetchall()}
+                    if runs.get("awm_data_quality", (None, None, None))[2] == "success":
+                        cur.execute(
+                            "select value from xcom where dag_id = 'awm_data_quality' "
+                            "and task_id = 'check_tables' and key = 'return_value'"
+                        )
+                        checked = cur.fetchone()
+            except psycopg2.Error:  # not migrated yet
+                runs = {}
+            states = [r[2] for r in runs.values()]
+            if "failed" in states or (len(runs) == 2 and set(states) == {"success"}):
                 break
             time.sleep(2)
+        pushed = pushed_lines(gateway)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -297,11 +495,18 @@ def test_a_real_scheduler_completes_a_scheduled_run_of_the_backfill_dag(stream_t
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-    assert runs, "the scheduler created no run of the backfill DAG"
-    run_id, run_type, state, _, _ = runs[0]
-    assert (run_type, state) == ("scheduled", "success"), (tmp_path / "standalone.log").read_text()[-5000:]
-    reports = list((tmp_path / "reports" / "backfill").glob("*.json"))
-    assert len(reports) == 1
-    report = json.loads(reports[0].read_text())
-    assert report["run_id"] == run_id
+        gateway.stop()
+    tail = (tmp_path / "standalone.log").read_text()[-5000:]
+    assert "awm_late_data_backfill" in runs, f"the scheduler created no backfill run\n{tail}"
+    run_id, run_type, state = runs["awm_late_data_backfill"]
+    assert (run_type, state) == ("scheduled", "success"), tail
+    reports = list((tmp / "out" / "_reports" / "backfill").glob("*.json"))
+    report = next(json.loads(p.read_text()) for p in reports if json.loads(p.read_text())["run_id"] == run_id)
     assert report["interval_end_ms"] - report["interval_start_ms"] == 3_600_000
+    # the data-quality run was triggered by the backfill's Assets and checked that interval
+    assert runs["awm_data_quality"][1:] == ("asset_triggered", "success"), tail
+    value = checked[0] if checked is not None else None
+    result = json.loads(value) if isinstance(value, str) else value
+    assert result["interval"] == [report["interval_start_ms"], report["interval_end_ms"]], result
+    assert any(x.startswith("awm_backfill_last_run_ok{") and x.endswith(" 1") for x in pushed), pushed
+    assert any(x.startswith("awm_quality_last_run_ok{") and x.endswith(" 1") for x in pushed), pushed

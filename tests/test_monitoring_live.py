@@ -144,6 +144,20 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             },
             duration_s=30.0,
         )
+        push_outcome(
+            gateway.url,
+            "quality",
+            ok=True,
+            values={"expectations": 20, "failed_expectations": 0, "rows_checked": 4_800},
+            duration_s=6.0,
+        )
+        push_outcome(
+            gateway.url,
+            "maintenance",
+            ok=True,
+            values={"files_before": 120, "files_after": 9, "files_vacuumed": 111, "arrivals_deleted": 0},
+            duration_s=40.0,
+        )
         rule_dir = tmp_path / "rules"
         rule_dir.mkdir()
         alert_file = rule_dir / "alerts.yml"
@@ -185,6 +199,9 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             f"alert {name}": expr for name, expr in rules.all_alert_expressions(TEST_THRESHOLDS).items()
         }
         expressions |= {f"record {name}": expr for name, expr in rules.all_recording_rules().items()}
+        expressions |= {  # parsed and fed, not required to return data (no configuration change yet)
+            f"annotation {uid} / {name}": expr for uid, name, expr in dashboards.annotation_queries()
+        }
         problems = []
         for label, expr in expressions.items():
             answer = query(prom, expr)
@@ -227,3 +244,46 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         endpoint.stop()
         for server in servers:
             server.stop()
+
+
+def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(spark, tmp_path):
+    """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
+    keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
+    from jobs.feed import feed
+    from monitoring.local import free_port
+    from tests.test_stream import iot_records
+
+    port = free_port()
+    alert_file = tmp_path / "alerts.yml"
+    alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=TEST_THRESHOLDS))
+    cfg = prometheus_config(
+        tmp_path / "prometheus.json", {"awm_job": f"127.0.0.1:{port}"}, rule_files=[alert_file], interval="1s"
+    )
+    prom = start_prometheus(cfg, tmp_path / "prometheus")
+    try:
+        feed(iot_records(400), tmp_path / "in", rows_per_file=200)
+        (tmp_path / "out").write_text("a file where the tables should be\n")
+        opts = JobOptions(
+            input=str(tmp_path / "in"),
+            output=str(tmp_path / "out"),
+            checkpoint=str(tmp_path / "ck"),
+            config=config(),
+            progress=False,
+            metrics_port=port,
+        )
+        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever Spark raises for the failed query
+            run_job(spark, opts)
+        # run_job has returned: its server is down, so only what was scraped before counts
+        with pytest.raises(OSError):
+            import urllib.request
+
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+        def failures_scraped():
+            got = query(prom, "max_over_time(awm_query_terminated_with_error_total[5m])")["data"]["result"]
+            return [float(r["value"][1]) for r in got]
+
+        assert wait_until(failures_scraped, 30, "the scraped failure in Prometheus's storage") == [1.0]
+        wait_until(lambda: "AwmStreamingQueryFailed" in firing(prom), 60, "AwmStreamingQueryFailed to fire")
+    finally:
+        prom.stop()

@@ -1,0 +1,109 @@
+"""### Delta table maintenance (daily)
+
+Keeps the pipeline's Delta tables fast to read and bounded on disk (`jobs/maintenance.py`), submitted
+with `spark-submit` like the backfill:
+
+1. `arrivals` retention: rows ingested more than `awm_arrivals_retain_days` (Variable, default 30) ago
+   are deleted;
+2. `OPTIMIZE` every table: the stream's small per-batch files are compacted and Z-ordered by the columns
+   its readers filter on (window start and batch for `aggregates`, ingestion time for `arrivals`, ...);
+3. `VACUUM` with `awm_vacuum_retain_hours` (Variable, default 168: Delta's 7 days).
+
+No row changes except the expired arrivals. The report goes to `<tables>/_reports/maintenance/`, and
+`publish` pushes `awm_maintenance_*` (files before and after, files vacuumed, arrivals deleted); a failure
+or a timeout is pushed by `dags/outcome.py` (alert `AwmMaintenanceFailing`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import CronDataIntervalTimetable, dag, task
+
+from dags import outcome
+from dags import pipeline_settings as settings
+
+#: On the tables' storage (a retry or a rerun replaces it; ``publish`` checks the run id).
+REPORT = (
+    settings.xcom("tables")
+    + "/_reports/maintenance/{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}.json"
+)
+
+
+@dag(
+    dag_id="awm_table_maintenance",
+    schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),  # daily, off the hour
+    start_date=settings.START,
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=4),
+    default_args=settings.default_args("maintenance"),
+    on_failure_callback=outcome.PushOutcome("maintenance"),
+    tags=[*settings.TAGS, "maintenance", "delta"],
+    doc_md=__doc__,
+    params=settings.location_params(),
+)
+def awm_table_maintenance() -> None:
+    """Daily table maintenance (see the module docstring)."""
+
+    @task(execution_timeout=timedelta(minutes=2))
+    def settings_(**context: Any) -> dict[str, str]:
+        return settings.resolve(context["params"])
+
+    @task(execution_timeout=timedelta(minutes=2))
+    def check_spark_connection() -> dict[str, str]:
+        return settings.check_spark_connection()
+
+    submit = SparkSubmitOperator(
+        task_id="maintenance",
+        conn_id=settings.SPARK_CONN_ID,
+        application=str(settings.ROOT / "jobs" / "maintenance.py"),
+        name="awm-table-maintenance",
+        jars=settings.xcom("jars", "check_spark_connection"),
+        application_args=[
+            "--tables",
+            settings.xcom("tables"),
+            "--retain-hours",
+            settings.xcom("vacuum_retain_hours"),
+            "--arrivals-retain-days",
+            settings.xcom("arrivals_retain_days"),
+            "--report",
+            REPORT,
+            "--run-id",
+            "{{ run_id }}",
+        ],
+        conf=settings.spark_submit_conf(),
+        env_vars=settings.spark_submit_env(),
+        execution_timeout=timedelta(hours=3),
+    )
+
+    @task(retries=0, execution_timeout=timedelta(minutes=2))
+    def publish(report_path: str, **context: Any) -> dict[str, Any]:
+        import json
+        from pathlib import Path
+
+        run_id = context["run_id"]
+        path = Path(report_path)
+        report = json.loads(path.read_text()) if path.exists() else None
+        if report is None or report.get("run_id") != run_id:
+            msg = f"the maintenance did not succeed (no report of run {run_id} at {path})"
+            raise RuntimeError(msg)
+        tables = report["tables"].values()
+        vacuumed = sum(max(0, t["files_on_disk_before"] - t["files_on_disk_after"]) for t in tables)
+        values = {
+            "files_before": sum(t["files_before"] for t in tables),
+            "files_after": sum(t["files_after"] for t in tables),
+            "files_vacuumed": vacuumed,
+            "arrivals_deleted": report["tables"].get("arrivals", {}).get("rows_deleted", 0),
+        }
+        took = float(report["seconds"])
+        print(outcome.report_outcome("maintenance", ok=True, values=values, duration_s=took))
+        return report
+
+    resolved = settings_.override(task_id="settings")()
+    resolved >> check_spark_connection() >> submit >> publish(REPORT)
+
+
+awm_table_maintenance()

@@ -1,0 +1,37 @@
+"""build_session under spark-submit: its --conf reaches the session (the UI is not forced off)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.spark import project_jars
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = """
+from jobs.spark import build_session
+spark = build_session("conf-probe")
+print("UI", spark.conf.get("spark.ui.enabled", "unset"), spark.conf.get("spark.sql.session.timeZone"))
+spark.stop()
+"""
+
+
+def test_spark_submit_conf_reaches_the_session(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    args = [str(submit), "--master", "local[1]", "--jars", ",".join(project_jars())]
+    args += ["--conf", "spark.ui.enabled=true", "--conf", "spark.ui.port=0", str(script)]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "UI true UTC" in out.stdout, out.stdout + out.stderr[-2000:]
