@@ -157,6 +157,96 @@ TABLES: Mapping[str, pa.Schema] = {
     "arrivals": ARRIVALS_SCHEMA,
 }
 
+#: What one row of each table is (the table reference in ``docs/tables.md``, :mod:`jobs.tabledocs`).
+TABLE_DOCS: Mapping[str, str] = {
+    "aggregates": "key and window, when the window closes",
+    "late_events": "late record",
+    "quarantine": "invalid record, or landing file that could not be read",
+    "watermark_log": "batch and partition",
+    "arrivals": "valid record, in arrival order: the arrival history the re-tuning DAG replays "
+    "(`--no-arrival-history` turns it off; the maintenance DAG deletes rows past their retention)",
+}
+_INGESTED = "the micro-batch's ingestion time (saved with the batch, so a replay writes the same)"
+#: One line per column of each table, including the generated date partition columns of :data:`PARTITIONS`
+#: (the table reference in ``docs/tables.md`` is generated from these and the schemas: :mod:`jobs.tabledocs`).
+COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
+    "aggregates": {
+        "key": "aggregation key",
+        "window_start_ms": "window start (inclusive)",
+        "window_end_ms": "window end (exclusive)",
+        "count": "on-time records in the window (plus, after a backfill, the late ones folded in)",
+        "sum": "sum of `value`",
+        "min": "minimum `value`",
+        "max": "maximum `value`",
+        "trigger_watermark_ms": "the watermark that closed the window (null when flushed, or inserted by the "
+        "backfill)",
+        "fire_arrival_ms": "ingestion time of the arrival after which the window closed",
+        "trigger_delay_ms": "trigger watermark − window end",
+        "emit_latency_ms": "fire arrival time − window end (null when flushed)",
+        "flushed": "closed by the end of input (`--flush-at-end`), not by the watermark",
+        "revision": "0 as the job writes it; each backfill that corrects the window adds 1",
+        "late_count": "late rows the backfill folded in",
+        "reconciled_batch_id": "newest `late_events` batch folded in (null: none)",
+        "batch_id": "micro-batch that emitted the window",
+        "config_version": "configuration version in force",
+        "emitted_at_ms": "when it was written (wall clock)",
+        "window_date": "UTC date of `window_start_ms`: the partition column",
+    },
+    "late_events": {
+        "event_id": "the record's event id",
+        "key": "aggregation key",
+        "partition": "source partition (on Kafka, the Kafka partition)",
+        "event_time_ms": "event time",
+        "arrival_time_ms": "arrival (ingestion) time",
+        "value": "the record's value",
+        "watermark_ms": "the watermark in force when it arrived (the one it missed)",
+        "late_by_ms": "watermark − event time",
+        "file": "landing file (on Kafka, `TOPIC/PARTITION`)",
+        "line": "0-based record number in the file (on Kafka, the offset)",
+        "batch_id": "micro-batch that read it",
+        "reconciled": "the backfill has folded it into every window holding it",
+        "ingested_at_ms": _INGESTED,
+        "event_date": "UTC date of `event_time_ms`: the partition column",
+    },
+    "quarantine": {
+        "raw": "the line of a malformed record, and of a JSON record with a field of the wrong type; otherwise "
+        "the record's fields as JSON; valid UTF-8, invalid bytes replaced by U+FFFD; beyond 1 KiB its first "
+        "1,024 bytes and `…[truncated, N bytes]` with the whole length N; for a file, its path",
+        "reason": "one of `jobs.tables.QUARANTINE_REASONS` "
+        "([the reasons](streaming-job.md#quarantine-reasons))",
+        "file": "landing file (on Kafka, `TOPIC/PARTITION`)",
+        "line": "0-based record number in the file (on Kafka, the offset); null for a whole file",
+        "batch_id": "micro-batch that read it",
+        "ingested_at_ms": _INGESTED,
+    },
+    "watermark_log": {
+        "batch_id": "micro-batch",
+        "partition": "source partition",
+        "partition_watermark_ms": "the partition's watermark after the batch",
+        "global_watermark_ms": "the combined (global) watermark after the batch",
+        "max_event_time_ms": "highest event time among the partition's records of the batch (null: none)",
+        "events": "valid records of the partition in the batch",
+        "late": "of them late",
+        "stragglers": "of them stragglers (on time, just above the watermark)",
+        "learned_delay_ms": "the generator's learned (or set) delay",
+        "sensitivity": "the adaptive generator's ADWIN sensitivity",
+        "drifts": "the adaptive generator's ADWIN drifts",
+        "holds_back": "this partition's watermark is the global one",
+        "active": "the partition is active (not idle)",
+        "strategy": "the strategy in force",
+        "config_version": "configuration version in force",
+        "ingested_at_ms": _INGESTED,
+        "processed_at_ms": "when the batch was processed (wall clock)",
+    },
+    "arrivals": {
+        "partition": "source partition",
+        "event_time_ms": "event time",
+        "arrival_time_ms": "arrival (ingestion) time",
+        "batch_id": "micro-batch that read it",
+        "ingested_at_ms": _INGESTED + "; the retention deletes rows by it",
+    },
+}
+
 
 def table_path(root: str | os.PathLike[str], table: str) -> str:
     """Directory of ``table`` under ``root``; ``table`` must be a plain directory name."""
