@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the tables of docs/results.md: every strategy of the default grid on the three bundled streams,
-# tumbling windows of 100 and 1,000 ms (the seed paper's window sizes). Usage: docs/compare_samples.sh > tables.md
+# Regenerates the tables of docs/performance.md ("Tables"): every strategy of the default grid on the three
+# bundled streams, tumbling windows of 100 and 1,000 ms (the seed paper's window sizes). Usage: docs/compare_samples.sh > tables.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

@@ -36,7 +36,7 @@ changes nothing: every row it would fold is already folded and marked, and no co
 The commits carry the run in their ``userMetadata`` (``awm.backfill.interval``, ``awm.backfill.run_id``).
 Writers from different Spark applications on one table need a LogStore that makes commits mutually
 exclusive on the storage (HDFS and ADLS do; S3 needs Delta's DynamoDB LogStore; a local disk is safe within
-one application only); README: running on a cluster.
+one application only); docs/deployment.md.
 
 Run it with ``spark-submit jobs/backfill.py --tables DIR --interval-start ISO --interval-end ISO`` or
 ``python -m jobs.backfill ...`` (local Spark); it prints its report as JSON (``--report FILE`` keeps it).

@@ -70,7 +70,7 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
 
     The session loads delta-spark and the Kafka source from :func:`project_jars` (``spark.jars``: no Ivy
     resolution at run time) with Delta's SQL extension and catalog. Under ``spark-submit`` the jars are
-    given by its ``--jars`` (README: running on a cluster) and only the Delta settings are added.
+    given by its ``--jars`` (docs/deployment.md) and only the Delta settings are added.
 
     Locally, ``spark.sql.shuffle.partitions`` defaults to the core count: Spark's default of 200 makes small
     stateful or grouped batches several times slower on one machine. Under ``spark-submit`` (``SPARK_HOME``
@@ -130,7 +130,7 @@ def ship_code(spark: Any) -> None:
 
     Local sessions built by :func:`build_session` find them on ``PYTHONPATH``; on a cluster the executors
     get a zip of both packages (``SparkContext.addPyFile``). numpy, pyarrow and river must be installed on
-    the executors (README: deploying on a cluster).
+    the executors (docs/deployment.md).
     """
     sc = spark.sparkContext
     app = sc.applicationId

@@ -81,10 +81,14 @@ def render_table_reference() -> str:
 
 
 def splice(document: str, reference: str) -> str:
-    """``document`` with the text between its markers replaced by ``reference``.
+    r"""``document`` with the text between its markers replaced by ``reference``.
 
-    >>> splice(f"a\\n{BEGIN}\\nold\\n{END}\\nb\\n", "new\\n")
-    'a\\n<!-- tables:begin -->\\nnew\\n<!-- tables:end -->\\nb\\n'
+    >>> print(splice(f"a\n{BEGIN}\nold\n{END}\nb", "new\n").replace(BEGIN, "BEGIN").replace(END, "END"))
+    a
+    BEGIN
+    new
+    END
+    b
     """
     head, sep, rest = document.partition(BEGIN)
     _, sep2, tail = rest.partition(END)

@@ -209,9 +209,9 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "event_date": "UTC date of `event_time_ms`: the partition column",
     },
     "quarantine": {
-        "raw": "the line of a malformed record, and of a JSON record with a field of the wrong type; otherwise "
-        "the record's fields as JSON; valid UTF-8, invalid bytes replaced by U+FFFD; beyond 1 KiB its first "
-        "1,024 bytes and `…[truncated, N bytes]` with the whole length N; for a file, its path",
+        "raw": "the line of a malformed record, and of a JSON record with a field of the wrong type; "
+        "otherwise the record's fields as JSON; valid UTF-8, invalid bytes replaced by U+FFFD; beyond 1 KiB "
+        "its first 1,024 bytes and `…[truncated, N bytes]` with the whole length N; for a file, its path",
         "reason": "one of `jobs.tables.QUARANTINE_REASONS` "
         "([the reasons](streaming-job.md#quarantine-reasons))",
         "file": "landing file (on Kafka, `TOPIC/PARTITION`)",

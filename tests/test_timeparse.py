@@ -180,7 +180,8 @@ CHECKS = RecordChecks(
     max_field_bytes=1_000,
 )
 # JSON integers only: Spark re-reads a JSON number with a fraction or exponent as the text of a double
-# ("1e3" as "1000.0", "1600000000000.0" as "1.6E12"), which is not the token's text (see README).
+# ("1e3" as "1000.0", "1600000000000.0" as "1.6E12"), which is not the token's text
+# (see docs/streaming-job.md, "Input").
 JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 
 

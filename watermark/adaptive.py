@@ -49,7 +49,7 @@ class Adaptive(WatermarkGenerator):
       the sensitivity. On a stationary skew ADWIN detects nothing and Algorithm 1 never emits again; the
       paper's experiments did not meet this because the reference code measured the skew against the wall
       clock during replay, a value that drifts all the time. On the bundled IoT streams the faithful
-      algorithm fires no window at all (``docs/results.md``).
+      algorithm fires no window at all (``docs/performance.md``).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Replay evaluation: run a recorded stream through a strategy and measure completeness and latency.
 
-Definitions (one convention everywhere, see the README):
+Definitions (one convention everywhere, see the README, "Time and lateness"):
 
 * Arrival order is ascending ``tp``, ties in input order.
 * A tuple is **late** iff ``te < W`` for the watermark ``W`` in force when it arrived; late tuples are dropped

@@ -18,7 +18,7 @@ history than one global generator. ``slo`` settings without a target are tried a
 tuner's target. On the bundled IoT streams, tuned on a first half and replayed on the second under the unified
 latency measure, the choice (partition-scoped ``ingestion``) has 0.63 (d1) and 0.80 (d2) of the mean emit
 latency of the best global timer-driven periodic setting chosen with hindsight
-(``benchmarks/tuner_quality.py``, ``docs/results.md``).
+(``benchmarks/tuner_quality.py``, ``docs/performance.md``).
 
 Examples
 --------
