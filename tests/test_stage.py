@@ -71,7 +71,7 @@ def test_the_stage_store_keeps_a_bounded_number_of_files_however_many_batches_ru
 
     config = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000})
     store = StageStore(str(tmp_path))
-    pw = PartitionedWatermark("periodic")
+    pw = PartitionedWatermark("periodic", idle_timeout_ms=config.idle_timeout_ms)  # the state's own config
     counts = []
     for batch in range(40):
         store.batch_meta(batch, config)
