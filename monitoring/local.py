@@ -103,9 +103,15 @@ def _start(name: str, args: Sequence[str], port: int, workdir: Path) -> LocalSer
 
 
 def start_pushgateway(workdir: Path, port: int | None = None) -> LocalServer:
-    """A Pushgateway on 127.0.0.1 (no persistence), ready."""
+    """A Pushgateway on 127.0.0.1 keeping its metrics in memory only, ready.
+
+    Debian's build persists to ``/var/lib/prometheus/pushgateway.data`` by default, which every gateway
+    started on the machine would then share (a test would read another run's pushes): the persistence file
+    is switched off explicitly.
+    """
     port = port or free_port()
-    server = _start("prometheus-pushgateway", [f"--web.listen-address=127.0.0.1:{port}"], port, workdir)
+    args = [f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="]
+    server = _start("prometheus-pushgateway", args, port, workdir)
     server.wait_ready()
     return server
 
