@@ -253,7 +253,10 @@ def judge_partitions(plan: StagePlan) -> Any:
 
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
-        table = pa.Table.from_batches(list(batches))
+        chunks = list(batches)
+        if not chunks:  # an empty task (Spark hands mapInArrow no batch at all then)
+            return
+        table = pa.Table.from_batches(chunks)
         if table.num_rows == 0:
             return
         valid = table.filter(pc.is_null(table.column("reason"))).select(list(ROW_COLUMNS))
@@ -326,7 +329,11 @@ def settle(texts: list[str]) -> Settled:
 
 def segments_table(summaries: list[PartitionSummary]) -> pa.Table:
     """The fire table the driver broadcasts: every partition's fire segments."""
-    rows = [(s.partition, *seg) for s in summaries for seg in s.segments]
+    return segment_rows([(s.partition, *seg) for s in summaries for seg in s.segments])
+
+
+def segment_rows(rows: list[tuple[str, int, int, int, int]]) -> pa.Table:
+    """:data:`SEGMENTS_SCHEMA` rows ``(owner, lo, hi, trigger, fire_tp)`` as a table."""
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in SEGMENTS_SCHEMA]
     return pa.Table.from_arrays(
         [pa.array(list(c), f.type) for c, f in zip(columns, SEGMENTS_SCHEMA, strict=True)],

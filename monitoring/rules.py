@@ -21,7 +21,7 @@ Idle input fires nothing: no rate, no lag growth, no stall (a stall needs input 
 Examples
 --------
 >>> sorted(all_alert_expressions())[:3]
-['AwmBackfillFailing', 'AwmBackfillOverdue', 'AwmEventTimeLagHigh']
+['AwmBackfillFailing', 'AwmBackfillOverdue', 'AwmBatchOutcomeAbsent']
 >>> all_alert_expressions()["AwmProcessingTimeLagHigh"]
 'max by (job, instance) (awm_processing_time_watermark_lag_seconds) > 300'
 

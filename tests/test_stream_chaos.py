@@ -211,7 +211,7 @@ def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None) -> dict[s
 def test_five_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path):
     # The suite's size (the full 300 x 5,000 rows/s is benchmarks/chaos_rss.py): Spark keeps the offset
     # and commit logs of the last `retain` batches, so the folder stops growing after that many.
-    load = Load(batches=40, rows_per_second=2_000, batch_ms=200, retain=10)
+    load = Load(batches=28, rows_per_second=2_000, batch_ms=200, retain=10)
     out = chaos(tmp_path, load, kills=5, seed=11)
     assert out["up_to"] >= load.batches - 5 and out["rows"] >= (load.batches - 5) * load.rows_per_batch
     assert out["equal"] == dict.fromkeys(TABLES, True)

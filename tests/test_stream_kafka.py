@@ -245,3 +245,76 @@ def test_the_stage_in_the_executors_quarantines_bad_values_and_settles_a_key_two
         driver[2].late,
     )
     assert report.driver_bytes < driver[2].driver_bytes
+
+
+@pytest.mark.parametrize("stage_in", ["auto", "driver"])
+def test_on_the_wall_clock_a_window_fires_on_the_triggers_timer_when_no_record_comes(
+    spark, tmp_path, kafka_broker, stage_in
+):
+    # Records stamped with the wall clock (as LogAppendTime stamps them) into a running query, then
+    # silence. On the arrival clock nothing after them would move the watermark, so their windows would
+    # wait for the next record; on the wall clock the timer source makes every trigger a batch, the clock
+    # moves to each batch's boundary, and the ingestion watermark passes the windows' ends about lag +
+    # idle time after the records.
+    import threading
+    import time
+
+    servers = kafka_broker.bootstrap_servers
+    topic = f"wall-{stage_in}"
+    kafka_broker.create_topic(topic, 2)
+    lag_ms, idle_ms, margin_ms = 2_000, 500, 300
+    cfg = PipelineConfig.from_dict(
+        {
+            "version": 1,
+            "strategy": "ingestion",
+            "params": {"max_event_time_lag_ms": lag_ms, "max_watermark_lag_ms": idle_ms},
+            "window_ms": 1_000,
+            "partition_mode": "scoped",
+            "idle_timeout_ms": None,
+        }
+    )
+    opts = JobOptions(
+        input="",
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        config=cfg,
+        format="kafka",
+        kafka=KafkaOptions(bootstrap_servers=servers, topic=topic),
+        progress=False,
+        stage_in=stage_in,
+        clock="wall",
+        clock_margin_ms=margin_ms,
+        trigger="interval=500 milliseconds",
+        max_batches=24,  # every trigger is a batch (the timer source), records or not
+    )
+    reports: list = []
+    worker = threading.Thread(target=lambda: reports.extend(run_job(spark, opts)), daemon=True)
+    worker.start()
+    commits = tmp_path / "ck" / "query" / "commits"
+    deadline = time.monotonic() + 300
+    while not (commits.exists() and len(list(commits.glob("[0-9]*"))) >= 2):  # two batches of timer rows
+        assert time.monotonic() < deadline and worker.is_alive(), "the query ran no batch"
+        time.sleep(0.2)
+    now = int(time.time() * 1000)
+    events = [
+        json.dumps({"event_id": f"e{i}", "key": f"k{i % 2}", "event_time_ms": now - 100 + i, "value": i})
+        for i in range(10)
+    ]
+    for partition in (0, 1):
+        produce_raw(servers, topic, [e.encode() for e in events[partition::2]], partition, now)
+    worker.join(timeout=600)
+    assert not worker.is_alive() and len(reports) == 24
+    assert reports[0].rows == 0 and sum(r.rows for r in reports) == 10  # timer rows are no records
+    assert reports[-1].stage_in == ("executors" if stage_in == "auto" else "driver")
+    fired = DeltaTables(opts.output, "test-reader").read("aggregates").to_pylist()
+    window_ends = {(now - 100 + i) // 1_000 * 1_000 + 1_000 for i in range(10)}
+    assert {r["window_end_ms"] for r in fired} == window_ends
+    assert sum(r["count"] for r in fired) == 10 and not any(r["flushed"] for r in fired)
+    for r in fired:
+        # Fired by time at a batch boundary after the records (no arrival came after them), at about the
+        # first boundary at which the watermark (boundary - 1 - lag, once idle) reaches the window's end.
+        assert r["fire_arrival_ms"] > now
+        assert r["trigger_watermark_ms"] >= r["window_end_ms"]
+        assert (
+            lag_ms < r["emit_latency_ms"] <= lag_ms + idle_ms + margin_ms + 10_000
+        )  # slack: a loaded machine

@@ -342,6 +342,33 @@ class PartitionedWatermark(WatermarkReadout):
         self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last)])
         return self
 
+    def advance_to(self, now_ms: int) -> Self:
+        """Advance time to ``now_ms`` on a clock every partition shares (the wall clock of a live source).
+
+        As :meth:`on_idle`, except that in ``scoped`` mode each partition's generator advances too: with
+        arrival times stamped by one clock (Kafka's ``LogAppendTime``), a partition that has had no
+        arrival since its last one has still lived until ``now_ms``. A time at or before a partition's own
+        clock changes nothing for it.
+
+        >>> params = {"max_event_time_lag_ms": 100, "max_watermark_lag_ms": 500}
+        >>> pw = PartitionedWatermark("ingestion", params, mode="scoped")
+        >>> _ = pw.process(["a", "b"], [1_000, 2_000], [1_000, 2_000])
+        >>> pw.partition_watermarks
+        {'a': 899, 'b': 1899}
+        >>> pw.advance_to(3_000).partition_watermarks
+        {'a': 2899, 'b': 2899}
+        """
+        now = int(now_ms)
+        if self.mode != "scoped":
+            return self.on_idle(now)
+        for gen in self._gens.values():
+            if gen.clock_ms is None or now > gen.clock_ms:
+                gen.on_idle(now)
+        if self._clock is None or now > self._clock:
+            self._clock = now
+        self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last)])
+        return self
+
     def _last_count(self, now: int) -> None:
         """Settle at the last instant before ``now`` at which any partition counted, if they all stop before.
 

@@ -161,6 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
         "narrow columns collected), or auto (default: executors whenever they can)",
     )
     p.add_argument(
+        "--clock",
+        choices=("arrivals", "wall"),
+        default="arrivals",
+        help="the ingestion clock: arrivals (default: it moves with the records' arrival times only, as in "
+        "a replay of recorded times) or wall (arrival times are the wall clock, Kafka's LogAppendTime: "
+        "the clock also moves to each batch's start, so windows fire at batch boundaries, and with "
+        "--trigger interval=... on Kafka at every trigger even when no record comes)",
+    )
+    p.add_argument(
+        "--clock-margin-ms",
+        type=int,
+        default=1_000,
+        help="wall clock: how far behind a batch's start the clock stops (records stamped just before "
+        "the batch was planned, clock skew between the broker and the driver; default 1000)",
+    )
+    p.add_argument(
         "--trigger",
         default="available-now",
         help="available-now, or interval=DURATION (5s, 500ms, 2 minutes)",
@@ -309,6 +325,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         metrics_host=args.metrics_host,
         arrival_history=not args.no_arrival_history,
         stage_in=args.stage_in,
+        clock=args.clock,
+        clock_margin_ms=args.clock_margin_ms,
         dedup_horizon_ms=args.dedup_horizon_ms,
     )
 

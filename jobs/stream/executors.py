@@ -24,6 +24,7 @@ from jobs.executor_stage import (
     Settled,
     StagePlan,
     judge_partitions,
+    segment_rows,
     segments_table,
     settle,
 )
@@ -99,13 +100,16 @@ def run_in_executors(
     checkpoint: str,
     arrival_history: bool,
     phases: dict[str, float],
+    boundary_ms: int | None = None,
 ) -> ExecutorOutcome:
     """One batch through the stage in the executors; ``watermark`` advances, tables' rows are returned.
 
     ``parsed`` is the validated batch (``reason`` null for a valid row). ``open_before`` (Arrow, from a
     batch the driver ran) or ``open_before_dir`` (Parquet, from a batch on this path) are the open windows
     before the batch. The outcome's ``rows_out`` maps tables to Spark DataFrames (or Arrow tables for the
-    small ones) for :meth:`jobs.tables.DeltaTables.append_all`.
+    small ones) for :meth:`jobs.tables.DeltaTables.append_all`. ``boundary_ms`` (wall clock): the batch's
+    boundary on the ingestion clock; every partition's generator advances to it after the batch's
+    arrivals, and the windows that advance closes fire at it.
     """
     from pyspark.sql import functions as F
 
@@ -146,6 +150,7 @@ def run_in_executors(
     out.invalid = settled.invalid
     out.driver_bytes = driver_bytes
     _absorb(watermark, settled)
+    at_boundary = _advance_to_boundary(watermark, boundary_ms)
     out.owners = _claim(owners, settled)
     data = labelled.filter(F.col("summary").isNull()).drop("summary")
     counts = {
@@ -207,7 +212,8 @@ def run_in_executors(
         F.min("min").alias("min"),
         F.max("max").alias("max"),
     )
-    segments = arrow_frame(spark, segments_table(settled.summaries)) if settled.summaries else None
+    fire_table = pa.concat_tables([segments_table(settled.summaries), at_boundary])
+    segments = arrow_frame(spark, fire_table) if fire_table.num_rows else None
     if segments is not None:
         s = segments.alias("s")
         joined = (
@@ -307,6 +313,19 @@ def _absorb(watermark: PartitionedWatermark, settled: Settled) -> None:
         last.wm_at_last_arrival,
         max(s.last[0] for s in settled.summaries),
     )
+
+
+def _advance_to_boundary(watermark: PartitionedWatermark, boundary_ms: int | None) -> pa.Table:
+    """Advance every partition to the batch boundary; the fire segments of what that advance closed."""
+    rows: list[tuple[str, int, int, int, int]] = []
+    if boundary_ms is not None:
+        before = watermark.partition_watermarks
+        watermark.advance_to(boundary_ms)
+        for key, after in watermark.partition_watermarks.items():
+            lo = before.get(key, NO_WATERMARK)
+            if after > lo:
+                rows.append((str(key), lo, after, after, boundary_ms))
+    return segment_rows(rows)
 
 
 def _claim(owners: pa.Table, settled: Settled) -> pa.Table:

@@ -35,7 +35,7 @@ from jobs.stage import arrival_order, label_thresholds, run_stage
 from jobs.stream.dedup import SeenIds, mark_duplicates
 from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
 from jobs.stream.labelling import late_expression
-from jobs.stream.options import RATE_FILE, JobOptions
+from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
 from jobs.stream.source import (
     ListedFiles,
     RecordNumbers,
@@ -279,6 +279,8 @@ class BatchHandler:
         if opts.format == "rate":
             files: list[str] | None = [RATE_FILE]
         elif opts.format == "kafka":
+            if opts.timer:  # the timer source's row: it made the batch, it is not a record
+                batch = batch.filter(batch["file"] != TIMER_FILE)
             files = kafka_batch_files(batch)
         else:
             files, self._unread = screen_files(logged_batch_files(opts.checkpoint, batch_id))
@@ -507,13 +509,11 @@ class BatchHandler:
                 msg = f"batch {batch_id}: {late.num_rows} late rows labelled, the stage found {result.n_late}"
                 raise RuntimeError(msg)
             open_windows = merge_partials(open_windows, *partials)
-            if scoped:
-                parts = np.asarray(narrow.column("partition").to_numpy(zero_copy_only=False), dtype=object)
-                fired, open_windows = fire_scoped(
-                    open_windows, self._owners, parts[result.order], result.wm_after, result.arrival_ms
-                )
-            else:
-                fired, open_windows = fire(open_windows, result.wm_after, result.arrival_ms)
+            parts = np.asarray(narrow.column("partition").to_numpy(zero_copy_only=False), dtype=object)
+            fired, open_windows = self._fire(
+                watermark, open_windows, scoped, parts[result.order], result.wm_after, result.arrival_ms,
+                opts.boundary_ms(ingest_ms),
+            )  # fmt: skip
             tick = report.mark("windows", tick)
             report.late = result.n_late
             rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
@@ -528,6 +528,12 @@ class BatchHandler:
         else:
             result, log_rows = None, []
             fired = flush(empty_partials())
+            boundary = opts.boundary_ms(ingest_ms)
+            if boundary is not None:  # no record, but time went on (the trigger's timer)
+                none = np.empty(0, np.int64)
+                fired, open_windows = self._fire(
+                    watermark, open_windows, scoped, np.empty(0, object), none, none, boundary
+                )
         rows_out["aggregates"] = aggregate_rows(fired, batch_id, config.version)
         report.driver_bytes = narrow_all.nbytes + sum(t.nbytes for t in rows_out.values())
         # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
@@ -541,6 +547,36 @@ class BatchHandler:
         report.watermark_ms = watermark.watermark_ms
         report.seconds = time.time() - started
         self._finish(report, lambda: observation(report, result, narrow, fired, log_rows, config))
+
+    def _fire(
+        self,
+        watermark: PartitionedWatermark,
+        open_windows: pa.Table,
+        scoped: bool,
+        parts: Any,
+        wm_after: Any,
+        arrival_ms: Any,
+        boundary_ms: int | None,
+    ) -> tuple[pa.Table, pa.Table]:
+        """Fire what the batch's arrivals closed, then (wall clock) what time closed up to the boundary.
+
+        A window's emit instant is the earliest ingestion-clock instant with ``W >= end``: the arrival
+        that raised the watermark, or the batch boundary when the clock's advance there did.
+        """
+        if boundary_ms is not None:
+            watermark.advance_to(boundary_ms)
+            if scoped:
+                gens = watermark.partition_watermarks
+                parts = np.concatenate([parts, np.asarray(list(gens), dtype=object)])
+                wm_after = np.concatenate([wm_after, np.fromiter(gens.values(), np.int64, len(gens))])
+            else:
+                wm_after = np.append(wm_after, np.int64(watermark.watermark_ms))
+            at = max(boundary_ms, int(arrival_ms[-1])) if len(arrival_ms) else boundary_ms
+            arrival_ms = np.concatenate([arrival_ms, np.full(len(wm_after) - len(arrival_ms), at, np.int64)])
+            wm_after = np.maximum(wm_after, self._closed_until)
+        if scoped:
+            return fire_scoped(open_windows, self._owners, parts, wm_after, arrival_ms)
+        return fire(open_windows, wm_after, arrival_ms)
 
     def _save(
         self,
@@ -623,6 +659,7 @@ class BatchHandler:
             checkpoint=opts.checkpoint,
             arrival_history=opts.arrival_history,
             phases=report.phases,
+            boundary_ms=opts.boundary_ms(ingest_ms),
         )
         try:
             tick = time.perf_counter()

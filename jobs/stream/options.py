@@ -84,8 +84,25 @@ class JobOptions:
     #: Where the watermark stage runs: "executors" (per Kafka partition, where Spark reads it; partition-
     #: scoped mode on Kafka only), "driver", or "auto" (executors whenever they can).
     stage_in: str = "auto"
+    #: The ingestion clock between arrivals. "arrivals": it moves with the records' arrival times only (a
+    #: replay of recorded times: windows fire when arrivals move the watermark). "wall": the arrival times
+    #: are stamped by the wall clock (Kafka's ``LogAppendTime``, a landing time), so the clock also moves to
+    #: each batch's instant (its recorded start, less ``clock_margin_ms``) and windows fire at batch
+    #: boundaries; with ``--trigger interval=...`` on Kafka every trigger is a batch (a timer source),
+    #: so windows fire on the trigger's timer when no record comes.
+    clock: str = "arrivals"
+    #: "wall" clock: how far behind a batch's start the clock stops, for records stamped just before the
+    #: batch was planned (they are read by the next batch) and for skew between the broker's and the
+    #: driver's clocks.
+    clock_margin_ms: int = 1_000
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            msg = f"clock must be one of {', '.join(CLOCKS)}, got {self.clock!r}"
+            raise ValueError(msg)
+        if not 0 <= self.clock_margin_ms <= 86_400_000:
+            msg = f"clock_margin_ms must be between 0 and 86400000 (one day), got {self.clock_margin_ms}"
+            raise ValueError(msg)
         if self.stage_in not in STAGE_SITES:
             msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
             raise ValueError(msg)
@@ -96,8 +113,19 @@ class JobOptions:
             )
             raise ValueError(msg)
 
+    @property
+    def timer(self) -> bool:
+        """Whether a timer source makes every trigger a batch (wall clock, Kafka, an interval trigger)."""
+        return self.clock == "wall" and self.format == "kafka" and self.trigger != "available-now"
+
+    def boundary_ms(self, ingest_ms: int) -> int | None:
+        """The ingestion-clock instant of a batch's boundary (wall clock), or None (arrival clock)."""
+        return ingest_ms - self.clock_margin_ms if self.clock == "wall" else None
+
 
 STAGE_SITES = ("auto", "executors", "driver")
+CLOCKS = ("arrivals", "wall")
+TIMER_FILE = "_timer"  # the ``file`` of the timer source's rows (filtered out before anything else)
 
 
 _UNITS_MS = {

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import pyarrow as pa
 
-from jobs.stream.options import FORMATS, RATE_FILE, Fields, JobOptions, KafkaOptions, RateOptions
+from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
 from jobs.stream.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 from jobs.tables import QUARANTINE_SCHEMA
 
@@ -194,8 +194,28 @@ def source_stream(spark: Any, options: JobOptions) -> Any:
     if options.format == "rate":
         return rate_stream(spark, options.rate, options.fields)
     if options.format == "kafka":
-        return kafka_stream(spark, options.kafka, options.fields)
+        stream = kafka_stream(spark, options.kafka, options.fields)
+        return with_timer(spark, stream) if options.timer else stream
     return ListedFiles(spark, options).stream()
+
+
+def with_timer(spark: Any, stream: Any) -> Any:
+    """``stream`` with one timer row in every micro-batch, so that every trigger runs a batch.
+
+    Spark runs a micro-batch only when a source has new data; a live source with a wall-clock ingestion
+    clock must still fire windows when no record comes (``--clock wall``). Spark's ``rate-micro-batch``
+    source has one new row at every trigger; its rows have ``file`` = :data:`TIMER_FILE` and nulls
+    elsewhere, and the job drops them before anything else. Its offsets are in the checkpoint as the
+    Kafka source's are, so a replayed batch is the same batch.
+    """
+    from pyspark.sql import functions as F
+
+    ticks = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", "1").load()
+    columns = [
+        (F.lit(TIMER_FILE) if name == "file" else F.lit(None).cast(kind)).alias(name)
+        for name, kind in stream.dtypes
+    ]
+    return stream.unionByName(ticks.select(*columns))
 
 
 class ListedFiles:
