@@ -105,6 +105,11 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         builder = builder.config(key, value)
     if not submitted:
         builder = builder.config("spark.jars", ",".join(project_jars()))
+        # Stopping a query while a micro-batch runs makes Spark match a regex against the batch's error
+        # text (a Python traceback of several thousand lines): with the default 1 MB thread stack that
+        # match overflows and the stream thread dies of a StackOverflowError (at stop, but loud). Local
+        # runs only; under spark-submit the driver's Java options are its --driver-java-options.
+        builder = builder.config("spark.driver.extraJavaOptions", "-Xss16m")
     if shuffle_partitions is not None or local:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions or cores))
         # Delta rebuilds a table's state (its txn versions, for idempotent writes) with 50 partitions by
