@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import LATE, STRAGGLER, classify
+from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK
 
 #: Narrow columns the job collects per batch (valid rows only).
@@ -36,6 +37,9 @@ class StageResult:
     wm_after: NDArray[np.int64]  # in arrival order
     classes: NDArray[np.int8]  # per narrow row: LATE, STRAGGLER, NORMAL or PENDING
     wm_missed: NDArray[np.int64]  # per narrow row: the watermark it was judged against
+    #: The combined watermark between the batch's arrivals too (timers, idle advance): the instant a window
+    #: fires (:func:`jobs.windows.credit_timeline`).
+    timeline: Timeline | None = None
 
     @property
     def late(self) -> NDArray[np.bool_]:
@@ -122,6 +126,7 @@ def run_stage(
         wm_after=after_arrival,
         classes=classes,
         wm_missed=missed,
+        timeline=trace.timeline,
     )
 
 

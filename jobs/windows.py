@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from watermark.evaluate import WindowSpec
+from watermark.timeline import Timeline
 
 PARTIAL_SCHEMA = pa.schema(
     [
@@ -182,6 +183,40 @@ def fire(
     ends = end[closed]
     fired = _with_fire_columns(fired, trigger, fire_tp, trigger - ends, fire_tp - ends, flushed=False)
     return fired.sort_by(_ORDER), open_windows.filter(pa.array(~closed))
+
+
+def credit_timeline(fired: pa.Table, timeline: Timeline) -> pa.Table:
+    """Date fired windows at the earliest ingestion-clock instant with ``W >= end`` (the time convention).
+
+    :func:`fire` credits a window to the arrival after which the watermark had passed its end; a timer
+    between two arrivals (``periodic``'s grid, an idle advance) may have raised it earlier, and
+    ``timeline`` (the batch's :attr:`jobs.stage.StageResult.timeline`) says when. Windows the timeline does
+    not fire (closed by a batch boundary on the wall clock) keep their instant; no instant moves later.
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa
+    >>> from watermark.periodic import Periodic
+    >>> trace = Periodic(delay_ms=100, period_ms=100).process_trace([0, 1_300, 1_400], [0, 1_310, 1_420])
+    >>> w = pa.Table.from_pylist([{"key": "k", "window_start_ms": 0, "window_end_ms": 1_000, "count": 1,
+    ...                            "sum": 1.0, "min": 1.0, "max": 1.0}], schema=PARTIAL_SCHEMA)
+    >>> fired, _ = fire(w, trace.after_arrival, np.array([0, 1_310, 1_420]))
+    >>> credited = credit_timeline(fired, trace.timeline)
+    >>> fired["fire_arrival_ms"][0].as_py(), credited["fire_arrival_ms"][0].as_py()
+    (1420, 1400)
+
+    """
+    if fired.num_rows == 0:
+        return fired
+    end = fired.column("window_end_ms").to_numpy()
+    old_tp = fired.column("fire_arrival_ms").to_numpy()
+    old_w = fired.column("trigger_watermark_ms").to_numpy()
+    ok, t, w = timeline.fire(end)
+    earlier = ok & (t <= old_tp)
+    fire_tp = np.where(earlier, t, old_tp)
+    trigger = np.where(earlier, w, old_w)
+    out = _with_fire_columns(fired, trigger, fire_tp, trigger - end, fire_tp - end, flushed=False)
+    return out.sort_by(_ORDER)
 
 
 def flush(open_windows: pa.Table) -> pa.Table:

@@ -60,11 +60,12 @@ from jobs.tables import (
     WATERMARK_LOG_SCHEMA,
     DeltaTables,
 )
-from jobs.windows import empty_partials, fire, flush, merge_partials, window_partials
+from jobs.windows import credit_timeline, empty_partials, fire, flush, merge_partials, window_partials
 from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
 from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigWatcher, PipelineConfig
 from watermark.evaluate import WindowSpec
+from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK
 
 log = logging.getLogger("jobs.stream")
@@ -512,7 +513,7 @@ class BatchHandler:
             parts = np.asarray(narrow.column("partition").to_numpy(zero_copy_only=False), dtype=object)
             fired, open_windows = self._fire(
                 watermark, open_windows, scoped, parts[result.order], result.wm_after, result.arrival_ms,
-                opts.boundary_ms(ingest_ms),
+                opts.boundary_ms(ingest_ms), result.timeline,
             )  # fmt: skip
             tick = report.mark("windows", tick)
             report.late = result.n_late
@@ -557,11 +558,14 @@ class BatchHandler:
         wm_after: Any,
         arrival_ms: Any,
         boundary_ms: int | None,
+        timeline: Timeline | None = None,
     ) -> tuple[pa.Table, pa.Table]:
         """Fire what the batch's arrivals closed, then (wall clock) what time closed up to the boundary.
 
-        A window's emit instant is the earliest ingestion-clock instant with ``W >= end``: the arrival
-        that raised the watermark, or the batch boundary when the clock's advance there did.
+        A window's emit instant is the earliest ingestion-clock instant with ``W >= end``: a timer between
+        arrivals (from ``timeline``, min and global modes), the arrival that raised the watermark, or the
+        batch boundary when the clock's advance there did. (Partition-scoped firing credits the arrival:
+        the combined timeline is not any one partition's.)
         """
         if boundary_ms is not None:
             watermark.advance_to(boundary_ms)
@@ -576,7 +580,10 @@ class BatchHandler:
             wm_after = np.maximum(wm_after, self._closed_until)
         if scoped:
             return fire_scoped(open_windows, self._owners, parts, wm_after, arrival_ms)
-        return fire(open_windows, wm_after, arrival_ms)
+        fired, still_open = fire(open_windows, wm_after, arrival_ms)
+        if timeline is not None:
+            fired = credit_timeline(fired, timeline)
+        return fired, still_open
 
     def _save(
         self,
