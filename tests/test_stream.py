@@ -162,9 +162,9 @@ def test_job_matches_the_library_replay_on_a_real_stream(spark, tmp_path):
     w = expected.windows
     want = {
         (expected.keys[k], int(s)): (int(c), int(t) if f else None)
-        # The job fires at batch boundaries, as the replay's arrival-only firing (issue 14: the trigger's
-        # timer, which fire_wm_ms measures, is the job's next step).
-        for k, s, c, f, t in zip(w.key, w.start_ms, w.count, w.fired, w.arrival_fire_wm_ms, strict=True)
+        # The job dates a window at the instant the batch's timeline reaches its end (a periodic timer
+        # between arrivals included): the replay's fire_wm_ms, the one time convention.
+        for k, s, c, f, t in zip(w.key, w.start_ms, w.count, w.fired, w.fire_wm_ms, strict=True)
     }
     assert got == want
 

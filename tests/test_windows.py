@@ -10,6 +10,7 @@ from jobs.windows import (
     FIRED_SCHEMA,
     PARTIAL_SCHEMA,
     assign_windows,
+    credit_timeline,
     empty_partials,
     fire,
     flush,
@@ -115,21 +116,38 @@ def test_batch_by_batch_firing_equals_the_replay_evaluation_for_any_batching():
             w.key, w.start_ms, w.count, w.fired, w.arrival_fire_wm_ms, w.arrival_fire_tp_ms, strict=True
         )
     }
+    # ... and, dated by each batch's timeline (what the job records), the timer instants of the replay.
+    exp_timer = {
+        (expected.keys[k], int(s)): (int(c), int(wm) if f else None, int(t) if f else None)
+        for k, s, c, f, wm, t in zip(
+            w.key, w.start_ms, w.count, w.fired, w.fire_wm_ms, w.fire_tp_ms, strict=True
+        )
+    }
     for cuts in ([0, n], [0, 1, 700, 701, 2_000, n], [*range(0, n, 97), n]):
         pw = PartitionedWatermark("periodic", params)
         state = empty_partials()
-        results = []
+        results, timed = [], []
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
             trace = pw.process_trace(["p"] * (b - a), te[a:b], tp[a:b])
             state = merge_partials(state, on_time_partials(te[a:b], keys[a:b], trace.at_arrival, 250))
             fired, state = fire(state, trace.after_arrival, tp[a:b])
             results.append(fired)
+            timed.append(credit_timeline(fired, trace.timeline))
         results.append(flush(state))
-        got = {
-            (r["key"], r["window_start_ms"]): (r["count"], r["trigger_watermark_ms"], r["fire_arrival_ms"])
-            for r in pa.concat_tables(results).to_pylist()
-        }
+        timed.append(flush(state))
+        got, got_timer = (
+            {
+                (r["key"], r["window_start_ms"]): (
+                    r["count"],
+                    r["trigger_watermark_ms"],
+                    r["fire_arrival_ms"],
+                )
+                for r in pa.concat_tables(tables).to_pylist()
+            }
+            for tables in (results, timed)
+        )
         assert got == exp
+        assert got_timer == exp_timer
         assert np.all(w.arrival_fire_tp_ms[w.fired] >= w.fire_tp_ms[w.fired])
         assert int(np.count_nonzero(expected.classes == LATE)) == n - sum(v[0] for v in got.values())
 
