@@ -223,5 +223,6 @@ def test_five_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_ru
     settled = [b for b in reference.files if load.retain + 5 <= b <= load.retain + 8]
     late = [b for b in reference.files if b > load.retain + 8]
     assert settled and late
-    assert max(reference.files[b] for b in late) <= max(reference.files[b] for b in settled)
+    # (a few files of slack: Spark deletes old log files in steps, not at every batch)
+    assert max(reference.files[b] for b in late) <= max(reference.files[b] for b in settled) + 4
     assert max(reference.size[b] for b in late) <= 1.25 * max(reference.size[b] for b in settled)
