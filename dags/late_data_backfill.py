@@ -26,16 +26,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, dag, task
 
 from dags import outcome
 from dags import pipeline_settings as settings
 
-#: On the tables' storage (a retry or a rerun of the interval replaces it; ``publish`` checks the run id).
-REPORT = (
-    settings.xcom("tables") + "/_reports/backfill/{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}.json"
-)
+REPORT = settings.report_path("backfill")
 
 
 @dag(
@@ -62,13 +58,11 @@ def awm_late_data_backfill() -> None:
     def check_spark_connection() -> dict[str, str]:
         return settings.check_spark_connection()
 
-    submit = SparkSubmitOperator(
-        task_id="backfill",
-        conn_id=settings.SPARK_CONN_ID,
-        application=str(settings.ROOT / "jobs" / "backfill.py"),
-        name="awm-late-data-backfill",
-        jars=settings.xcom("jars", "check_spark_connection"),
-        application_args=[
+    submit = settings.spark_job(
+        "backfill",
+        "backfill.py",
+        "awm-late-data-backfill",
+        [
             "--tables",
             settings.xcom("tables"),
             "--config",
@@ -77,14 +71,8 @@ def awm_late_data_backfill() -> None:
             "{{ data_interval_start.isoformat() }}",
             "--interval-end",
             "{{ data_interval_end.isoformat() }}",
-            "--report",
-            REPORT,
-            "--run-id",
-            "{{ run_id }}",
         ],
-        conf=settings.spark_submit_conf(),
-        env_vars=settings.spark_submit_env(),
-        execution_timeout=timedelta(minutes=45),
+        timedelta(minutes=45),
     )
 
     @task(
@@ -93,15 +81,10 @@ def awm_late_data_backfill() -> None:
         outlets=[settings.AGGREGATES, settings.LATE_EVENTS],
     )
     def publish(report_path: str, **context: Any) -> dict[str, Any]:
-        import json
         from pathlib import Path
 
         run_id = context["run_id"]
-        path = Path(report_path)
-        report = json.loads(path.read_text()) if path.exists() else None
-        if report is None or report.get("run_id") != run_id:
-            msg = f"the backfill of this interval did not succeed (no report of run {run_id} at {path})"
-            raise RuntimeError(msg)
+        report = settings.read_report(report_path, run_id, "the backfill of this interval")
         values = {
             "corrected_windows": report["corrected_windows"],
             "reconciled_events": report["reconciled_events"],

@@ -135,11 +135,43 @@ def xcom(key: str, task_id: str = "settings") -> str:
     return f"{{{{ ti.xcom_pull(task_ids='{task_id}')['{key}'] }}}}"
 
 
-def spark_submit_env() -> dict[str, str]:
-    """``env_vars`` of a SparkSubmitOperator: the project importable, Spark's Python on PATH."""
-    return {"PYTHONPATH": xcom("root"), "PATH": xcom("path"), "SPARK_LOCAL_IP": xcom("spark_local_ip")}
+def report_path(job: str) -> str:
+    """Where a submitted job's JSON report goes: on the tables' storage, one file per data interval.
+
+    A retry or a rerun of the interval replaces it; :func:`read_report` checks that it is this run's.
+    """
+    return xcom("tables") + f"/_reports/{job}/{{{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}}}.json"
 
 
-def spark_submit_conf() -> dict[str, str]:
-    """``conf`` of a SparkSubmitOperator: driver and executors run the configured Python."""
-    return {"spark.pyspark.python": xcom("python"), "spark.pyspark.driver.python": xcom("python")}
+def spark_job(task_id: str, script: str, name: str, args: list[str], timeout: timedelta) -> Any:
+    """A ``SparkSubmitOperator`` running ``jobs/<script>`` with ``args`` on the ``awm_spark`` connection.
+
+    The jars come from the ``check_spark_connection`` task, the Python and the paths from ``settings``
+    (:func:`resolve`); the job writes its report to :func:`report_path` of ``task_id``, stamped with the
+    run id.
+    """
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=task_id,
+        conn_id=SPARK_CONN_ID,
+        application=str(ROOT / "jobs" / script),
+        name=name,
+        jars=xcom("jars", "check_spark_connection"),
+        application_args=[*args, "--report", report_path(task_id), "--run-id", "{{ run_id }}"],
+        conf={"spark.pyspark.python": xcom("python"), "spark.pyspark.driver.python": xcom("python")},
+        env_vars={"PYTHONPATH": xcom("root"), "PATH": xcom("path"), "SPARK_LOCAL_IP": xcom("spark_local_ip")},
+        execution_timeout=timeout,
+    )
+
+
+def read_report(path: str, run_id: str, what: str) -> dict[str, Any]:
+    """The report a :func:`spark_job` of run ``run_id`` wrote at ``path``; an error if the job failed."""
+    import json
+
+    file = Path(path)
+    report: dict[str, Any] | None = json.loads(file.read_text()) if file.exists() else None
+    if report is None or report.get("run_id") != run_id:
+        msg = f"{what} did not succeed (no report of run {run_id} at {file})"
+        raise RuntimeError(msg)
+    return report

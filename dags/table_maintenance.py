@@ -19,17 +19,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, dag, task
 
 from dags import outcome
 from dags import pipeline_settings as settings
 
-#: On the tables' storage (a retry or a rerun replaces it; ``publish`` checks the run id).
-REPORT = (
-    settings.xcom("tables")
-    + "/_reports/maintenance/{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}.json"
-)
+REPORT = settings.report_path("maintenance")
 
 
 @dag(
@@ -56,40 +51,24 @@ def awm_table_maintenance() -> None:
     def check_spark_connection() -> dict[str, str]:
         return settings.check_spark_connection()
 
-    submit = SparkSubmitOperator(
-        task_id="maintenance",
-        conn_id=settings.SPARK_CONN_ID,
-        application=str(settings.ROOT / "jobs" / "maintenance.py"),
-        name="awm-table-maintenance",
-        jars=settings.xcom("jars", "check_spark_connection"),
-        application_args=[
+    submit = settings.spark_job(
+        "maintenance",
+        "maintenance.py",
+        "awm-table-maintenance",
+        [
             "--tables",
             settings.xcom("tables"),
             "--retain-hours",
             settings.xcom("vacuum_retain_hours"),
             "--arrivals-retain-days",
             settings.xcom("arrivals_retain_days"),
-            "--report",
-            REPORT,
-            "--run-id",
-            "{{ run_id }}",
         ],
-        conf=settings.spark_submit_conf(),
-        env_vars=settings.spark_submit_env(),
-        execution_timeout=timedelta(hours=3),
+        timedelta(hours=3),
     )
 
     @task(retries=0, execution_timeout=timedelta(minutes=2))
     def publish(report_path: str, **context: Any) -> dict[str, Any]:
-        import json
-        from pathlib import Path
-
-        run_id = context["run_id"]
-        path = Path(report_path)
-        report = json.loads(path.read_text()) if path.exists() else None
-        if report is None or report.get("run_id") != run_id:
-            msg = f"the maintenance did not succeed (no report of run {run_id} at {path})"
-            raise RuntimeError(msg)
+        report = settings.read_report(report_path, context["run_id"], "the maintenance")
         tables = report["tables"].values()
         vacuumed = sum(max(0, t["files_on_disk_before"] - t["files_on_disk_after"]) for t in tables)
         values = {

@@ -70,7 +70,7 @@ from deltalake.exceptions import TableNotFoundError  # noqa: E402
 from jobs.spark import arrow_frame  # noqa: E402
 from jobs.tables import AGGREGATES_SCHEMA, PARTITIONS, day_of, read_delta  # noqa: E402
 from jobs.windows import assign_windows  # noqa: E402
-from watermark.config import ConfigError, load_config, write_text_atomically  # noqa: E402
+from watermark.config import ConfigError, load_config  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -671,20 +671,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.spark import build_session
+    from jobs.spark import run_reporting
     from watermark.clilog import usage_errors
 
     with usage_errors(ConfigError, ValueError):
         options = options_from_args(args)
-    spark = build_session("jobs.backfill")
-    try:
-        report = run_backfill(spark, options)
-    finally:
-        spark.stop()
-    if args.report:
-        write_text_atomically(args.report, json.dumps(report.as_dict(), indent=2) + "\n")
-    print(json.dumps(report.as_dict()))
-    return 0
+    return run_reporting("jobs.backfill", lambda spark: run_backfill(spark, options), args.report)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ read in offset order. A micro-batch then goes through the stage without any row 
    driver), fires the windows whose owner partition's watermark passed their end (a broadcast join with the
    fire segments), and writes the late rows, the fired windows and the open windows.
 
-Fire segments replace the per-arrival watermark: a window of a partition fires at the first arrival after
-which the partition's watermark reaches its end, so only the arrivals where the watermark crosses a window
-end matter. A segment ``(lo, hi, trigger, fire_tp)`` says that windows with ``lo < end <= hi`` fire with
-trigger watermark ``trigger`` at arrival time ``fire_tp``; there are at most as many segments as window
-ends the watermark crossed in the batch (plus one), whatever the number of rows. So what the driver
+Fire segments replace the per-arrival watermark: a window of a partition fires at the earliest instant at
+which the partition's watermark reaches its end (a timer between arrivals, a rise that follows the clock,
+or an arrival: :meth:`watermark.timeline.Timeline.fire`), so only the places where the watermark crosses a
+window end matter. A segment (:data:`Segment`) says that windows with ``lo < end <= hi`` fire with trigger
+watermark ``trigger`` at instant ``fire_tp`` (or, on a ramp, when the clock reaches ``end + offset``);
+there are at most two segments per arrival whose gap or arrival crossed a window end, so at most twice as
+many as window ends the watermark crossed in the batch, whatever the number of rows. So what the driver
 receives per batch grows with partitions, event-time span and new keys, not with rows.
 
 Lateness thresholds (the driver path's way to label rows in Spark) are not needed here: the executor that
@@ -38,10 +40,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.typing import NDArray
 
 from watermark.evaluate import LATE, STRAGGLER, classify
 from watermark.registry import make, restore
+from watermark.timeline import NO_RISE, Timeline
 from watermark.timeutil import NO_WATERMARK
 
 INT64_MIN = -(2**63)
@@ -78,6 +80,8 @@ SEGMENTS_SCHEMA = pa.schema(
         ("hi", pa.int64()),  # inclusive
         ("trigger_watermark_ms", pa.int64()),
         ("fire_arrival_ms", pa.int64()),
+        ("ramp_offset_ms", pa.int64()),  # null: a step at fire_arrival_ms; else W(t) = t - offset
+        ("cap_ms", pa.int64()),  # a ramp's gap ends at this arrival, where W is the trigger
     ]
 )
 
@@ -114,7 +118,7 @@ class PartitionSummary:
     last: tuple[int, int, int]  # ... and of its last
     wm_at_last_arrival: int  # the generator's watermark at its last arrival
     new_keys: list[tuple[str, int, int, int]] = field(default_factory=list)  # key, first (tp, file, line)
-    segments: list[tuple[int, int, int, int]] = field(default_factory=list)  # lo, hi, trigger, fire_tp
+    segments: list[Segment] = field(default_factory=list)  # lo, hi, trigger, fire_tp, offset, cap
 
     def to_json(self) -> str:
         """The summary as JSON text."""
@@ -140,39 +144,69 @@ def _plain_number(value: Any) -> Any:
     raise TypeError(msg)
 
 
-def fire_segments(
-    after: NDArray[np.int64], arrival_ms: NDArray[np.int64], before: int, window_ms: int, step_ms: int
-) -> list[tuple[int, int, int, int]]:
-    """Where a partition's watermark crossed window ends: ``(lo, hi, trigger, fire_tp)`` segments.
+#: A fire segment: windows of a partition with ``lo < end <= hi`` fire with trigger watermark ``trigger`` at
+#: ``fire_tp``; on a ramp (``offset`` set: the watermark followed the clock, ``W(t) = t - offset``) each at
+#: ``min(cap, max(fire_tp, end + offset))`` with ``W`` then ``min(trigger, instant - offset)``, ``trigger``
+#: at ``cap`` (the arrival ending the gap).
+Segment = tuple[int, int, int, int, int | None, int | None]
 
-    ``after`` is the partition's watermark right after each of its arrivals (nondecreasing), ``before``
-    its value before the batch. A window with ``lo < end <= hi`` first has ``W >= end`` at the arrival
-    whose time is ``fire_tp``, where ``W`` is ``trigger``. Window ends lie on the grid
-    ``k * step_ms + window_ms``; a rise that crosses no grid end gives no segment.
+
+def fire_segments(timeline: Timeline, floor_ms: int, window_ms: int, step_ms: int) -> list[Segment]:
+    """Where a partition's watermark crossed window ends, as :data:`Segment` rows.
+
+    ``timeline`` is the partition's generator over its arrivals of the batch (one component). A window
+    first has ``W >= end`` either in the gap before an arrival (a timer's step to ``pre``, at the timer's
+    instant; or a ramp that follows the clock) or at an arrival (``pre`` to ``post``): the instant
+    :meth:`watermark.timeline.Timeline.fire` gives. Watermarks below ``floor_ms`` count as ``floor_ms``
+    (windows up to it are closed). Window ends lie on the grid ``k * step_ms + window_ms``; a rise that
+    crosses no grid end gives no segment.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> fire_segments(np.array([500, 900, 1_200, 1_300, 2_500]), np.array([1, 2, 3, 4, 5]),
-    ...               before=-2**63, window_ms=1_000, step_ms=1_000)
-    [(-9223372036854775808, 500, 500, 1), (900, 1200, 1200, 3), (1300, 2500, 2500, 5)]
+    A periodic timer every 100 ms raises the watermark to -100 at 100 and to 1_200 at 1_400, before the
+    arrival at 1_420 (the window ending at 1_000 fires at 1_400):
+
+    >>> from watermark.periodic import Periodic
+    >>> trace = Periodic(delay_ms=100, period_ms=100).process_trace([0, 1_300, 1_400], [0, 1_310, 1_420])
+    >>> fire_segments(trace.timeline, -2**63, 1_000, 1_000)[1]
+    (-100, 1200, 1200, 1400, None, None)
 
     """
-    if after.size == 0:
+    if len(timeline.parts) != 1:
+        msg = f"fire segments need one generator's timeline, got {len(timeline.parts)} components"
+        raise ValueError(msg)
+    part = timeline.parts[0]
+    n = timeline.tp.size
+    if n == 0:
         return []
-    prev = np.empty_like(after)
-    prev[0] = before
-    prev[1:] = after[:-1]
-    rises = np.flatnonzero((after > prev) & (after != NO_WATERMARK))
-    out: list[tuple[int, int, int, int]] = []
+    floor = np.int64(floor_ms)
+    prev = np.empty(n, np.int64)
+    prev[0] = part.before
+    prev[1:] = part.post[:-1]
+    gap_lo, gap_hi = np.maximum(prev, floor), np.maximum(part.pre, floor)
+    at_lo, at_hi = gap_hi, np.maximum(part.post, floor)
     residue = window_ms % step_ms
-    for i in rises.tolist():
-        lo, hi = int(prev[i]), int(after[i])
-        if lo != NO_WATERMARK:
-            first_end = lo + 1 + (residue - (lo + 1)) % step_ms  # the first grid end above lo
-            if first_end > hi:
-                continue
-        out.append((lo, hi, hi, int(arrival_ms[i])))
+
+    def crosses(lo: int, hi: int) -> bool:
+        if hi <= lo or hi == NO_WATERMARK:
+            return False
+        return lo == NO_WATERMARK or lo + 1 + (residue - (lo + 1)) % step_ms <= hi
+
+    out: list[Segment] = []
+    for j in np.flatnonzero((gap_hi > gap_lo) | (at_hi > at_lo)).tolist():
+        tp = int(timeline.tp[j])
+        lo, hi = int(gap_lo[j]), int(gap_hi[j])
+        if crosses(lo, hi):
+            rise = int(part.rise[j])
+            if rise == NO_RISE:  # time alone did not raise it: the arrival did
+                out.append((lo, hi, hi, tp, None, None))
+            elif part.offset is None:  # a timer's step
+                out.append((lo, hi, hi, min(rise, tp), None, None))
+            else:  # a ramp that follows the clock
+                out.append((lo, hi, hi, rise, int(part.offset[j]), tp))
+        lo, hi = int(at_lo[j]), int(at_hi[j])
+        if crosses(lo, hi):
+            out.append((lo, hi, hi, tp, None, None))
     return out
 
 
@@ -194,11 +228,10 @@ def judge_partition(rows: pa.Table, plan: StagePlan, task: int = 0) -> tuple[pa.
     files, lines = file0[order], line0[order]
     snap = plan.snapshots.get(partition)
     gen = restore(json.loads(snap)) if snap is not None else make(plan.strategy, dict(plan.params))
-    before = max(gen.watermark_ms, plan.floor_ms)
     trace = gen.process_trace(te, tp)
+    assert trace.timeline is not None
     below_generator = int(np.count_nonzero(te < trace.at_arrival))
     at = np.maximum(trace.at_arrival, plan.floor_ms)
-    after = np.maximum(trace.after_arrival, plan.floor_ms)
 
     keys = pc.cast(ordered.column("key").combine_chunks(), pa.string())
     owners = pa.array(plan.owner_keys, pa.string())
@@ -240,7 +273,7 @@ def judge_partition(rows: pa.Table, plan: StagePlan, task: int = 0) -> tuple[pa.
         last=(int(tp[-1]), int(files[-1]), int(lines[-1])),
         wm_at_last_arrival=int(trace.at_arrival[-1]),
         new_keys=new_keys,
-        segments=fire_segments(after, tp, before, plan.window_ms, plan.step_ms),
+        segments=fire_segments(trace.timeline, plan.floor_ms, plan.window_ms, plan.step_ms),
     )
     return labelled, summary
 
@@ -332,8 +365,8 @@ def segments_table(summaries: list[PartitionSummary]) -> pa.Table:
     return segment_rows([(s.partition, *seg) for s in summaries for seg in s.segments])
 
 
-def segment_rows(rows: list[tuple[str, int, int, int, int]]) -> pa.Table:
-    """:data:`SEGMENTS_SCHEMA` rows ``(owner, lo, hi, trigger, fire_tp)`` as a table."""
+def segment_rows(rows: list[tuple[str, int, int, int, int, int | None, int | None]]) -> pa.Table:
+    """:data:`SEGMENTS_SCHEMA` rows ``(owner, *segment)`` (:data:`Segment`) as a table."""
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in SEGMENTS_SCHEMA]
     return pa.Table.from_arrays(
         [pa.array(list(c), f.type) for c, f in zip(columns, SEGMENTS_SCHEMA, strict=True)],

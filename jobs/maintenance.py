@@ -25,7 +25,6 @@ table the data files and rows before and after, the rows deleted and the files v
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -209,9 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``spark-submit jobs/maintenance.py`` or ``python -m jobs.maintenance``)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
+    from watermark.clilog import run_main
+
+    return run_main(build_parser(), _run, argv)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from jobs.spark import run_reporting
+    from watermark.clilog import usage_errors
+
+    with usage_errors(ValueError):
         options = MaintenanceOptions(
             tables=args.tables,
             retain_hours=args.retain_hours,
@@ -219,21 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             zorder=not args.no_zorder,
             run_id=args.run_id,
         )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    from jobs.spark import build_session
-    from watermark.config import write_text_atomically
-
-    spark = build_session("jobs.maintenance")
-    try:
-        report = run_maintenance(spark, options)
-    finally:
-        spark.stop()
-    if args.report:
-        write_text_atomically(args.report, json.dumps(report.as_dict(), indent=2) + "\n")
-    print(json.dumps(report.as_dict()))
-    return 0
+    return run_reporting("jobs.maintenance", lambda spark: run_maintenance(spark, options), args.report)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ Pure pyarrow/numpy; the owners live in the stage state beside the open windows.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from jobs.windows import FIRED_SCHEMA, fire
+from jobs.windows import FIRED_SCHEMA, credit_timeline, fire
+from watermark.timeline import Timeline
 
 #: Which partition owns each key.
 OWNERS_SCHEMA = pa.schema([("key", pa.string()), ("partition", pa.string())])
@@ -68,11 +71,14 @@ def fire_scoped(
     partitions: NDArray[np.object_],
     wm_after: NDArray[np.int64],
     arrival_ms: NDArray[np.int64],
+    timelines: Mapping[Hashable, Timeline] | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Fire each open window by its key's owner partition: :func:`jobs.windows.fire` per partition.
 
     ``partitions``, ``wm_after`` and ``arrival_ms`` are the batch's arrivals in arrival order; each
-    partition's own watermark after its arrivals never decreases.
+    partition's own watermark after its arrivals never decreases. ``timelines`` (each partition's own
+    watermark between its arrivals, :attr:`jobs.stage.StageResult.partition_timelines`) dates a window at
+    the earliest instant its owner's watermark reached its end (:func:`jobs.windows.credit_timeline`).
     """
     if open_windows.num_rows == 0 or wm_after.size == 0:
         return FIRED_SCHEMA.empty_table(), open_windows
@@ -88,6 +94,9 @@ def fire_scoped(
         rest &= ~mine
         arrivals = partitions == partition
         fired, kept = fire(open_windows.filter(pa.array(mine)), wm_after[arrivals], arrival_ms[arrivals])
+        timeline = timelines.get(partition) if timelines is not None else None
+        if timeline is not None:
+            fired = credit_timeline(fired, timeline)
         fired_parts.append(fired)
         still_open.append(kept)
     still_open.append(open_windows.filter(pa.array(rest)))  # owners without an arrival in this batch

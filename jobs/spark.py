@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,25 @@ def code_archive(folder: Path) -> Path:
             for path in sorted((ROOT / package).rglob("*.py")):
                 zf.write(path, path.relative_to(ROOT).as_posix())
     return archive
+
+
+def run_reporting(app_name: str, work: Callable[[Any], Any], report_path: str | None = None) -> int:
+    """Run a batch command's ``work(spark)`` on its own session and hand over its report; exit status 0.
+
+    The report (anything with ``as_dict()``) is printed as one JSON line on standard output and, with
+    ``report_path``, written there (indented, atomically) for the DAG task that reads it. The session
+    stops whether or not the work succeeds.
+    """
+    import json
+
+    from watermark.config import write_text_atomically
+
+    spark = build_session(app_name)
+    try:
+        report = work(spark)
+    finally:
+        spark.stop()
+    if report_path:
+        write_text_atomically(report_path, json.dumps(report.as_dict(), indent=2) + "\n")
+    print(json.dumps(report.as_dict()))
+    return 0

@@ -12,6 +12,7 @@ job can label rows with a short ``CASE`` over struct comparisons in Spark.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,8 @@ class StageResult:
     #: The combined watermark between the batch's arrivals too (timers, idle advance): the instant a window
     #: fires (:func:`jobs.windows.credit_timeline`).
     timeline: Timeline | None = None
+    #: Partition-scoped mode: each partition's own watermark between its arrivals (``timeline`` is None).
+    partition_timelines: Mapping[Hashable, Timeline] | None = None
 
     @property
     def late(self) -> NDArray[np.bool_]:
@@ -127,6 +130,7 @@ def run_stage(
         classes=classes,
         wm_missed=missed,
         timeline=trace.timeline,
+        partition_timelines=trace.partition_timelines,
     )
 
 

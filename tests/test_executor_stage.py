@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from jobs.executor_stage import ROW_COLUMNS, StagePlan, fire_segments, judge_partition, settle
 from jobs.scoped import OWNERS_SCHEMA, claim
 from jobs.stage import arrival_order, run_stage
-from jobs.windows import PARTIAL_SCHEMA, fire
 from watermark.combine import PartitionedWatermark
+from watermark.registry import make
 from watermark.timeutil import NO_WATERMARK
 
 
@@ -126,56 +126,59 @@ def test_partitions_judged_apart_give_the_drivers_labels_and_state(strategy, par
             assert got[(f, line)] == (result.classes[i], result.wm_missed[i])
 
 
-@settings(max_examples=200, deadline=None)
+def segment_fire(segments, end):
+    """What the executors' broadcast join computes for a window ending at ``end`` (jobs.stream.executors)."""
+    hits = [seg for seg in segments if seg[0] < end <= seg[1]]
+    assert len(hits) <= 1
+    if not hits:
+        return None
+    _lo, _hi, trigger, fire_tp, offset, cap = hits[0]
+    if offset is None:
+        return trigger, fire_tp
+    at = min(cap, max(fire_tp, end + offset))
+    return (min(trigger, at - offset) if at < cap else trigger), at
+
+
+GENERATORS = [
+    ("periodic", {"delay_ms": 120, "period_ms": 50}),
+    ("periodic", {"delay_ms": 0, "period_ms": 200}),
+    ("ingestion", {"max_event_time_lag_ms": 300}),
+    ("ingestion", {"max_event_time_lag_ms": 0}),
+    ("band", {"band_ms": 400}),
+    ("slo", {"late_slo_pct": 1.0}),
+    ("percentile", {}),
+]
+
+
+@settings(max_examples=150, deadline=None)
 @given(
-    rises=st.lists(st.integers(0, 700), min_size=1, max_size=40),
-    start=st.one_of(st.just(None), st.integers(-3_000, 3_000)),
+    generator=st.sampled_from(GENERATORS),
+    gaps=st.lists(st.integers(0, 400), min_size=1, max_size=60),
+    skews=st.lists(st.integers(0, 900), min_size=60, max_size=60),
+    floor=st.one_of(st.just(None), st.integers(-1_000, 4_000)),
     window=st.sampled_from([(1_000, 1_000), (1_000, 250), (600, 200), (7, 3)]),
-    ends=st.lists(st.integers(-4_000, 30_000), min_size=1, max_size=30),
 )
-def test_fire_segments_fire_every_window_where_the_per_arrival_watermark_does(rises, start, window, ends):
+def test_fire_segments_fire_every_window_when_the_partitions_timeline_does(
+    generator, gaps, skews, floor, window
+):
+    """Segments date each window as the replay does: at a timer, on a ramp or at an arrival."""
+    strategy, params = generator
     window_ms, step_ms = window
-    before = NO_WATERMARK if start is None else start
-    base = 0 if start is None else start
-    after = base + np.cumsum(np.array(rises, np.int64))
-    arrival = np.arange(after.size, dtype=np.int64) * 10 + 5
-    # Open windows of the partition: ends on the grid, above the watermark before the batch.
-    grid = [e - ((e - window_ms) % step_ms) for e in ends]
-    grid = sorted({e for e in grid if e > before})
-    if not grid:
-        return
-    open_windows = pa.table(
-        {
-            "key": ["k"] * len(grid),
-            "window_start_ms": [e - window_ms for e in grid],
-            "window_end_ms": grid,
-            "count": [1] * len(grid),
-            "sum": [1.0] * len(grid),
-            "min": [1.0] * len(grid),
-            "max": [1.0] * len(grid),
-        },
-        schema=PARTIAL_SCHEMA,
-    )
-    fired, _ = fire(open_windows, after, arrival)
-    expected = {
-        e: (t, a)
-        for e, t, a in zip(
-            fired["window_end_ms"].to_pylist(),
-            fired["trigger_watermark_ms"].to_pylist(),
-            fired["fire_arrival_ms"].to_pylist(),
-            strict=True,
-        )
-    }
-    segments = fire_segments(after, arrival, before, window_ms, step_ms)
-    got = {}
-    for e in grid:
-        hits = [(t, a) for lo, hi, t, a in segments if lo < e <= hi]
-        assert len(hits) <= 1
-        if hits:
-            got[e] = hits[0]
-    assert got == expected
-    # What the driver receives: at most one segment per window end the watermark crossed (plus the first).
-    residue = window_ms % step_ms
-    low = base if start is not None else int(after[0])
-    crossed = (int(after[-1]) - residue) // step_ms - (low - residue) // step_ms
-    assert len(segments) <= crossed + 1
+    tp = np.cumsum(np.array(gaps, np.int64)) + 1_000
+    te = tp - np.array(skews[: tp.size], np.int64)
+    gen = make(strategy, params)
+    gen.process_trace(te[:1] - 2_000, tp[:1] - 1)  # some history before the batch
+    trace = gen.process_trace(te, tp)
+    timeline = trace.timeline
+    floor_ms = NO_WATERMARK if floor is None else floor
+    segments = fire_segments(timeline, floor_ms, window_ms, step_ms)
+    low = max(timeline.before, floor_ms)
+    ends = np.arange(-2_000 // step_ms, 20_000 // step_ms, dtype=np.int64) * step_ms + window_ms
+    ends = ends[ends > low]
+    fired, t, w = timeline.fire(ends)
+    for end, ok, at, wm in zip(ends.tolist(), fired.tolist(), t.tolist(), w.tolist(), strict=True):
+        got = segment_fire(segments, end)
+        assert got == ((wm, at) if ok else None), (end, segments)
+    # What the driver receives: at most two segments per arrival, and only where a window end was crossed.
+    crossed = int(np.count_nonzero(fired))
+    assert len(segments) <= 2 * min(crossed, tp.size) + 1

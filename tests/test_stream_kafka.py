@@ -193,8 +193,20 @@ def test_a_scoped_kafka_stream_cut_into_any_batches_gives_identical_tables(spark
     ids = np.asarray(records.column("event_id").to_pylist(), dtype=object)[expected.order]
     assert sorted(r["event_id"] for r in whole[1]) == sorted(ids[expected.late_rows].tolist())
     w = expected.windows
-    want = {(expected.keys[k], int(s)): int(c) for k, s, c in zip(w.key, w.start_ms, w.count, strict=True)}
-    assert {(r["key"], r["window_start_ms"]): r["count"] for r in whole[0]} == want
+    # A fired window is dated where its owner partition's watermark reached its end: the periodic timer
+    # between two arrivals of that partition, not the next arrival (the replay's fire_tp_ms / fire_wm_ms).
+    want = {
+        (expected.keys[k], int(s)): (int(c), int(wm) if f else None, int(t) if f else None)
+        for k, s, c, f, wm, t in zip(
+            w.key, w.start_ms, w.count, w.fired, w.fire_wm_ms, w.fire_tp_ms, strict=True
+        )
+    }
+    got = {
+        (r["key"], r["window_start_ms"]): (r["count"], r["trigger_watermark_ms"], r["fire_arrival_ms"])
+        for r in whole[0]
+    }
+    assert got == want
+    assert np.any(w.fire_tp_ms[w.fired] < w.arrival_fire_tp_ms[w.fired])  # timers made a difference
 
 
 def test_the_stage_in_the_executors_quarantines_bad_values_and_settles_a_key_two_partitions_claim(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -55,6 +55,9 @@ class Trace:
     timeline
         The watermark between arrivals too (timers, idle advance): :meth:`Timeline.fire` gives the instant
         at which a window fires.
+    partition_timelines
+        Partition-scoped combinations only (``timeline`` is then ``None``): each partition's own timeline over
+        its arrivals, by which the windows of the keys it owns fire.
 
     """
 
@@ -62,6 +65,7 @@ class Trace:
     after_arrival: I64
     #: The watermark at every ingestion-clock instant of the run, arrivals and timers alike.
     timeline: Timeline | None = None
+    partition_timelines: Mapping[Hashable, Timeline] | None = None
 
 
 #: Largest integer parameter (milliseconds, counts): 2**53, about 285,000 years of milliseconds. Far below

@@ -240,11 +240,14 @@ class PartitionedWatermark(WatermarkReadout):
         """Each partition's generator over its own arrivals; per tuple, its own partition's watermark."""
         pre = np.empty(te.size, np.int64)
         post = np.empty(te.size, np.int64)
+        timelines: dict[Hashable, Timeline] = {}
         for code, key in enumerate(keys):
             rows = np.flatnonzero(codes == code)
             gen = self._generator(key)
             trace = gen.process_trace(te[rows], tp[rows])  # on the partition's own clock
             pre[rows], post[rows] = trace.at_arrival, trace.after_arrival
+            if trace.timeline is not None:
+                timelines[key] = trace.timeline
             assert gen.clock_ms is not None
             self._last_tp[key] = gen.clock_ms
         self._clock = int(clock[-1])
@@ -252,7 +255,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._n_seen += te.size
         self._n_late += int(np.count_nonzero(te < pre))
         self._settle(list(self._gens))
-        return Trace(pre, post, None)
+        return Trace(pre, post, None, timelines)
 
     def absorb_partitions(
         self,

@@ -225,7 +225,7 @@ def run_in_executors(
                 & (F.col("m.window_end_ms") <= F.col("s.hi")),
                 "left",
             )
-            .select("m.*", "s.trigger_watermark_ms", "s.fire_arrival_ms")
+            .select("m.*", *_fire_instant(F.col("m.window_end_ms")))
         )
     else:
         joined = merged.select(
@@ -315,16 +315,35 @@ def _absorb(watermark: PartitionedWatermark, settled: Settled) -> None:
     )
 
 
+def _fire_instant(end: Any) -> list[Any]:
+    """The joined segment's trigger watermark and fire instant of a window ending at ``end``.
+
+    A step or an arrival fires every window of the segment at ``fire_arrival_ms``; on a ramp
+    (``W(t) = t - ramp_offset_ms``, :data:`jobs.executor_stage.Segment`) a window fires when the clock
+    reaches ``end + offset``, by the gap's arrival (``cap_ms``) at the latest.
+    """
+    from pyspark.sql import functions as F
+
+    offset, cap = F.col("s.ramp_offset_ms"), F.col("s.cap_ms")
+    at = F.least(cap, F.greatest(F.col("s.fire_arrival_ms"), end + offset))
+    on_ramp = offset.isNotNull()
+    fire_tp = F.when(on_ramp, at).otherwise(F.col("s.fire_arrival_ms"))
+    trigger = F.when(on_ramp & (at < cap), F.least(F.col("s.trigger_watermark_ms"), at - offset)).otherwise(
+        F.col("s.trigger_watermark_ms")
+    )
+    return [trigger.alias("trigger_watermark_ms"), fire_tp.alias("fire_arrival_ms")]
+
+
 def _advance_to_boundary(watermark: PartitionedWatermark, boundary_ms: int | None) -> pa.Table:
     """Advance every partition to the batch boundary; the fire segments of what that advance closed."""
-    rows: list[tuple[str, int, int, int, int]] = []
+    rows: list[tuple[str, int, int, int, int, int | None, int | None]] = []
     if boundary_ms is not None:
         before = watermark.partition_watermarks
         watermark.advance_to(boundary_ms)
         for key, after in watermark.partition_watermarks.items():
             lo = before.get(key, NO_WATERMARK)
             if after > lo:
-                rows.append((str(key), lo, after, after, boundary_ms))
+                rows.append((str(key), lo, after, after, boundary_ms, None, None))
     return segment_rows(rows)
 
 

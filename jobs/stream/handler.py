@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,7 +514,7 @@ class BatchHandler:
             parts = np.asarray(narrow.column("partition").to_numpy(zero_copy_only=False), dtype=object)
             fired, open_windows = self._fire(
                 watermark, open_windows, scoped, parts[result.order], result.wm_after, result.arrival_ms,
-                opts.boundary_ms(ingest_ms), result.timeline,
+                opts.boundary_ms(ingest_ms), result.timeline, result.partition_timelines,
             )  # fmt: skip
             tick = report.mark("windows", tick)
             report.late = result.n_late
@@ -559,13 +560,14 @@ class BatchHandler:
         arrival_ms: Any,
         boundary_ms: int | None,
         timeline: Timeline | None = None,
+        partition_timelines: Mapping[Hashable, Timeline] | None = None,
     ) -> tuple[pa.Table, pa.Table]:
         """Fire what the batch's arrivals closed, then (wall clock) what time closed up to the boundary.
 
         A window's emit instant is the earliest ingestion-clock instant with ``W >= end``: a timer between
-        arrivals (from ``timeline``, min and global modes), the arrival that raised the watermark, or the
-        batch boundary when the clock's advance there did. (Partition-scoped firing credits the arrival:
-        the combined timeline is not any one partition's.)
+        arrivals (from ``timeline``: the combined one in min and global modes, the owner partition's own in
+        partition-scoped mode), the arrival that raised the watermark, or the batch boundary when the
+        clock's advance there did.
         """
         if boundary_ms is not None:
             watermark.advance_to(boundary_ms)
@@ -579,7 +581,7 @@ class BatchHandler:
             arrival_ms = np.concatenate([arrival_ms, np.full(len(wm_after) - len(arrival_ms), at, np.int64)])
             wm_after = np.maximum(wm_after, self._closed_until)
         if scoped:
-            return fire_scoped(open_windows, self._owners, parts, wm_after, arrival_ms)
+            return fire_scoped(open_windows, self._owners, parts, wm_after, arrival_ms, partition_timelines)
         fired, still_open = fire(open_windows, wm_after, arrival_ms)
         if timeline is not None:
             fired = credit_timeline(fired, timeline)
