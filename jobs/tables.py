@@ -19,6 +19,9 @@ never written twice. A batch with no rows for a table is not written to it: a re
 (empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
 Each table is created by its first append, with the schema given here.
 
+**Few files.** An Arrow batch goes to Spark in at most one partition per :data:`ROWS_PER_PARTITION` rows
+(Spark's own default is one per 10,000), so a micro-batch's append writes few files.
+
 **Layout.** ``aggregates`` and ``late_events`` are partitioned by a UTC date that Delta generates from the
 window start or the event time (:data:`PARTITIONS`: ``window_date``, ``event_date``; generated columns, so
 writers never supply them and the backfill's MERGE inserts without them). Readers prune by it with
@@ -149,6 +152,8 @@ PROPERTIES: Mapping[str, Mapping[str, str]] = {
     "aggregates": {"delta.enableChangeDataFeed": "true"},
 }
 DAY_MS = 86_400_000
+#: Rows per Spark partition of an Arrow batch handed to Spark for an append (files per append: rows / this).
+ROWS_PER_PARTITION = 100_000
 TABLES: Mapping[str, pa.Schema] = {
     "aggregates": AGGREGATES_SCHEMA,
     "late_events": LATE_SCHEMA,
@@ -475,6 +480,7 @@ class DeltaTables:
             if not data.num_rows:
                 return False
             frame = arrow_frame(self.spark, data)
+            frame = frame.coalesce(-(-data.num_rows // ROWS_PER_PARTITION))  # Spark: 1 per 10,000 rows
         else:
             frame = data
         if (table in PARTITIONS or table in PROPERTIES) and table not in self._created:
