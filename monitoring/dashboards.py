@@ -3,18 +3,26 @@
     python -m monitoring.dashboards --write    # regenerate infra/grafana/dashboards/*.json
     python -m monitoring.dashboards --check    # exit 1 if the committed files differ
 
-Plain dicts in Grafana's dashboard JSON model (schema 39), no SDK. Each panel links to the runbooks of
-the alerts whose metrics it shows (``docs/runbooks/``, base URL: ``AWM_RUNBOOK_BASE_URL``, see
-:mod:`monitoring.rules`), and the alerts and runbooks link back to the dashboard. Configuration changes
-(``awm_config_version`` moving) are annotations on every time series. Every query selects
-``instance=~"$instance"`` so one Grafana serves several jobs; :func:`prometheus_queries` substitutes the
-variables so that a test can run every panel's query through a real Prometheus's HTTP API.
+Built with Grafana's ``grafana-foundation-sdk`` (the build for Grafana 11.6, dashboard schema 41): its
+dashboard, panel (stat, time series, table, text), Prometheus query, variable, annotation, link, override and
+threshold builders, serialized by its JSON encoder. Panels are placed on the grid here (the SDK's automatic
+placement does not wrap a panel that would overflow the row). The SDK's schema lacks a few fields Grafana
+reads, so two small subclasses use its documented extension route (a type with its own ``to_json`` and a
+builder for it): the annotation's Prometheus fields (``step``, ``titleFormat``, ``textFormat``) and the
+query variables' ``definition``. Each panel links to the runbooks of the alerts whose metrics it shows
+(``docs/runbooks/``, base URL: ``AWM_RUNBOOK_BASE_URL``, see :mod:`monitoring.rules`), and the alerts and
+runbooks link back to the dashboard. Configuration changes (``awm_config_version`` moving) are annotations
+on every time series. Every query selects ``instance=~"$instance"`` so one Grafana serves several jobs;
+:func:`prometheus_queries` substitutes the variables so that a test can run every panel's query through a
+real Prometheus's HTTP API.
 
 Examples
 --------
 >>> boards = build_dashboards()
 >>> sorted(boards)
 ['awm-overview.json', 'awm-watermark.json']
+>>> boards["awm-overview.json"]["schemaVersion"]
+41
 >>> all("$" not in expr for _, _, expr in prometheus_queries())
 True
 
@@ -29,13 +37,23 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
+
+from grafana_foundation_sdk.builders import common as common_builder
+from grafana_foundation_sdk.builders import dashboard as dashboard_builder
+from grafana_foundation_sdk.builders import prometheus, stat, table, text, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common, units
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+from grafana_foundation_sdk.models.text import TextMode
 
 from monitoring.rules import all_alert_expressions, runbook_base, runbook_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "infra" / "grafana" / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: What each Grafana variable becomes when a query goes straight to Prometheus.
 SUBSTITUTIONS = {
     "$__rate_interval": "1m",
@@ -49,6 +67,9 @@ P = 'partition=~"$partition"'
 VALID = 'outcome=~"on_time|straggler|late"'
 RATE = "$__rate_interval"
 
+#: The panel builders that show Prometheus queries.
+DataPanel = TypeVar("DataPanel", stat.Panel, timeseries.Panel, table.Panel)
+
 
 @dataclass
 class Panel:
@@ -58,7 +79,7 @@ class Panel:
     description: str
     targets: list[tuple[str, str]] = field(default_factory=list)
     kind: str = "timeseries"
-    unit: str = "short"
+    unit: str = units.Short
     width: int = 12
     height: int = 8
     thresholds: list[tuple[float | None, str]] | None = None
@@ -67,158 +88,229 @@ class Panel:
     #: Series (by legend) whose unit differs from the panel's ``unit``.
     units: dict[str, str] = field(default_factory=dict)
 
-    def model(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
-        """The panel's JSON model at grid position ``(x, y)``."""
-        out: dict[str, Any] = {
-            "id": panel_id,
-            "type": self.kind,
-            "title": self.title,
-            "description": self.description,
-            "gridPos": {"x": x, "y": y, "w": self.width, "h": self.height},
-        }
+    def builder(self, panel_id: int, x: int, y: int) -> Builder[model.Panel]:
+        """The SDK builder of the panel at grid position ``(x, y)``."""
         if self.kind == "text":
-            out["options"] = {"mode": "markdown", "content": self.content}
-            return out
-        steps = [{"color": "green", "value": None}]
-        if self.thresholds:
-            steps = [{"color": color, "value": value} for value, color in self.thresholds]
-        out["datasource"] = DATASOURCE
-        out["fieldConfig"] = {
-            "defaults": {"unit": self.unit, "thresholds": {"mode": "absolute", "steps": steps}},
-            "overrides": [
-                {"matcher": {"id": "byName", "options": name}, "properties": [{"id": "unit", "value": unit}]}
-                for name, unit in sorted(self.units.items())
-            ],
-        }
+            return (
+                text.Panel()
+                .id(panel_id)
+                .title(self.title)
+                .description(self.description)
+                .grid_pos(model.GridPos(h=self.height, w=self.width, x=x, y=y))
+                .mode(TextMode.MARKDOWN)
+                .content(self.content)
+            )
+        if self.kind == "stat":
+            return self._data_panel(
+                stat.Panel()
+                .reduce_options(
+                    common_builder.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+                )
+                .color_mode(common.BigValueColorMode.BACKGROUND)
+                .graph_mode(common.BigValueGraphMode.NONE)
+                .text_mode(common.BigValueTextMode.VALUE),
+                panel_id,
+                x,
+                y,
+            )
+        if self.kind == "table":
+            return self._data_panel(table.Panel(), panel_id, x, y)
+        if self.kind == "timeseries":
+            return self._data_panel(
+                timeseries.Panel()
+                .legend(
+                    common_builder.VizLegendOptions()
+                    .display_mode(common.LegendDisplayMode.LIST)
+                    .placement(common.LegendPlacement.BOTTOM)
+                    .show_legend(True)
+                )
+                .tooltip(
+                    common_builder.VizTooltipOptions()
+                    .mode(common.TooltipDisplayMode.MULTI)
+                    .sort(common.SortOrder.NONE)
+                ),
+                panel_id,
+                x,
+                y,
+            )
+        msg = f"unknown panel kind {self.kind!r}"
+        raise ValueError(msg)
+
+    def _data_panel(self, panel: DataPanel, panel_id: int, x: int, y: int) -> DataPanel:
+        """``panel`` with what every panel showing queries carries: queries, unit, thresholds, runbooks."""
+        steps = [
+            model.Threshold(value=value, color=color) for value, color in self.thresholds or [(None, "green")]
+        ]
+        panel = (
+            panel.id(panel_id)
+            .title(self.title)
+            .description(self.description)
+            .grid_pos(model.GridPos(h=self.height, w=self.width, x=x, y=y))
+            .datasource(DATASOURCE)
+            .unit(self.unit)
+            .thresholds(dashboard_builder.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(steps))
+            .overrides(
+                [
+                    dashboard_builder.DashboardFieldConfigSourceOverrides()
+                    .matcher(model.MatcherConfig(id_val="byName", options=name))
+                    .properties([model.DynamicConfigValue(id_val="unit", value=unit)])
+                    for name, unit in sorted(self.units.items())
+                ]
+            )
+            .targets([self._query(i, expr, legend) for i, (expr, legend) in enumerate(self.targets)])
+        )
         links = panel_runbooks(self.targets)
         if links:
-            out["links"] = [
-                {"title": f"Runbook: {name}", "url": runbook_url(name), "targetBlank": True} for name in links
-            ]
-        out["targets"] = [
-            {
-                "refId": chr(ord("A") + i),
-                "datasource": DATASOURCE,
-                "expr": expr,
-                "legendFormat": legend,
-                "instant": self.instant,
-                "range": not self.instant,
-                **({"format": "table"} if self.kind == "table" else {}),
-            }
-            for i, (expr, legend) in enumerate(self.targets)
-        ]
-        if self.kind == "stat":
-            out["options"] = {
-                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                "colorMode": "background",
-                "graphMode": "none",
-                "textMode": "value",
-            }
-        elif self.kind == "timeseries":
-            out["options"] = {
-                "legend": {"displayMode": "list", "placement": "bottom"},
-                "tooltip": {"mode": "multi"},
-            }
-        return out
+            panel = panel.links(
+                [
+                    dashboard_builder.DashboardLink(f"Runbook: {name}")
+                    .url(runbook_url(name))
+                    .target_blank(True)
+                    for name in links
+                ]
+            )
+        return panel
+
+    def _query(self, index: int, expr: str, legend: str) -> prometheus.Dataquery:
+        query = (
+            prometheus.Dataquery()
+            .ref_id(chr(ord("A") + index))
+            .datasource(DATASOURCE)
+            .expr(expr)
+            .legend_format(legend)
+        )
+        query = query.instant() if self.instant else query.range()
+        return query.format(PromQueryFormat.TABLE) if self.kind == "table" else query
 
 
-def _layout(panels: list[Panel]) -> list[dict[str, Any]]:
-    """Panels left to right on Grafana's 24-column grid, a new row when one is full."""
+def _layout(panels: list[Panel]) -> list[Builder[model.Panel]]:
+    """Panels left to right on Grafana's 24-column grid, a new row when the next one does not fit."""
     out, x, y, row_height = [], 0, 0, 0
     for i, panel in enumerate(panels, start=1):
         if x + panel.width > 24:
             x, y, row_height = 0, y + row_height, 0
-        out.append(panel.model(i, x, y))
+        out.append(panel.builder(i, x, y))
         x += panel.width
         row_height = max(row_height, panel.height)
     return out
 
 
-def _variables(partition: bool) -> list[dict[str, Any]]:
-    variables: list[dict[str, Any]] = [
-        {
-            "name": "datasource",
-            "label": "Prometheus",
-            "type": "datasource",
-            "query": "prometheus",
-            "current": {},
-        },
-        {
-            "name": "instance",
-            "label": "Job instance",
-            "type": "query",
-            "datasource": DATASOURCE,
-            "query": {"query": "label_values(awm_config_version, instance)", "refId": "instance"},
-            "definition": "label_values(awm_config_version, instance)",
-            "refresh": 2,
-            "includeAll": True,
-            "allValue": ".*",
-            "multi": True,
-            "current": {"text": "All", "value": "$__all"},
-        },
+class _AnnotationQueryModel(model.AnnotationQuery):
+    """The SDK's annotation model plus fields its schema lacks (the data source's own, e.g. Prometheus's)."""
+
+    def __init__(self, raw: dict[str, object]) -> None:
+        super().__init__()
+        self.raw = raw
+
+    def to_json(self) -> dict[str, object]:
+        return super().to_json() | self.raw
+
+
+class PrometheusAnnotationQuery(dashboard_builder.AnnotationQuery):
+    """The SDK's annotation builder, with Prometheus's ``step``, ``titleFormat`` and ``textFormat``."""
+
+    def __init__(self, step: str, title_format: str, text_format: str) -> None:
+        super().__init__()
+        self._internal = _AnnotationQueryModel(
+            {"step": step, "titleFormat": title_format, "textFormat": text_format}
+        )
+
+
+class _QueryVariableModel(model.VariableModel):
+    """The SDK's variable model plus ``definition`` (the query as the variable list shows it)."""
+
+    def __init__(self, name: str, definition: str) -> None:
+        super().__init__(type_val=model.VariableType.QUERY, name=name)
+        self.definition = definition
+
+    def to_json(self) -> dict[str, object]:
+        return super().to_json() | {"definition": self.definition}
+
+
+class QueryVariable(dashboard_builder.QueryVariable):
+    """The SDK's query variable builder, recording the query as its ``definition`` too."""
+
+    def __init__(self, name: str, query: str) -> None:
+        super().__init__(name)
+        self._internal = _QueryVariableModel(name, query)
+        self.query({"query": query, "refId": name})
+
+
+def _query_variable(name: str, label: str, query: str) -> QueryVariable:
+    """A multi-value variable over the label values ``query`` lists, "All" (``.*``) by default."""
+    return (
+        QueryVariable(name, query)
+        .label(label)
+        .datasource(DATASOURCE)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(True)
+        .all_value(".*")
+        .multi(True)
+        .current(model.VariableOption(text="All", value="$__all"))
+    )
+
+
+def _variables(partition: bool) -> list[Builder[model.VariableModel]]:
+    variables: list[Builder[model.VariableModel]] = [
+        dashboard_builder.DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
+        _query_variable("instance", "Job instance", "label_values(awm_config_version, instance)"),
     ]
     if partition:
         query = f"label_values(awm_partition_holds_back{{{I}}}, partition)"
-        variables.append(
-            {
-                "name": "partition",
-                "label": "Partition",
-                "type": "query",
-                "datasource": DATASOURCE,
-                "query": {"query": query, "refId": "partition"},
-                "definition": query,
-                "refresh": 2,
-                "includeAll": True,
-                "allValue": ".*",
-                "multi": True,
-                "current": {"text": "All", "value": "$__all"},
-            }
-        )
+        variables.append(_query_variable("partition", "Partition", query))
     return variables
 
 
 def _dashboard(
     uid: str, title: str, description: str, panels: list[Panel], partition: bool
-) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "title": title,
-        "description": description,
-        "tags": ["adaptive-watermarks", "streaming"],
-        "timezone": "browser",
-        "schemaVersion": 39,
-        "version": 1,
-        "editable": False,
-        "graphTooltip": 1,
-        "time": {"from": "now-1h", "to": "now"},
-        "refresh": "30s",
-        "annotations": {"list": [CONFIG_ANNOTATION]},
-        "links": [
-            {
-                "title": "Runbooks",
-                "type": "link",
-                "url": runbook_base() + "/",
-                "icon": "doc",
-                "targetBlank": True,
-            }
-        ],
-        "templating": {"list": _variables(partition)},
-        "panels": _layout(panels),
-    }
+) -> model.Dashboard:
+    board = (
+        dashboard_builder.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["adaptive-watermarks", "streaming"])
+        .timezone(common.TimeZoneBrowser)
+        .version(1)
+        .readonly()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .time("now-1h", "now")
+        .refresh("30s")
+        .annotation(config_annotation())
+        .link(
+            dashboard_builder.DashboardLink("Runbooks")
+            .type(model.DashboardLinkType.LINK)
+            .url(runbook_base() + "/")
+            .icon("doc")
+            .target_blank(True)
+        )
+        .variables(_variables(partition))
+    )
+    for panel in _layout(panels):
+        board = board.with_panel(panel)
+    return board.build()
 
 
 #: Every configuration change (a new version applied, or refused) marked on the time series.
-CONFIG_ANNOTATION: dict[str, Any] = {
-    "name": "Configuration changes",
-    "datasource": DATASOURCE,
-    "enable": True,
-    "iconColor": "purple",
-    "expr": f"changes(max by (instance) (awm_config_version{{{I}}})[5m:1m]) > 0"
-    f" or increase(awm_config_refused_total{{{I}}}[5m]) > 0",
-    "step": "1m",
-    "titleFormat": "configuration change on {{instance}}",
-    "textFormat": "config version applied or refused (awm_config_version, awm_config_refused_total)",
-}
+CONFIG_ANNOTATION_EXPR = (
+    f"changes(max by (instance) (awm_config_version{{{I}}})[5m:1m]) > 0"
+    f" or increase(awm_config_refused_total{{{I}}}[5m]) > 0"
+)
+
+
+def config_annotation() -> PrometheusAnnotationQuery:
+    """The configuration-change annotation (a new version applied, or refused)."""
+    return (
+        PrometheusAnnotationQuery(
+            step="1m",
+            title_format="configuration change on {{instance}}",
+            text_format="config version applied or refused (awm_config_version, awm_config_refused_total)",
+        )
+        .name("Configuration changes")
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color("purple")
+        .expr(CONFIG_ANNOTATION_EXPR)
+    )
 
 
 def _metrics(expr: str) -> set[str]:
@@ -266,7 +358,7 @@ STUCK_OR_LATE = """**Is the data late, or is the system stuck?**
 Runbooks: `docs/runbooks/` in the repository, one per alert."""
 
 
-def overview() -> dict[str, Any]:
+def overview() -> model.Dashboard:
     """The on-call overview."""
     panels = [
         Panel(
@@ -274,7 +366,7 @@ def overview() -> dict[str, Any]:
             "Whether Prometheus can scrape the streaming job (1 = up).",
             [(f'min(up{{job="awm_job", {I}}})', "up")],
             "stat",
-            "none",
+            units.NoUnit,
             4,
             4,
             [(None, "red"), (1, "green")],
@@ -285,7 +377,7 @@ def overview() -> dict[str, Any]:
             "until Prometheus has scraped the failure).",
             [(f"sum(max_over_time(awm_query_terminated_with_error_total{{{I}}}[1h]))", "failures")],
             "stat",
-            "short",
+            units.Short,
             4,
             4,
             [(None, "green"), (1, "red")],
@@ -295,7 +387,7 @@ def overview() -> dict[str, Any]:
             "Seconds since the job last completed a micro-batch (grows on idle input too).",
             [(f"time() - max(awm_last_batch_timestamp_seconds{{{I}}})", "age")],
             "stat",
-            "s",
+            units.Seconds,
             4,
             4,
         ),
@@ -304,7 +396,7 @@ def overview() -> dict[str, Any]:
             "Latest arrival time read minus the global event-time watermark: how far results trail the data.",
             [(f'max(awm_event_time_watermark_lag_seconds{{{I}, clock="ingestion"}})', "lag")],
             "stat",
-            "s",
+            units.Seconds,
             4,
             4,
             [(None, "green"), (300, "orange"), (600, "red")],
@@ -314,7 +406,7 @@ def overview() -> dict[str, Any]:
             "How long the oldest input taken up but not yet processed has waited (0 when caught up).",
             [(f"max(awm_processing_time_watermark_lag_seconds{{{I}}})", "lag")],
             "stat",
-            "s",
+            units.Seconds,
             4,
             4,
             [(None, "green"), (60, "orange"), (300, "red")],
@@ -324,7 +416,7 @@ def overview() -> dict[str, Any]:
             "Share of valid events that missed the watermark over the last 5 minutes.",
             [(_ratio("late", "5m"), "late")],
             "stat",
-            "percentunit",
+            units.PercentUnit,
             4,
             4,
             [(None, "green"), (0.01, "orange"), (0.05, "red")],
@@ -334,7 +426,7 @@ def overview() -> dict[str, Any]:
             "Version of the watermark configuration in force.",
             [(f"max(awm_config_version{{{I}}})", "version")],
             "stat",
-            "none",
+            units.NoUnit,
             4,
             4,
         ),
@@ -353,20 +445,20 @@ def overview() -> dict[str, Any]:
                 (f'max(awm_event_time_watermark_lag_seconds{{{I}, clock="ingestion"}})', "event-time lag"),
                 (f"max(awm_processing_time_watermark_lag_seconds{{{I}}})", "processing-time lag"),
             ],
-            unit="s",
+            unit=units.Seconds,
             width=16,
         ),
         Panel(
             "Events by outcome",
             "Input rows per second: on time, straggler (on time, close to the watermark), late, quarantined.",
             [(f"sum by (outcome) (rate(awm_events_total{{{I}}}[{RATE}]))", "{{outcome}}")],
-            unit="short",
+            unit=units.Short,
         ),
         Panel(
             "Late rate against the SLO",
             "Late share of valid events, with the configuration's late-rate SLO.",
             [(_ratio("late", RATE), "late rate"), (f"max(awm_late_slo_ratio{{{I}}})", "SLO")],
-            unit="percentunit",
+            unit=units.PercentUnit,
         ),
         Panel(
             "Window emit latency",
@@ -375,13 +467,13 @@ def overview() -> dict[str, Any]:
                 (_quantile(0.5, "awm_window_emit_latency_seconds"), "p50"),
                 (_quantile(0.99, "awm_window_emit_latency_seconds"), "p99"),
             ],
-            unit="s",
+            unit=units.Seconds,
         ),
         Panel(
             "Quarantined rows",
             "Rows per second going to the quarantine table (malformed or out-of-range records).",
             [(f'sum(rate(awm_events_total{{{I}, outcome="quarantined"}}[{RATE}]))', "quarantined")],
-            unit="short",
+            unit=units.Short,
         ),
         Panel(
             "Batch duration",
@@ -390,7 +482,7 @@ def overview() -> dict[str, Any]:
                 (_quantile(0.5, "awm_batch_duration_seconds"), "p50"),
                 (_quantile(0.99, "awm_batch_duration_seconds"), "p99"),
             ],
-            unit="s",
+            unit=units.Seconds,
         ),
         Panel(
             "Rows per batch",
@@ -402,7 +494,7 @@ def overview() -> dict[str, Any]:
                     "rows",
                 )
             ],
-            unit="short",
+            unit=units.Short,
         ),
     ]
     return _dashboard(
@@ -414,7 +506,7 @@ def overview() -> dict[str, Any]:
     )
 
 
-def watermark_deep_dive() -> dict[str, Any]:
+def watermark_deep_dive() -> model.Dashboard:
     """Per-partition watermarks, the adaptive generator, latencies, configuration, backfill and tuning."""
     tasks = 'job="awm_batch_tasks"'
     panels = [
@@ -428,7 +520,7 @@ def watermark_deep_dive() -> dict[str, Any]:
                 ),
                 (f"max(awm_event_time_watermark_seconds{{{I}}}) * 1000", "global"),
             ],
-            unit="dateTimeAsIso",
+            unit=units.DatetimeISO,
         ),
         Panel(
             "Watermark lag per partition",
@@ -440,14 +532,14 @@ def watermark_deep_dive() -> dict[str, Any]:
                     "{{partition}}",
                 )
             ],
-            unit="s",
+            unit=units.Seconds,
         ),
         Panel(
             "Holding the watermark back",
             "The partition whose watermark is the global one now.",
             [(f"max by (partition) (awm_partition_holds_back{{{I}}}) == 1", "{{partition}}")],
             "table",
-            "none",
+            units.NoUnit,
             8,
             8,
             instant=True,
@@ -456,21 +548,21 @@ def watermark_deep_dive() -> dict[str, Any]:
             "Hold-back distance",
             "Fastest active partition's watermark minus the global watermark.",
             [(f"max(awm_watermark_holdback_seconds{{{I}}})", "hold-back")],
-            unit="s",
+            unit=units.Seconds,
             width=8,
         ),
         Panel(
             "Active partitions",
             "1 = takes part in the global watermark; 0 = idle (beyond the idle timeout).",
             [(f"max by (partition) (awm_partition_active{{{I}, {P}}})", "{{partition}}")],
-            unit="none",
+            unit=units.NoUnit,
             width=8,
         ),
         Panel(
             "Learned delay",
             "Delay each partition's generator has learned (adaptive) or is set to (periodic).",
             [(f"max by (partition) (awm_learned_delay_seconds{{{I}, {P}}})", "{{partition}}")],
-            unit="s",
+            unit=units.Seconds,
             width=8,
         ),
         Panel(
@@ -478,14 +570,14 @@ def watermark_deep_dive() -> dict[str, Any]:
             "ADWIN sensitivity (delta) of each partition's adaptive generator; lowered after late-heavy "
             "drifts.",
             [(f"max by (partition) (awm_adaptive_sensitivity{{{I}, {P}}})", "{{partition}}")],
-            unit="none",
+            unit=units.NoUnit,
             width=8,
         ),
         Panel(
             "Drifts (last hour)",
             "Changes in the arrival-delay distribution ADWIN detected, per partition.",
             [(f"sum by (partition) (increase(awm_adaptive_drifts_total{{{I}, {P}}}[1h]))", "{{partition}}")],
-            unit="short",
+            unit=units.Short,
             width=8,
         ),
         Panel(
@@ -496,7 +588,7 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (_ratio("straggler", RATE), "straggler"),
                 (f"max(awm_late_slo_ratio{{{I}}})", "SLO"),
             ],
-            unit="percentunit",
+            unit=units.PercentUnit,
         ),
         Panel(
             "Emit latency quantiles",
@@ -505,7 +597,7 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (_quantile(q, "awm_window_emit_latency_seconds"), f"p{round(q * 100)}")
                 for q in (0.5, 0.9, 0.99)
             ],
-            unit="s",
+            unit=units.Seconds,
         ),
         Panel(
             "Trigger delay quantiles",
@@ -514,13 +606,13 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (_quantile(q, "awm_window_trigger_delay_seconds"), f"p{round(q * 100)}")
                 for q in (0.5, 0.9, 0.99)
             ],
-            unit="s",
+            unit=units.Seconds,
         ),
         Panel(
             "Open windows",
             "Windows holding on-time rows and not yet closed by the watermark.",
             [(f"sum(awm_open_windows{{{I}}})", "open")],
-            unit="short",
+            unit=units.Short,
         ),
         Panel(
             "Configuration versions",
@@ -531,14 +623,14 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (f"max by (strategy) (awm_config_info{{{I}}})", "{{strategy}}"),
                 (f"sum(increase(awm_config_refused_total{{{I}}}[15m]))", "refused (15 min)"),
             ],
-            unit="none",
+            unit=units.NoUnit,
         ),
         Panel(
             "DAG outcomes",
             "Whether the last run of each DAG succeeded (1) or failed (0), as pushed by dags/outcome.py: "
             "backfill, data quality, tuning, table maintenance.",
             [(f"min(awm_{task}_last_run_ok{{{tasks}}})", task) for task in BATCH_TASKS],
-            unit="bool_yes_no",
+            unit=units.BoolYesNo,
             width=8,
         ),
         Panel(
@@ -548,7 +640,7 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (f"max(awm_backfill_corrected_windows{{{tasks}}})", "windows corrected"),
                 (f"max(awm_backfill_reconciled_events{{{tasks}}})", "late events reconciled"),
             ],
-            unit="short",
+            unit=units.Short,
         ),
         Panel(
             "Backfill health",
@@ -560,8 +652,8 @@ def watermark_deep_dive() -> dict[str, Any]:
                 ),
                 (f"min(awm_backfill_last_run_ok{{{tasks}}})", "last run ok"),
             ],
-            unit="s",
-            units={"last run ok": "bool_yes_no"},
+            unit=units.Seconds,
+            units={"last run ok": units.BoolYesNo},
             width=8,
         ),
         Panel(
@@ -577,8 +669,8 @@ def watermark_deep_dive() -> dict[str, Any]:
                     "since last success",
                 ),
             ],
-            unit="none",
-            units={"last run ok": "bool_yes_no", "since last success": "s"},
+            unit=units.NoUnit,
+            units={"last run ok": units.BoolYesNo, "since last success": units.Seconds},
             width=8,
         ),
         Panel(
@@ -590,8 +682,8 @@ def watermark_deep_dive() -> dict[str, Any]:
                 (f"max(awm_tuning_running_emit_latency_seconds{{{tasks}}})", "running emit latency"),
                 (f"max(awm_tuning_dropped_ratio{{{tasks}}})", "chosen late share"),
             ],
-            unit="s",
-            units={"chosen late share": "percentunit"},
+            unit=units.Seconds,
+            units={"chosen late share": units.PercentUnit},
             width=8,
         ),
     ]
@@ -604,9 +696,17 @@ def watermark_deep_dive() -> dict[str, Any]:
     )
 
 
-def build_dashboards() -> dict[str, dict[str, Any]]:
-    """File name -> dashboard JSON model."""
+def build_models() -> dict[str, model.Dashboard]:
+    """File name -> the SDK's dashboard model."""
     return {"awm-overview.json": overview(), "awm-watermark.json": watermark_deep_dive()}
+
+
+def build_dashboards() -> dict[str, dict[str, Any]]:
+    """File name -> dashboard JSON model (as the SDK's JSON encoder writes it)."""
+    return {
+        name: cast(dict[str, Any], json.loads(JSONEncoder().encode(board)))
+        for name, board in build_models().items()
+    }
 
 
 def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -649,9 +749,9 @@ def prometheus_queries() -> list[tuple[str, str, str]]:
     ]
 
 
-def render(board: dict[str, Any]) -> str:
-    """The committed form: sorted keys, two-space indent, trailing newline."""
-    return json.dumps(board, indent=2, sort_keys=True) + "\n"
+def render(board: dict[str, Any] | model.Dashboard) -> str:
+    """The committed form, by the SDK's JSON encoder: sorted keys, two-space indent, trailing newline."""
+    return JSONEncoder(indent=2, sort_keys=True).encode(board) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -664,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     stale = []
-    for name, board in build_dashboards().items():
+    for name, board in build_models().items():
         path = DASHBOARD_DIR / name
         if args.write:
             path.parent.mkdir(parents=True, exist_ok=True)

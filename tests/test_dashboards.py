@@ -54,7 +54,7 @@ def test_the_committed_dashboards_are_what_the_generator_writes():
 @pytest.mark.parametrize("name", sorted(BOARDS))
 def test_every_panel_has_a_title_a_description_a_unit_and_queries(name):
     board = BOARDS[name]
-    assert board["schemaVersion"] == 39 and board["editable"] is False and board["uid"]
+    assert board["schemaVersion"] == 41 and board["editable"] is False and board["uid"]
     variable = board["templating"]["list"][0]
     assert (variable["name"], variable["type"], variable["query"]) == (
         "datasource",
@@ -74,6 +74,48 @@ def test_every_panel_has_a_title_a_description_a_unit_and_queries(name):
         for target in panel["targets"]:
             assert target["expr"].strip() and target["refId"]
             assert 'instance=~"$instance"' in target["expr"] or 'job="awm_batch_tasks"' in target["expr"]
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_the_sdk_output_keeps_what_grafana_reads(name):
+    board = BOARDS[name]
+    (annotation,) = board["annotations"]["list"]  # Prometheus's fields, beyond the SDK's schema
+    assert annotation["enable"] is True and annotation["datasource"]["uid"] == "${datasource}"
+    assert annotation["step"] == "1m" and "{{instance}}" in annotation["titleFormat"]
+    assert annotation["textFormat"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert set(variables) == {"datasource", "instance"} | (
+        {"partition"} if name == "awm-watermark.json" else set()
+    )
+    for var in list(variables.values())[1:]:
+        assert var["type"] == "query" and var["definition"] == var["query"]["query"]
+        assert var["includeAll"] is True and var["multi"] is True and var["allValue"] == ".*"
+    (link,) = board["links"]
+    assert link["url"].endswith("/docs/runbooks/") and link["targetBlank"] is True
+    for panel in board["panels"]:
+        if panel["type"] == "timeseries":  # the SDK's default hides the legend
+            assert panel["options"]["legend"]["showLegend"] is True
+        for link in panel.get("links", []):
+            assert (
+                link["title"].startswith("Runbook: ") and link["url"].endswith(".md") and link["targetBlank"]
+            )
+
+
+def test_series_with_their_own_unit_carry_an_override():
+    panels = {p["title"]: p for p in BOARDS["awm-watermark.json"]["panels"]}
+
+    def units(title):
+        config = panels[title]["fieldConfig"]
+        for override in config["overrides"]:
+            assert override["matcher"]["id"] == "byName"
+            assert [prop["id"] for prop in override["properties"]] == ["unit"]
+        series = {o["matcher"]["options"]: o["properties"][0]["value"] for o in config["overrides"]}
+        return config["defaults"]["unit"], series
+
+    assert units("Backfill health") == ("s", {"last run ok": "bool_yes_no"})
+    assert units("Tuning results") == ("none", {"last run ok": "bool_yes_no", "since last success": "s"})
+    assert units("Tuning: chosen against running setting") == ("s", {"chosen late share": "percentunit"})
+    assert units("Event-time watermarks") == ("dateTimeAsIso", {})
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
