@@ -264,7 +264,8 @@ def stream_horizon(dt: DeltaTable, path: str) -> int | None:
     """:func:`horizon` of the ``aggregates`` table at ``path`` without reading its history.
 
     The highest trigger watermark comes from the Delta log's per-file statistics (``max``); only the
-    flushed windows (few: the end of an input) are read, with a pushed-down filter. A file without
+    flushed windows (few: the end of an input) that end past it are read, from the files whose statistics
+    allow one. A file without
     statistics for the column falls back to reading the column.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
@@ -283,7 +284,12 @@ def stream_horizon(dt: DeltaTable, path: str) -> int | None:
         stats = _read(dt, path, ["trigger_watermark_ms", "window_end_ms", "flushed"])
         return horizon(stats)
     trig = pc.max(maxima).as_py()
-    flushed = _read(dt, path, ["window_end_ms"], pc.field("flushed") == pa.scalar(True))
+    # only a flushed window ending past the highest trigger watermark moves the horizon; the files whose
+    # window ends are all below it are skipped by their statistics, unopened
+    beyond = pc.field("flushed") == pa.scalar(True)
+    if trig is not None:
+        beyond = beyond & (pc.field("window_end_ms") > pa.scalar(trig, pa.int64()))
+    flushed = _read(dt, path, ["window_end_ms"], beyond)
     ends = pc.max(flushed.column("window_end_ms")).as_py() if flushed.num_rows else None
     values = [v for v in (trig, ends) if v is not None]
     return max(values) if values else None

@@ -44,6 +44,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -369,16 +370,17 @@ def read_delta(
 ) -> pa.Table:
     """Rows of the Delta table ``dt`` (at ``path``, local) read by pyarrow from the snapshot's data files.
 
-    delta-rs lists the files of the snapshot; pyarrow reads them through its local file system (not
-    delta-rs's handler, which can abort the process at exit: module docstring) and applies ``where`` with
-    the Parquet files' own statistics. delta-rs's own dataset is not used for filtering: it turns the
-    Delta statistics into guarantees, and for a column delta-spark keeps no min/max of (booleans) it
-    guarantees ``column >= null``, which prunes every file for any filter on that column.
+    delta-rs lists the files of the snapshot with their Delta statistics; pyarrow reads them through its
+    local file system (not delta-rs's handler, which can abort the process at exit: module docstring).
+    Each file becomes a fragment whose guarantee is what the Delta log says of it (:func:`file_guarantee`:
+    its partition values, and the min/max of its integer columns), so ``where`` skips a file the log rules
+    out before the file is opened, then the Parquet files' own statistics skip row groups. delta-rs's own
+    dataset is not used: for a column delta-spark keeps no min/max of (booleans) it guarantees
+    ``column >= null``, which prunes every file for any filter on that column.
 
-    Hive-style partition directories (``window_date=2026-11-22``) become a column. ``days=(lo_ms, hi_ms)``
-    (epoch ms, None: open) adds the date-partition filter of :func:`day_range` when the table (named by
-    ``path``'s last component) is partitioned that way, so whole directories are pruned before a file is
-    opened; the caller's ``where`` on the epoch-ms column keeps the result exact.
+    ``days=(lo_ms, hi_ms)`` (epoch ms, None: open) adds the date-partition filter of :func:`day_range` when
+    the table (named by ``path``'s last component) is partitioned that way; the caller's ``where`` on the
+    epoch-ms column keeps the result exact.
 
     Raises
     ------
@@ -396,26 +398,67 @@ def read_delta(
     table = os.path.basename(os.path.normpath(path))
     local = pafs.LocalFileSystem()
     schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, local)).schema
-    files = [uri.removeprefix("file://") for uri in dt.file_uris()]
     partition_columns = list(dt.metadata().partition_columns)
-    partitioning = None
-    if partition_columns:
-        partitioning = pads.partitioning(
-            pa.schema([schema.field(c) for c in partition_columns]), flavor="hive"
+    parquet = pads.ParquetFileFormat()
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    root = os.path.abspath(path)
+    fragments = [
+        parquet.make_fragment(
+            os.path.join(root, unquote(action["path"])),
+            filesystem=local,
+            partition_expression=file_guarantee(action, schema, partition_columns),
+            file_size=action.get("size_bytes"),
         )
-    dataset = pads.dataset(
-        files,
-        schema=schema,
-        format="parquet",
-        filesystem=local,
-        partitioning=partitioning,
-        partition_base_dir=os.path.abspath(path) if partition_columns else None,
-    )
+        for action in actions
+    ]
+    dataset = pads.FileSystemDataset(fragments, schema, parquet, local)
     if days is not None and table in PARTITIONS and PARTITIONS[table][0] in partition_columns:
         pruning = day_range(table, *days)
         if pruning is not None:
             where = pruning if where is None else pruning & where
     return dataset.to_table(columns=columns, filter=where)
+
+
+def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_columns: list[str]) -> Any:
+    """What the Delta log guarantees of every row of one data file (a flattened add action of delta-rs).
+
+    - each partition column equals the file's partition value (or is null);
+    - each integer column lies within the file's ``min``/``max`` statistics, or is null where the file
+      counts nulls in it (or does not say); it is null when every value is; a column whose statistics are
+      missing is unconstrained.
+
+    Only integer columns are used: delta-spark truncates long strings' max and keeps no min/max for
+    booleans, and a float's statistics say nothing of NaN.
+
+    >>> import datetime
+    >>> schema = pa.schema([("day", pa.date32()), ("batch_id", pa.int64()), ("note", pa.string())])
+    >>> action = {"partition.day": datetime.date(2026, 11, 22), "min.batch_id": 3, "max.batch_id": 9,
+    ...           "null_count.batch_id": 0, "min.note": "a", "max.note": "z"}
+    >>> print(file_guarantee(action, schema, ["day"]))
+    ((day == 2026-11-22) and ((batch_id >= 3) and (batch_id <= 9)))
+    """
+    guarantee = pc.scalar(True)
+    for name in partition_columns:
+        value = action.get(f"partition.{name}")
+        field = pc.field(name)
+        kind = schema.field(name).type
+        condition = field.is_null() if value is None else field == pa.scalar(value).cast(kind)
+        guarantee = condition if guarantee.equals(pc.scalar(True)) else guarantee & condition
+    for column in schema:
+        if column.name in partition_columns or not pa.types.is_integer(column.type):
+            continue
+        low, high = action.get(f"min.{column.name}"), action.get(f"max.{column.name}")
+        nulls, field = action.get(f"null_count.{column.name}"), pc.field(column.name)
+        if nulls is not None and nulls == action.get("num_records"):
+            condition = field.is_null()
+        elif low is None or high is None:
+            continue
+        else:
+            condition = (field >= pa.scalar(low, column.type)) & (field <= pa.scalar(high, column.type))
+            if nulls != 0:
+                condition = condition | field.is_null()
+        guarantee = condition if guarantee.equals(pc.scalar(True)) else guarantee & condition
+    return guarantee
 
 
 class DeltaTables:
