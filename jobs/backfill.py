@@ -265,8 +265,7 @@ def stream_horizon(dt: DeltaTable, path: str) -> int | None:
 
     The highest trigger watermark comes from the Delta log's per-file statistics (``max``); only the
     flushed windows (few: the end of an input) that end past it are read, from the files whose statistics
-    allow one. A file without
-    statistics for the column falls back to reading the column.
+    allow one. A file without statistics for the column falls back to reading the column.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
     column = "max.trigger_watermark_ms"

@@ -38,7 +38,9 @@ fresh process several times and requires exit status 0 each time.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import os
 import time
 from collections.abc import Mapping
@@ -437,28 +439,23 @@ def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_colum
     >>> print(file_guarantee(action, schema, ["day"]))
     ((day == 2026-11-22) and ((batch_id >= 3) and (batch_id <= 9)))
     """
-    guarantee = pc.scalar(True)
+    conditions = []
     for name in partition_columns:
         value = action.get(f"partition.{name}")
         field = pc.field(name)
         kind = schema.field(name).type
-        condition = field.is_null() if value is None else field == pa.scalar(value).cast(kind)
-        guarantee = condition if guarantee.equals(pc.scalar(True)) else guarantee & condition
+        conditions.append(field.is_null() if value is None else field == pa.scalar(value).cast(kind))
     for column in schema:
         if column.name in partition_columns or not pa.types.is_integer(column.type):
             continue
         low, high = action.get(f"min.{column.name}"), action.get(f"max.{column.name}")
         nulls, field = action.get(f"null_count.{column.name}"), pc.field(column.name)
         if nulls is not None and nulls == action.get("num_records"):
-            condition = field.is_null()
-        elif low is None or high is None:
-            continue
-        else:
-            condition = (field >= pa.scalar(low, column.type)) & (field <= pa.scalar(high, column.type))
-            if nulls != 0:
-                condition = condition | field.is_null()
-        guarantee = condition if guarantee.equals(pc.scalar(True)) else guarantee & condition
-    return guarantee
+            conditions.append(field.is_null())
+        elif low is not None and high is not None:
+            within = (field >= pa.scalar(low, column.type)) & (field <= pa.scalar(high, column.type))
+            conditions.append(within if nulls == 0 else within | field.is_null())
+    return functools.reduce(operator.and_, conditions) if conditions else pc.scalar(True)
 
 
 class DeltaTables:
