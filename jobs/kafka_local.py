@@ -182,6 +182,19 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _main_thread(pid: int, frames: int = 12) -> str:
+    """Where a JVM's main thread is (``jstack``), for the message of a start that hangs; '' when unknown."""
+    try:
+        proc = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    blocks = proc.stdout.split("\n\n")
+    main = next((b for b in blocks if b.startswith('"main"')), "")
+    if not main:
+        return ""
+    return "\n--- its main thread (jstack) ---\n" + "\n".join(main.splitlines()[: frames + 2])
+
+
 def ensure_topic(
     bootstrap_servers: str,
     name: str,
@@ -490,6 +503,9 @@ class LocalKafka:
             f"-Xmx{self.heap}",
             "-Xms64m",
             "-XX:+UseSerialGC",
+            # C1 only: a third less CPU to start (6.6 s instead of 9 s on two busy cores, 2.8 s instead of
+            # 3.4 s idle); a local test and demo broker never runs long enough to profit from C2.
+            "-XX:TieredStopAtLevel=1",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
@@ -599,7 +615,10 @@ class LocalKafka:
                     if _NODE_ID in metadata.brokers:
                         return
             if time.monotonic() >= deadline:
-                msg = f"the broker did not answer within {self.start_timeout:g} s; {self._log_tail()}"
+                msg = (
+                    f"the broker did not answer within {self.start_timeout:g} s; {self._log_tail()}"
+                    f"{_main_thread(self._process.pid)}"
+                )
                 raise KafkaLocalError(msg)
             time.sleep(0.1)
 
