@@ -209,6 +209,27 @@ def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path):
     assert not any(str(tmp_path) in line for line in java_command_lines())
 
 
+def test_a_hanging_jvm_is_shown_by_where_its_main_thread_is(tmp_path):
+    from jobs.kafka_local import _main_thread
+
+    source = tmp_path / "Hang.java"
+    source.write_text(
+        "class Hang { public static void main(String[] a) throws Exception { Thread.sleep(60000); } }\n"
+    )
+    jvm = subprocess.Popen(["java", str(source)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        shown, deadline = "", time.monotonic() + 60
+        while "Thread.sleep" not in shown and time.monotonic() < deadline:  # until it compiled and sleeps
+            time.sleep(0.5)
+            shown = _main_thread(jvm.pid)
+        assert shown.startswith('\n--- its main thread (jstack) ---\n"main" ')
+        assert "at Hang.main" in shown
+    finally:
+        jvm.kill()
+        jvm.wait()
+    assert _main_thread(jvm.pid) == ""  # a process that is gone: nothing to show, no error
+
+
 def java_command_lines() -> list[str]:
     """The command lines of the running java processes, read from /proc."""
     found = []
