@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("jobs", "watermark")
 #: Where ``bin/bootstrap.sh`` puts the jars of ``infra/jvm/spark/pom.xml`` (delta-spark, the Kafka source).
 JARS_DIR = ROOT / ".jvm" / "spark"
+#: Spark SQL and Delta settings a local master (``local[N]``, also under ``spark-submit``) sets to N, one task
+#: per core, unless ``--conf`` sets them: their defaults are for clusters and cost seconds on one machine.
+ONE_MACHINE_CONF = (
+    # Spark's default of 200 makes small stateful or grouped batches several times slower.
+    "spark.sql.shuffle.partitions",
+    # Delta rebuilds a table's state (its txn versions, for idempotent writes) with 50 partitions.
+    "spark.databricks.delta.snapshotPartitions",
+    # VACUUM lists a table's folders with 10,000 tasks: 30-40 s per table however small (under 6 s so).
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism",
+)
 #: Delta Lake's SQL extension and catalog (``configure_spark_with_delta_pip`` would set them, through Ivy).
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -73,10 +83,13 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     resolution at run time) with Delta's SQL extension and catalog. Under ``spark-submit`` the jars are
     given by its ``--jars`` (docs/deployment.md) and only the Delta settings are added.
 
-    Locally, ``spark.sql.shuffle.partitions`` defaults to the core count: Spark's default of 200 makes small
-    stateful or grouped batches several times slower on one machine. Under ``spark-submit`` (``SPARK_HOME``
-    or ``SPARK_MASTER`` set) the master and the shuffle partitions are left to its ``--master`` and
-    ``--conf`` (set ``spark.sql.shuffle.partitions`` to the cluster's executor cores).
+    With a local master (``local[N]``, the default outside ``spark-submit``, or ``spark-submit --master
+    local[N]``) the settings of :data:`ONE_MACHINE_CONF` (shuffle partitions, Delta's snapshot partitions,
+    VACUUM's listing tasks) default to N, the master's cores: Spark's and Delta's defaults (200, 50, 10,000)
+    cost seconds per micro-batch and half a minute per VACUUM on one machine. A ``--conf`` that sets one
+    keeps its value; ``shuffle_partitions`` sets all three. Under ``spark-submit`` (``SPARK_HOME`` or
+    ``SPARK_MASTER`` set) the master is left to its ``--master``; on a cluster set
+    ``spark.sql.shuffle.partitions`` to the executor cores.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -111,13 +124,6 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         # match overflows and the stream thread dies of a StackOverflowError (at stop, but loud). Local
         # runs only; under spark-submit the driver's Java options are its --driver-java-options.
         builder = builder.config("spark.driver.extraJavaOptions", "-Xss16m")
-    if shuffle_partitions is not None or local:
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions or cores))
-        # Delta rebuilds a table's state (its txn versions, for idempotent writes) with 50 partitions by
-        # default: on one machine that job alone costs seconds per micro-batch.
-        builder = builder.config(
-            "spark.databricks.delta.snapshotPartitions", str(shuffle_partitions or cores)
-        )
     if master is not None:
         builder = builder.master(master)
     elif local:
@@ -125,6 +131,12 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     spark = builder.getOrCreate()
     if not under_submit:
         spark.sparkContext.setLogLevel("ERROR")
+    context = spark.sparkContext
+    if shuffle_partitions is not None or str(context.master).startswith("local"):
+        given = context.getConf()
+        for key in ONE_MACHINE_CONF:
+            if shuffle_partitions is not None or not given.contains(key):
+                spark.conf.set(key, str(shuffle_partitions or context.defaultParallelism))
     return spark
 
 
