@@ -14,6 +14,7 @@ import numpy as np
 from jobs.stream.options import (
     DEFAULT_METRICS_PORT,
     FORMATS,
+    DeferPolicy,
     Fields,
     JobOptions,
     KafkaOptions,
@@ -215,6 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not write the arrivals table (every record's partition and times: the re-tuning input)",
     )
     p.add_argument(
+        "--defer-batches",
+        type=int,
+        default=DeferPolicy.batches,
+        help="commit late_events, watermark_log and arrivals every N batches (their rows wait in the "
+        "checkpoint; aggregates are committed with every batch); 1 commits them with every batch "
+        f"(default {DeferPolicy.batches})",
+    )
+    p.add_argument(
+        "--defer-max-delay-ms",
+        type=int,
+        default=DeferPolicy.max_delay_ms,
+        help="commit the deferred tables sooner when their oldest batch is this old (ingestion time; "
+        f"default {DeferPolicy.max_delay_ms})",
+    )
+    p.add_argument(
         "--reader",
         choices=("arrow", "spark"),
         default="arrow",
@@ -324,6 +340,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,
         arrival_history=not args.no_arrival_history,
+        defer=DeferPolicy(args.defer_batches, args.defer_max_delay_ms),
         stage_in=args.stage_in,
         clock=args.clock,
         clock_margin_ms=args.clock_margin_ms,

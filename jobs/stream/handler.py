@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
 from jobs.spark import arrow_frame
 from jobs.stage import arrival_order, label_thresholds, run_stage
 from jobs.stream.dedup import SeenIds, mark_duplicates
+from jobs.stream.deferred import DEFERRED_TABLES, PendingRows
 from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
 from jobs.stream.labelling import late_expression
 from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
@@ -222,6 +224,8 @@ class BatchHandler:
         self.tables = DeltaTables(options.output, app_id, spark)
         self._writers = ThreadPoolExecutor(max_workers=len(TABLES), thread_name_prefix="delta-writes")
         self.store = StageStore(options.checkpoint)
+        self.pending = PendingRows(options.checkpoint)
+        self._commit_lock = threading.Lock()  # a batch's commits against the flush when the query ends
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self.reports: list[BatchReport] = []
         self._files: list[str] = []
@@ -538,9 +542,7 @@ class BatchHandler:
                 )
         rows_out["aggregates"] = aggregate_rows(fired, batch_id, config.version)
         report.driver_bytes = narrow_all.nbytes + sum(t.nbytes for t in rows_out.values())
-        # One Spark job per table with rows, run side by side: each is a delta-spark append that Delta
-        # makes idempotent (txnAppId = the job's application id, txnVersion = the batch id).
-        self.tables.append_all(rows_out, batch_id, self._writers)
+        self._commit(rows_out, batch_id, ingest_ms)
         self._save(batch_id, watermark, open_windows, config, scoped, None)
         report.mark("write", tick)
         report.path = source.path
@@ -586,6 +588,41 @@ class BatchHandler:
         if timeline is not None:
             fired = credit_timeline(fired, timeline)
         return fired, still_open
+
+    def _commit(self, rows_out: dict[str, Any], batch_id: int, ingest_ms: int) -> None:
+        """Commit the batch's tables: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
+
+        One Spark job per table with rows, run side by side: each is a delta-spark append that Delta makes
+        idempotent (txnAppId = the job's application id, txnVersion = the batch id). The rows of the
+        deferred tables wait in the checkpoint (:mod:`jobs.stream.deferred`) and are committed, with
+        those of the batches before, every ``--defer-batches`` batches or ``--defer-max-delay-ms``.
+        """
+        deferred = {t: rows_out.pop(t) for t in DEFERRED_TABLES if t in rows_out}
+        policy = self.options.defer
+        with self._commit_lock:
+            if policy.batches == 1 and not self.pending.batches():
+                self.tables.append_all({**rows_out, **deferred}, batch_id, self._writers)
+                return
+            self.pending.put(batch_id, ingest_ms, deferred)
+            due = self.pending.due(batch_id, ingest_ms, policy)
+            if due:
+                rows_out.update(self.pending.rows(self.spark, self.tables, batch_id))
+            self.tables.append_all(rows_out, batch_id, self._writers)
+            if due:
+                self.pending.remove(batch_id)
+
+    def flush_deferred(self) -> int:
+        """Commit every batch's deferred rows still in the checkpoint (the query ended); returns batches."""
+        with self._commit_lock:
+            pending = self.pending.batches()
+            if not pending:
+                return 0
+            through = pending[-1].batch_id
+            rows = self.pending.rows(self.spark, self.tables, through)
+            self.tables.append_all(rows, through, self._writers)
+            self.pending.remove(through)
+            log.info("committed the deferred tables of %d batches, through batch %d", len(pending), through)
+            return len(pending)
 
     def _save(
         self,
@@ -686,7 +723,7 @@ class BatchHandler:
             tick = report.mark("quarantine", tick)
             log_rows = self._log_rows(watermark, outcome.per_partition, batch_id, config, ingest_ms)
             rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
-            self.tables.append_all(rows_out, batch_id, self._writers)
+            self._commit(rows_out, batch_id, ingest_ms)
             self._save(batch_id, watermark, empty_partials(), config, True, outcome.open_folder)
             report.mark("write", tick)
         finally:

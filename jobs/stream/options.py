@@ -52,6 +52,26 @@ class KafkaOptions:
 
 
 @dataclass(frozen=True)
+class DeferPolicy:
+    """When the deferred tables (``late_events``, ``watermark_log``, ``arrivals``) are committed.
+
+    Every ``batches`` batches, or when the oldest batch waiting is ``max_delay_ms`` old (ingestion time),
+    and when the query ends (:mod:`jobs.stream.deferred`). ``batches=1``: with every batch.
+    """
+
+    batches: int = 10
+    max_delay_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batches <= 10_000:
+            msg = f"--defer-batches must be between 1 and 10000, got {self.batches}"
+            raise ValueError(msg)
+        if not 0 <= self.max_delay_ms <= 86_400_000:
+            msg = f"--defer-max-delay-ms must be between 0 and 1 day, got {self.max_delay_ms} ms"
+            raise ValueError(msg)
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything a run of the job needs."""
 
@@ -95,6 +115,8 @@ class JobOptions:
     #: batch was planned (they are read by the next batch) and for skew between the broker's and the
     #: driver's clocks.
     clock_margin_ms: int = 1_000
+    #: When ``late_events``, ``watermark_log`` and ``arrivals`` are committed (jobs.stream.deferred).
+    defer: DeferPolicy = field(default_factory=DeferPolicy)
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:

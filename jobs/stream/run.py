@@ -113,6 +113,8 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
             query.stop()
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
+        # The deferred tables' rows still in the checkpoint (a failed query leaves them for the next run).
+        handler.flush_deferred()
     finally:
         handler.close()  # the run's spill folder
         if listener is not None:
