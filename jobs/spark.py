@@ -20,11 +20,15 @@ JARS_DIR = ROOT / ".jvm" / "spark"
 ONE_MACHINE_CONF = (
     # Spark's default of 200 makes small stateful or grouped batches several times slower.
     "spark.sql.shuffle.partitions",
-    # Delta rebuilds a table's state (its txn versions, for idempotent writes) with 50 partitions.
-    "spark.databricks.delta.snapshotPartitions",
     # VACUUM lists a table's folders with 10,000 tasks: 30-40 s per table however small (under 6 s so).
     "spark.sql.sources.parallelPartitionDiscovery.parallelism",
 )
+#: Settings a local master gets whatever its cores, unless ``--conf`` sets them. Delta rebuilds a table's
+#: state (the application ids an idempotent append checks, ``txnVersion``) in Spark jobs over this many
+#: partitions, by default 50; on one machine the log of a streaming table is small and one partition is the
+#: cheapest: an idempotent append took 1.14 s instead of 1.32 s with one partition per core and about 4.5 s
+#: with 50 (``benchmarks/delta_append.py``).
+ONE_MACHINE_FIXED = {"spark.databricks.delta.snapshotPartitions": "1"}
 #: Delta Lake's SQL extension and catalog (``configure_spark_with_delta_pip`` would set them, through Ivy).
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -84,9 +88,10 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     given by its ``--jars`` (docs/deployment.md) and only the Delta settings are added.
 
     With a local master (``local[N]``, the default outside ``spark-submit``, or ``spark-submit --master
-    local[N]``) the settings of :data:`ONE_MACHINE_CONF` (shuffle partitions, Delta's snapshot partitions,
-    VACUUM's listing tasks) default to N, the master's cores: Spark's and Delta's defaults (200, 50, 10,000)
-    cost seconds per micro-batch and half a minute per VACUUM on one machine. A ``--conf`` that sets one
+    local[N]``) the settings of :data:`ONE_MACHINE_CONF` (shuffle partitions, VACUUM's listing tasks)
+    default to N, the master's cores, and Delta's snapshot partitions to 1 (:data:`ONE_MACHINE_FIXED`):
+    Spark's and Delta's defaults (200, 10,000, 50) cost seconds per micro-batch and half a minute per
+    VACUUM on one machine. A ``--conf`` that sets one
     keeps its value; ``shuffle_partitions`` sets all three. Under ``spark-submit`` (``SPARK_HOME`` or
     ``SPARK_MASTER`` set) the master is left to its ``--master``; on a cluster set
     ``spark.sql.shuffle.partitions`` to the executor cores.
@@ -137,6 +142,9 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         for key in ONE_MACHINE_CONF:
             if shuffle_partitions is not None or not given.contains(key):
                 spark.conf.set(key, str(shuffle_partitions or context.defaultParallelism))
+        for key, value in ONE_MACHINE_FIXED.items():
+            if not given.contains(key):
+                spark.conf.set(key, value)
     return spark
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.feather as feather
+import pyarrow.parquet as pq
 
 from jobs.stream.options import DeferPolicy
 from jobs.stream.state import RECOVERY, CheckpointError, _fsync_dir, _write_durably
@@ -52,7 +53,9 @@ class Pending:
     batch_id: int
     ingest_ms: int
     folder: Path
-    tables: Mapping[str, str]  # table -> "arrow" (an Arrow IPC file) or "parquet" (a Spark Parquet folder)
+    # table -> "parquet_file" (a Parquet file written on the driver), "parquet" (a Parquet folder written by
+    # the executors) or "arrow" (an Arrow IPC file: checkpoints of earlier versions)
+    tables: Mapping[str, str]
 
 
 class PendingRows:
@@ -84,9 +87,11 @@ class PendingRows:
         return out
 
     def put(self, batch_id: int, ingest_ms: int, rows: Mapping[str, Any]) -> None:
-        """Keep batch ``batch_id``'s rows (pyarrow tables, or Spark DataFrames written as Parquet) durably.
+        """Keep batch ``batch_id``'s rows (pyarrow tables, or Spark DataFrames) durably, as Parquet.
 
-        A batch run again replaces its folder.
+        The driver writes a pyarrow table as one Parquet file, the executors a DataFrame as a Parquet
+        folder; either way the commit reads them back with Spark's reader in the executors, so the rows of
+        many batches never pass through the driver again. A batch run again replaces its folder.
         """
         final = self._folder(batch_id)
         tmp = self.root / f".batch-{batch_id:012d}.tmp"
@@ -98,11 +103,11 @@ class PendingRows:
                 if not data.num_rows:
                     continue
                 data = conform(data, TABLES[table])
-                file = tmp / f"{table}.arrow"
-                feather.write_feather(data, str(file), compression="uncompressed")
+                file = tmp / f"{table}.parquet"
+                pq.write_table(data, str(file))
                 with file.open("rb+") as fh:
                     os.fsync(fh.fileno())
-                kinds[table] = "arrow"
+                kinds[table] = "parquet_file"
             else:  # a Spark DataFrame (the stage in the executors): written by the executors
                 data.write.mode("overwrite").parquet(str(tmp / table))
                 kinds[table] = "parquet"
@@ -123,8 +128,8 @@ class PendingRows:
     def rows(self, spark: Any, tables: DeltaTables, through: int) -> dict[str, Any]:
         """Per deferred table, the pending rows of batches up to ``through`` that it does not hold yet.
 
-        Each value is a pyarrow table (every part was Arrow) or a Spark DataFrame; tables with nothing to
-        commit are left out.
+        Each value is a Spark DataFrame over the pending Parquet files (read by the executors); tables with
+        nothing to commit are left out.
         """
         pending = [p for p in self.batches() if p.batch_id <= through]
         out: dict[str, Any] = {}
@@ -151,10 +156,14 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
     arrow, parquet = [], []
     for p in parts:
         kind = p.tables[table]
-        path = p.folder / (f"{table}.arrow" if kind == "arrow" else table)
+        name = {"arrow": f"{table}.arrow", "parquet_file": f"{table}.parquet"}.get(kind, table)
+        path = p.folder / name
         try:
             if kind == "arrow":
                 arrow.append(feather.read_table(str(path), memory_map=True))
+            elif kind == "parquet_file":
+                pq.read_metadata(str(path))  # a whole file (its footer is last)
+                parquet.append(str(path))
             else:
                 if not (path / "_SUCCESS").exists():  # Spark writes it last
                     msg = "the Parquet folder is incomplete (no _SUCCESS)"
@@ -163,10 +172,10 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
         except (OSError, pa.ArrowException, ValueError) as exc:
             msg = f"{path}: unreadable pending rows ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
-    if not parquet:
-        return pa.concat_tables(arrow)
     from jobs.spark import arrow_frame
 
+    if not parquet:
+        return arrow_frame(spark, pa.concat_tables(arrow))
     frame = spark.read.schema(_ddl(schema)).parquet(*parquet)
     if arrow:
         frame = arrow_frame(spark, pa.concat_tables(arrow)).select(*schema.names).unionByName(frame)
