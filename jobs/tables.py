@@ -549,6 +549,36 @@ class DeltaTables:
         for future in futures:
             future.result()
 
+    def prepare_state(self, table: str) -> bool:
+        """Have delta-spark compute ``table``'s newest state now, ahead of the next idempotent append.
+
+        An append with ``txnVersion`` asks Delta for the application ids the table recorded, which
+        delta-spark 4.4 answers from a full reconstruction of the snapshot's state (three Spark jobs, not
+        the version's checksum file). Computed here, from a thread of the caller's while the driver does
+        other work, the append finds it done. Only an optimisation: the newest snapshot this session
+        knows (Delta's ``unsafeVolatileSnapshot``, through the JVM) is used, and any failure (another
+        delta-spark, a table not there yet) is ignored; the append then computes it itself. Returns
+        whether it was computed.
+        """
+        if self.spark is None or table not in self._created and not self._exists_here(table):
+            return False
+        try:
+            jvm = self.spark._jvm
+            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                self.spark._jsparkSession, self.path(table)
+            )
+            delta_log.unsafeVolatileSnapshot().transactions()
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            log.debug("could not prepare %s's Delta state: %s", table, exc)
+            return False
+        return True
+
+    def _exists_here(self, table: str) -> bool:
+        if os.path.isdir(os.path.join(self.path(table), "_delta_log")):
+            self._created.add(table)
+            return True
+        return False
+
     # -- reads (deltalake, no Spark) --------------------------------------------------------------------
     def _open(self, table: str) -> Any:
         from deltalake import DeltaTable

@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Hashable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,6 +232,10 @@ class BatchHandler:
         self._closed_until = NO_WATERMARK
         self._owners = OWNERS_SCHEMA.empty_table()  # partition-scoped mode: the partition owning each key
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
+        # The aggregates table's Delta state, computed while the batch's rows are read and staged
+        # (DeltaTables.prepare_state): its append then skips the reconstruction.
+        self._state_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-state")
+        self._state_ready: Future[bool] | None = None
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
@@ -261,6 +265,7 @@ class BatchHandler:
         started = time.time()
         self._cpu0 = time.process_time()
         tick = time.perf_counter()
+        self._state_ready = self._state_pool.submit(self.tables.prepare_state, "aggregates")
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
         saved = self.store.load_before(batch_id)
         if saved is None:
@@ -599,6 +604,9 @@ class BatchHandler:
         """
         deferred = {t: rows_out.pop(t) for t in DEFERRED_TABLES if t in rows_out}
         policy = self.options.defer
+        if self._state_ready is not None:
+            self._state_ready.result()
+            self._state_ready = None
         with self._commit_lock:
             if policy.batches == 1 and not self.pending.batches():
                 self.tables.append_all({**rows_out, **deferred}, batch_id, self._writers)
