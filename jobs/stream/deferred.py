@@ -5,8 +5,9 @@ Each micro-batch commits ``aggregates`` (and ``quarantine``, when it has rows) t
 are committed for several batches at once, under the ``txnVersion`` of the newest of them: every
 ``--defer-batches`` batches, when the oldest pending batch is ``--defer-max-delay`` old, and when the query
 ends. Each Delta append costs a reconstruction of the table's snapshot state (delta-spark 4.4 answers
-``txnVersion`` from it); one commit of three tables every N batches instead of three every batch is what
-brings the job's throughput level with native Spark's one commit a batch (docs/performance.md).
+``txnVersion`` from it); one commit of three tables every N batches instead of three every batch leaves
+the job one idempotent append a batch, as native Spark's sink (periodic: 0.93x native's events/s, with the
+rest of docs/performance.md#throughput).
 
 Exactly once, whatever is killed when:
 

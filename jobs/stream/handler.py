@@ -53,7 +53,7 @@ from jobs.stream.source import (
     reason_counts,
     screen_files,
 )
-from jobs.stream.state import SavedStage, StageStore, checkpoint_app_id
+from jobs.stream.state import CheckpointError, SavedStage, StageStore, checkpoint_app_id
 from jobs.stream.validate import validate
 from jobs.tables import (
     AGGREGATES_SCHEMA,
@@ -265,7 +265,7 @@ class BatchHandler:
         started = time.time()
         self._cpu0 = time.process_time()
         tick = time.perf_counter()
-        self._state_ready = self._state_pool.submit(self.tables.prepare_state, "aggregates")
+        self._state_ready = self._state_pool.submit(self._prepare_states)
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
         saved = self.store.load_before(batch_id)
         if saved is None:
@@ -347,6 +347,20 @@ class BatchHandler:
             self._process(source, files, batch_id, ingest_ms, config, watermark, open_windows, started, tick)
         finally:
             parsed.unpersist()
+
+    def _prepare_states(self) -> None:
+        """Compute the Delta states this batch's appends will check, while the batch is read and staged.
+
+        ``aggregates`` always; the deferred tables too when this batch completes ``--defer-batches``.
+        """
+        tables = ["aggregates"]
+        try:
+            if len(self.pending.batches()) + 1 >= self.options.defer.batches:
+                tables += DEFERRED_TABLES
+        except CheckpointError:
+            pass  # the batch itself reports it
+        for table in tables:
+            self.tables.prepare_state(table)
 
     def spill_folder(self) -> Path:
         """The run's private folder for the Arrow path's parsed splits (made at first use; see spill_dir)."""
