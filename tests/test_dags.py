@@ -294,7 +294,7 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
     import threading
     import time
 
-    from jobs.stream.options import JobOptions
+    from jobs.stream.options import DeferPolicy, JobOptions
     from jobs.stream.run import run_job
     from tests.test_stream import config
 
@@ -312,6 +312,9 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
         trigger="interval=500 milliseconds",
         max_files_per_trigger=1,
         progress=False,
+        # the arrival history and the watermark log committed with every batch, not every 10: the DAG
+        # reads the history while the job runs
+        defer=DeferPolicy(batches=1),
     )
     worker = threading.Thread(target=run_job, args=(spark, opts), daemon=True)
     worker.start()

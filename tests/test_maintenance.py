@@ -19,13 +19,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 def streamed(spark, tmp_path_factory):
     """The job's tables after many small micro-batches (two 100-row files per trigger), late rows included."""
     from jobs.backfill import BackfillOptions, run_backfill
+    from jobs.stream.options import DeferPolicy
     from jobs.stream.run import run_job
     from watermark.evaluate import WindowSpec
 
     tmp = tmp_path_factory.mktemp("maintenance")
     feed(one_partition(iot_records(1_200)), tmp / "in", rows_per_file=100)
     write_lines(tmp / "in" / "zz-bad.jsonl", ["not json"])
-    opts = job(tmp, flush_at_end=True)
+    # every table committed with every batch (--defer-batches 1): the many small files maintenance is for
+    opts = job(tmp, flush_at_end=True, defer=DeferPolicy(batches=1))
     run_job(spark, opts)
     # a backfill's MERGE too, so that aggregates has revisions (and a Change Data Feed)
     run_backfill(spark, BackfillOptions(str(tmp / "out"), 0, 4_102_444_800_000, WindowSpec(1_000)))

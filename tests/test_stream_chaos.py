@@ -49,6 +49,7 @@ class Run:
     last_batch: int = -1
     files: dict[int, int] = field(default_factory=dict)  # batch id -> files in the checkpoint folder
     size: dict[int, int] = field(default_factory=dict)  # batch id -> bytes in the checkpoint folder
+    pending: dict[int, int] = field(default_factory=dict)  # batch id -> batches of deferred rows waiting
     killed: bool = False
     returncode: int | None = None
     stderr_tail: list[str] = field(default_factory=list)
@@ -102,9 +103,17 @@ def env(load: Load) -> dict[str, str]:
 
 
 def folder_usage(path: Path) -> tuple[int, int]:
-    """Files (temporary ones excepted) and bytes under ``path``."""
+    """Files (temporary ones excepted) and bytes under ``path``, the deferred tables' pending rows apart.
+
+    The pending rows (``stage/pending``, :mod:`jobs.stream.deferred`) fill up and empty every
+    ``--defer-batches`` batches; :func:`pending_batches` counts them.
+    """
     files = size = 0
-    for root, _, names in os.walk(path):
+    pending = path / "stage" / "pending"
+    for root, dirs, names in os.walk(path):
+        if Path(root) == pending:
+            dirs.clear()
+            continue
         for name in names:
             if name.endswith(".tmp") or ".tmp." in name:
                 continue
@@ -114,6 +123,11 @@ def folder_usage(path: Path) -> tuple[int, int]:
                 continue
             files += 1
     return files, size
+
+
+def pending_batches(path: Path) -> int:
+    """Batches whose deferred rows wait in the checkpoint ``path``."""
+    return len(list((path / "stage" / "pending").glob("batch-*")))
 
 
 def run_job(
@@ -145,6 +159,7 @@ def run_job(
         batch = int(line.split(":", 1)[0].split()[1])
         run.last_batch = max(run.last_batch, batch)
         run.files[batch], run.size[batch] = folder_usage(tmp / "ck")
+        run.pending[batch] = pending_batches(tmp / "ck")
         if on_batch is not None:
             on_batch(batch, proc.pid)
         if kill_at is not None and batch >= kill_at:
@@ -226,3 +241,5 @@ def test_five_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_ru
     # (a few files of slack: Spark deletes old log files in steps, not at every batch)
     assert max(reference.files[b] for b in late) <= max(reference.files[b] for b in settled) + 4
     assert max(reference.size[b] for b in late) <= 1.25 * max(reference.size[b] for b in settled)
+    # The deferred tables' rows wait for at most --defer-batches (10) batches, then leave the checkpoint.
+    assert max(reference.pending.values()) <= 10 and min(reference.pending[b] for b in late) <= 1
