@@ -10,6 +10,8 @@ One local SparkSession (as the job builds it). For each kind of append it prints
 * ``delta_1_row_txn``: the same with ``txnAppId``/``txnVersion`` (what every append of the job carries);
 * ``delta_1_row_txn_state_ready``: the same, after the table's newest snapshot state was computed between
   two appends (:func:`prepare_state`; what an append costs when Delta need not reconstruct the state);
+* ``delta_1_row_txn_snapshot_parts_N``: ``delta_1_row_txn`` with Delta's state rebuilt over N partitions
+  (``spark.databricks.delta.snapshotPartitions``: 1, one per core, and Delta's default 50);
 * ``arrow_200k_to_delta``: a 200,000-row Arrow table (five columns) appended through
   :func:`jobs.spark.arrow_frame`, as Spark splits it (one partition per 10,000 rows), and
   ``arrow_200k_to_delta_coalesced`` at one partition per 100,000 rows (``jobs.tables.ROWS_PER_PARTITION``).
@@ -115,6 +117,15 @@ def main() -> None:
     for label, append in runs:
         results[label] = measure(spark, label, append, args.repeats)
         print(f"{label:32s} {results[label]}", file=sys.stderr, flush=True)
+    # How many tasks rebuild the state the txnVersion check reads (build_session sets 1 on a local master).
+    key = "spark.databricks.delta.snapshotPartitions"
+    chosen = spark.conf.get(key)
+    for parts in ("1", str(spark.sparkContext.defaultParallelism), "50"):
+        spark.conf.set(key, parts)
+        label = f"delta_1_row_txn_snapshot_parts_{parts}"
+        results[label] = measure(spark, label, delta(f"{root}/parts-{parts}", txn=True), args.repeats)
+        print(f"{label:32s} {results[label]}", file=sys.stderr, flush=True)
+    spark.conf.set(key, chosen)
     # The prepared case: time only the append, with the state computed after the previous one.
     append = delta(f"{root}/prepared", txn=True)
     timed: list[float] = []

@@ -25,9 +25,8 @@ ONE_MACHINE_CONF = (
 )
 #: Settings a local master gets whatever its cores, unless ``--conf`` sets them. Delta rebuilds a table's
 #: state (the application ids an idempotent append checks, ``txnVersion``) in Spark jobs over this many
-#: partitions, by default 50; on one machine the log of a streaming table is small and one partition is the
-#: cheapest: an idempotent append took 1.14 s instead of 1.32 s with one partition per core and about 4.5 s
-#: with 50 (``benchmarks/delta_append.py``).
+#: partitions, by default 50; on one machine the log of a streaming table is small: an idempotent append
+#: took 0.68 s with 1 partition, 0.69 s with one per core and 3.25 s with 50 (``benchmarks/delta_append.py``).
 ONE_MACHINE_FIXED = {"spark.databricks.delta.snapshotPartitions": "1"}
 #: Delta Lake's SQL extension and catalog (``configure_spark_with_delta_pip`` would set them, through Ivy).
 DELTA_CONF = {
@@ -92,7 +91,7 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     default to N, the master's cores, and Delta's snapshot partitions to 1 (:data:`ONE_MACHINE_FIXED`):
     Spark's and Delta's defaults (200, 10,000, 50) cost seconds per micro-batch and half a minute per
     VACUUM on one machine. A ``--conf`` that sets one
-    keeps its value; ``shuffle_partitions`` sets all three. Under ``spark-submit`` (``SPARK_HOME`` or
+    keeps its value; ``shuffle_partitions`` sets the first two. Under ``spark-submit`` (``SPARK_HOME`` or
     ``SPARK_MASTER`` set) the master is left to its ``--master``; on a cluster set
     ``spark.sql.shuffle.partitions`` to the executor cores.
     """

@@ -232,10 +232,10 @@ class BatchHandler:
         self._closed_until = NO_WATERMARK
         self._owners = OWNERS_SCHEMA.empty_table()  # partition-scoped mode: the partition owning each key
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
-        # The aggregates table's Delta state, computed while the batch's rows are read and staged
-        # (DeltaTables.prepare_state): its append then skips the reconstruction.
+        # The Delta states the batch's appends check, computed while its rows are read and staged
+        # (_prepare_states): the appends then skip the reconstruction.
         self._state_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-state")
-        self._state_ready: Future[bool] | None = None
+        self._state_ready: Future[None] | None = None
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
