@@ -256,3 +256,23 @@ def test_scoped_mode_reports_the_minimum_and_no_partition_waits_for_another():
     assert pw.partition_watermarks == {"fast": 1_999, "slow": 119}
     assert pw.watermark_ms == 119 and pw.holdback_partition == "slow"
     assert pw.on_idle(5_000).partition_watermarks == {"fast": 1_999, "slow": 119}  # time is per partition
+
+
+@pytest.mark.parametrize("name", ["slo", "periodic"])
+def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(name, monkeypatch):
+    import watermark.combine as combine
+
+    rng = np.random.default_rng(7)
+    n = 40_000  # x 8 partitions: above the threaded size
+    tp = np.cumsum(rng.integers(0, 3, n))
+    te = tp - rng.integers(0, 300, n) - np.where(rng.random(n) < 0.01, 5_000, 0)
+    part = rng.integers(0, 8, n)
+    params = {"late_slo_pct": 1.0} if name == "slo" else {"delay_ms": 200}
+    threaded = PartitionedWatermark(name, params, idle_timeout_ms=50)
+    a = threaded.process_trace(part, te, tp)
+    monkeypatch.setattr(combine, "_THREADED_WORK", 10**12)
+    alone = PartitionedWatermark(name, params, idle_timeout_ms=50)
+    b = alone.process_trace(part, te, tp)
+    assert np.array_equal(a.at_arrival, b.at_arrival) and np.array_equal(a.after_arrival, b.after_arrival)
+    assert json.dumps(threaded.snapshot(), sort_keys=True) == json.dumps(alone.snapshot(), sort_keys=True)
+    assert 0 < int(np.count_nonzero(te < a.at_arrival)) < n // 10  # a real run: some late, most on time

@@ -7,54 +7,43 @@ can state, the share of late tuples they accept, and meets it online.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, bisect_right, insort
-from collections import deque
 from collections.abc import Mapping
-from itertools import islice
 from typing import Any, ClassVar
 
 import numpy as np
 from river.drift import ADWIN
 
+from watermark import slo_kernel as k
 from watermark.adwin_state import adwin_state, restore_adwin
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int, optional_int
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
 
-#: Arrivals over which an excess of late tuples is won back (the online SLO's horizon).
-_PAYBACK = 1_000
-
-#: Lateness values a sample needs before its scale sets a straggler cap.
-_MIN_SCALE_SAMPLE = 50
-
-#: Recent arrivals whose second largest lateness sets the guard after an upward regime change.
-_SURGE_WINDOW = 50
-
-#: Prior of the straggler share: this many arrivals at half the target, so a few early stragglers do not
-#: lift the cap.
-_PRIOR_ARRIVALS = 2_000
-
-#: How the regular late budget is shared between regimes: a regime whose scale is ``x`` times the long-run
-#: (geometric) average gets ``x ** _ALLOCATION`` times the budget (within 1/4 and 4, normalised by the
-#: long-run average weight): a delay costs more latency per late tuple saved in a wide regime than in a
-#: narrow one, so the wide one gets more of the budget.
-_ALLOCATION = 1.0
-
-#: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
-_LONG_RUN = 10_000
-
-#: ``offset`` of a gap in which the watermark does not move (a step that never happens).
-_STEP = -(2**62)
+#: Unset arrival counts of the last two values beyond the straggler cap (far before any arrival).
+_NEVER = -(2**62)
 
 
-def _scaled(lateness_ms: int) -> float:
-    """What ADWIN sees of a lateness: its logarithm, so a regime is a level whatever its scale."""
-    return math.log1p(lateness_ms)
+def _feed(adwin: ADWIN, values: list[float], tick: int) -> int:
+    """Feed ``adwin`` as river's ``ADWIN.update`` would, one value after another; its update count after.
 
-
-def _mean_log(values: list[int]) -> float:
-    return sum(math.log1p(v) for v in values) / len(values)
+    ``tick`` is the detector's update count before (river checks for a change when the count is a
+    multiple of its ``clock``, and nowhere else). River's ``update`` starts a new window after an update
+    that reported a change; this does the same, but calls the detector's compiled helper over runs of
+    values that end at a check, in C (``map``), at a fraction of the cost of the Python method.
+    """
+    clock, done, n = adwin.clock, 0, len(values)
+    drift = adwin.drift_detected
+    while done < n:
+        if drift:
+            adwin._reset()
+            tick = 0
+        upto = min(n, done + clock - tick % clock)
+        results = list(map(adwin._helper.update, values[done:upto]))
+        drift = results[-1]
+        tick += upto - done
+        done = upto
+    adwin._drift_detected = drift
+    return tick
 
 
 class LateRateSLO(WatermarkGenerator):
@@ -213,33 +202,49 @@ class LateRateSLO(WatermarkGenerator):
         super().__init__()
 
     def _reset_state(self) -> None:
-        self._max_te = NO_WATERMARK
-        self._recent: deque[int] = deque()  # lateness values of the current regime, oldest first
-        self._recent_tp: deque[int] = deque()  # their arrival instants
-        self._sorted: list[int] = []  # the same values, sorted
-        self._fed = 0  # values fed to ADWIN since it was last rebuilt
+        # The rule's state, in the arrays the compiled rule (watermark.slo_kernel) works on.
         self._adwin = ADWIN(delta=self.adwin_delta)
-        self._arrivals = 0
-        self._late = 0
-        self._delay = self.initial_delay_ms
-        self._anchor: int | None = None  # guard after a frontier jump: W <= t + anchor - delay
-        self._release = 0  # ingestion time from which the next arrival ends the guard
+        self._ints = np.zeros(k.N_INTS, np.int64)
+        self._ints[k.MAX_TE] = NO_WATERMARK
+        self._ints[k.DELAY] = self.initial_delay_ms
+        self._ints[k.LAST_EXTREME] = self._ints[k.PREV_EXTREME] = _NEVER
+        self._floats = np.zeros(k.N_FLOATS, np.float64)
+        self._floats[k.WEIGHT] = self._floats[k.WEIGHT_AVG] = 1.0
+        self._iparams = np.zeros(k.N_IPARAMS, np.int64)
+        self._iparams[k.P_INITIAL] = self.initial_delay_ms
+        self._iparams[k.P_WARMUP] = self.warmup
+        self._iparams[k.P_SAMPLE] = self.sample_size
+        self._iparams[k.P_HORIZON] = -1 if self.horizon_ms is None else self.horizon_ms
+        self._iparams[k.P_SURGE_ARRIVALS] = self.surge_arrivals
+        self._iparams[k.P_ADWIN_CLOCK] = self._adwin.clock
+        self._fparams = np.array([self.late_slo_pct, self.straggler_factor, self.surge_factor], np.float64)
+        # The recent lateness values (oldest first, a ring buffer from ints[HEAD]), their arrival
+        # instants, and the same values sorted; ADWIN's pending input.
+        self._set_sample(np.empty(0, np.int64), np.empty(0, np.int64))
+        self._feed = np.zeros(self._adwin.clock + 1, np.float64)
         self._drifts = 0
-        self._jumps = 0
-        self._extreme = 0  # arrivals whose lateness was beyond the straggler cap when they arrived
-        self._surge_until = 0  # arrivals count up to which the guard after an upward change holds
-        self._burst_until = 0  # arrivals count up to which the straggler cap is lifted (a burst)
-        self._last_extreme = -(2**62)  # arrivals count at the last value beyond the cap
-        self._prev_extreme = -(2**62)  # and at the one before
-        self._log_scale_avg = 0.0
-        self._weight = 1.0
-        self._weight_avg = 1.0
+
+    def _set_sample(self, values: I64, tps: I64) -> None:
+        size = max(self.sample_size, values.size) + 1
+        self._recent = np.zeros(size, np.int64)
+        self._recent_tp = np.zeros(size, np.int64)
+        self._sorted = np.zeros(size, np.int64)
+        self._recent[: values.size] = values
+        self._recent_tp[: values.size] = tps
+        self._sorted[: values.size] = np.sort(values)
+        self._ints[k.HEAD] = 0
+        self._ints[k.COUNT] = values.size
+
+    def _sample(self) -> tuple[I64, I64]:
+        """The recent lateness values and their arrival instants, oldest first."""
+        at = (self._ints[k.HEAD] + np.arange(self._ints[k.COUNT])) % self._recent.size
+        return self._recent[at], self._recent_tp[at]
 
     # -- read-only internals ---------------------------------------------------------------------------
     @property
     def delay_ms(self) -> int:
         """The delay ``D`` in force."""
-        return self._delay
+        return int(self._ints[k.DELAY])
 
     @property
     def n_drifts(self) -> int:
@@ -249,162 +254,102 @@ class LateRateSLO(WatermarkGenerator):
     def diagnostics(self) -> dict[str, Any]:
         """Delay, sample size, drifts, frontier jumps and whether the warm-up default still weighs in."""
         return {
-            "delay_ms": self._delay,
-            "sample": len(self._recent),
+            "delay_ms": self.delay_ms,
+            "sample": int(self._ints[k.COUNT]),
             "drifts": self._drifts,
-            "jumps": self._jumps,
-            "warming_up": self._arrivals < self.warmup,
+            "jumps": int(self._ints[k.JUMPS]),
+            "warming_up": int(self._ints[k.ARRIVALS]) < self.warmup,
         }
 
-    # -- the rule --------------------------------------------------------------------------------------
-    def _target(self, now: int) -> int:
-        if self._max_te == NO_WATERMARK:
-            return NO_WATERMARK
-        frontier = self._max_te if self._anchor is None else min(self._max_te, now + self._anchor)
-        return frontier - self._delay
+    # -- the rule (compiled in watermark.slo_kernel; ADWIN here) ---------------------------------------
+    def _sync_in(self) -> None:
+        self._ints[k.WM] = self._wm
+        self._ints[k.HAS_CLOCK] = self._clock is not None
+        self._ints[k.CLOCK] = 0 if self._clock is None else self._clock
+
+    def _sync_out(self) -> None:
+        self._wm = int(self._ints[k.WM])
+        self._clock = int(self._ints[k.CLOCK]) if self._ints[k.HAS_CLOCK] else None
 
     def _advance(self, now: int, *, arrival: bool) -> None:
-        if self._anchor is None:
-            return
-        if arrival and now >= self._release:
-            self._anchor = None  # data from before the jump had its time to arrive
-        self._raise(self._target(now))
+        self._sync_in()
+        k.advance(self._ints, now, arrival)
+        self._sync_out()
 
     def _observe(self, te: int, tp: int, late: bool) -> None:
-        self._arrivals += 1
-        self._late += late
-        before = self._max_te
-        if before == NO_WATERMARK:
-            self._max_te = te
+        self._sync_in()
+        args = (self._ints, self._floats, self._iparams, self._fparams)
+        if k.observe_head(*args, self._recent, self._recent_tp, self._sorted, self._feed, te, tp, late):
+            self._adwin_checkpoint()
         else:
-            # Lateness against the frontier the rule uses: behind a jump, the clock-paced one.
-            front = before if self._anchor is None else min(before, tp + self._anchor)
-            if te - before > 3 * self._delay + 100:
-                self._jumps += 1
-                if self._anchor is None or tp + self._anchor >= before:
-                    self._anchor = before - tp
-                self._release = tp + (te - before) + self._delay
-            self._max_te = max(before, te)
-            self._learn(max(0, front - te), tp)
-        if self._anchor is not None and tp + self._anchor >= self._max_te:
-            self._anchor = None  # caught up with the frontier
-        self._delay = self._estimate()
-        self._raise(self._target(tp))
+            self._feed_adwin()
+        k.observe_tail(*args, self._recent, self._sorted, tp)
+        self._sync_out()
 
-    def _cap(self) -> int | None:
-        """Lateness beyond which a value is a straggler: ``straggler_factor`` times the sample's scale."""
-        k = len(self._sorted)
-        if k < _MIN_SCALE_SAMPLE:
-            return None
-        scale = self._scale()
-        return None if scale == 0 else math.ceil(self.straggler_factor * scale)
+    def _feed_adwin(self) -> bool:
+        """Feed ADWIN the values the rule queued; whether it reported a change at the last one."""
+        ints = self._ints
+        m = int(ints[k.N_FEED])
+        ints[k.N_FEED] = 0
+        _feed(self._adwin, self._feed[:m].tolist(), int(ints[k.TICK]) - m)
+        return bool(self._adwin.drift_detected)
 
-    def _scale(self) -> int:
-        k = len(self._sorted)
-        level = max(0.5, 1.0 - 2.0 * self.late_slo_pct / 100.0)
-        return self._sorted[min(k - 1, int(level * (k - 1)))]
+    def _adwin_checkpoint(self) -> None:
+        """At an arrival where ADWIN may report a change or must be rebuilt: what the rule does then.
 
-    def _learn(self, lateness: int, tp: int) -> None:
-        cap = self._cap()
-        if cap is not None and lateness > cap:
-            self._extreme += 1
-            if self._arrivals - self._prev_extreme <= _SURGE_WINDOW:
-                # Three values beyond the cap close together are a burst, not stragglers: cover them.
-                self._burst_until = self._arrivals + self.surge_arrivals
-            self._prev_extreme = self._last_extreme
-            self._last_extreme = self._arrivals
-        self._recent.append(lateness)
-        self._recent_tp.append(tp)
-        insort(self._sorted, lateness)
-        scale = self._scale()
-        if scale:
-            n = min(self._arrivals, _LONG_RUN)
-            log_scale = math.log1p(scale)
-            self._log_scale_avg += (log_scale - self._log_scale_avg) / n
-            self._weight = min(4.0, max(0.25, math.exp(_ALLOCATION * (log_scale - self._log_scale_avg))))
-            self._weight_avg += (self._weight - self._weight_avg) / n
-        if len(self._recent) > self.sample_size:
-            self._drop_oldest()
-        if self.horizon_ms is not None:
-            while self._recent_tp[0] <= tp - self.horizon_ms:
-                self._drop_oldest()
-        value = min(lateness, 2 * self._delay + 50)  # a burst of outliers is not a new regime
-        self._fed += 1
-        self._adwin.update(_scaled(value))
-        if self._adwin.drift_detected:
+        On a change the sample keeps only the values in ADWIN's window after the cut (the new regime), a
+        rise of the regime starts the guard, and ADWIN is rebuilt from the kept values; after
+        ``2 * sample_size`` values since the last rebuild it is rebuilt too, which bounds its state.
+        """
+        ints = self._ints
+        if self._feed_adwin():
             self._drifts += 1
-            keep = max(1, min(len(self._recent), int(self._adwin.width)))
-            old = list(self._recent)
-            if keep < len(old) and _mean_log(old[-keep:]) > _mean_log(old[:-keep]):
-                self._surge_until = self._arrivals + self.surge_arrivals  # the regime rose
-            while len(self._recent) > keep:
-                self._drop_oldest()
-            self._rebuild(self._clipped(list(self._recent)))
-        elif self._fed >= 2 * self.sample_size:
-            self._rebuild(self._clipped(list(self._recent)))
+            values, tps = self._sample()
+            keep = max(1, min(values.size, int(self._adwin.width)))
+            cut = values.size - keep
+            if cut > 0 and k.mean_log(values[cut:]) > k.mean_log(values[:cut]):
+                ints[k.SURGE_UNTIL] = ints[k.ARRIVALS] + self.surge_arrivals  # the regime rose
+            values, tps = values[cut:], tps[cut:]
+            self._set_sample(values, tps)
+            self._rebuild(values)
+        elif ints[k.FED] >= 2 * self.sample_size:
+            self._rebuild(self._sample()[0])
 
-    def _clipped(self, values: list[int]) -> list[int]:
-        cap = 2 * self._delay + 50
-        return [min(v, cap) for v in values]
+    def _rebuild(self, values: I64) -> None:
+        """A new ADWIN fed the sample's values, clipped at ``2 * D + 50`` (a burst is not a regime)."""
+        self._refeed(np.minimum(values, 2 * self._ints[k.DELAY] + 50))
 
-    def _drop_oldest(self) -> None:
-        old = self._recent.popleft()
-        self._recent_tp.popleft()
-        del self._sorted[bisect_left(self._sorted, old)]
-
-    def _rebuild(self, values: list[int]) -> None:
+    def _refeed(self, values: I64) -> None:
         self._adwin = ADWIN(delta=self.adwin_delta)
-        self._fed = 0
-        for v in values:
-            self._fed += 1
-            self._adwin.update(_scaled(v))
+        tick = _feed(self._adwin, k.log1p_all(values).tolist(), 0)
+        self._ints[k.FED] = values.size
+        # (after a reported change, river starts a new window at the next update: its count restarts)
+        self._ints[k.TICK] = 0 if self._adwin.drift_detected else tick
 
-    def _estimate(self) -> int:
-        k = len(self._sorted)
-        fade = 0.0 if self._arrivals >= self.warmup else 1.0 - self._arrivals / self.warmup
-        floor = math.ceil(self.initial_delay_ms * fade)
-        if k == 0:
-            return max(floor, self.initial_delay_ms if self._arrivals < self.warmup else 0)
-        target = self.late_slo_pct / 100.0
-        horizon = _PAYBACK
-        allowed = target * (self._arrivals + horizon) - self._late
-        level = min(target, max(target / 4.0, allowed / horizon))
-        share = (self._extreme + target / 2 * _PRIOR_ARRIVALS) / (self._arrivals + _PRIOR_ARRIVALS)
-        cap = self._cap()
-        if cap is not None and share < target and self._arrivals > self._burst_until:
-            # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
-            k = bisect_right(self._sorted, cap)
-            level = max(target / 10.0, (level - share) / (1.0 - share))
-            level = min(target, level * self._weight / self._weight_avg)
-        rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
-        delay = self._sorted[rank]
-        if self._arrivals <= self._surge_until:
-            # Just after a rise the regime may still be rising: headroom over the recent high values.
-            last = sorted(islice(reversed(self._recent), _SURGE_WINDOW))
-            high = last[-2] if len(last) >= 2 else last[-1]
-            delay = max(delay, math.ceil(self.surge_factor * high))
-        return max(floor, delay)
-
-    # -- vectorised path (the per-tuple rule, run once over the batch) ---------------------------------
+    # -- vectorised path (the compiled rule, run once over the batch) -----------------------------------
     def _run_timed(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64, I64, I64 | None]:
         n = te.size
         is_arrival = np.ones(n, np.bool_) if arrivals is None else np.zeros(n, np.bool_)
         if arrivals is not None:
             is_arrival[arrivals] = True
+        te = np.ascontiguousarray(te, np.int64)
+        tp = np.ascontiguousarray(tp, np.int64)
         pre = np.empty(n, np.int64)
         post = np.empty(n, np.int64)
         rise = np.full(n, NO_RISE, np.int64)
-        offset = np.full(n, _STEP, np.int64)
-        for j, (e, t, a) in enumerate(zip(te.tolist(), tp.tolist(), is_arrival.tolist(), strict=True)):
-            if self._anchor is not None and self._clock is not None:
-                rise[j] = self._clock + 1
-                offset[j] = self._delay - self._anchor
-            self._clock = t
-            self._advance(t, arrival=a)
-            pre[j] = self._wm
-            if a:
-                self._observe(e, t, e < self._wm)
-            post[j] = self._wm
+        offset = np.full(n, k.STEP, np.int64)
+        state = (self._ints, self._floats, self._iparams, self._fparams)
+        self._sync_in()
+        at = 0
+        while True:
+            # (after a change the sample's buffers are new arrays: read them again)
+            buffers = (self._recent, self._recent_tp, self._sorted, self._feed)
+            at = k.run_events(te, tp, is_arrival, at, *state, *buffers, pre, post, rise, offset)
+            if at >= n:
+                break
+            self._adwin_checkpoint()
+        self._feed_adwin()  # values after the last checkpoint: ADWIN cannot report a change among them
+        self._sync_out()
         return pre, post, rise, offset
 
     def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
@@ -413,54 +358,57 @@ class LateRateSLO(WatermarkGenerator):
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def _state_dict(self) -> dict[str, Any]:
+        ints, floats = self._ints, self._floats
+        recent, recent_tp = self._sample()
         return {
-            "max_te": self._max_te,
-            "recent": encode_i64(np.array(self._recent, np.int64)),
-            "recent_tp": encode_i64(np.array(self._recent_tp, np.int64)),
+            "max_te": int(ints[k.MAX_TE]),
+            "recent": encode_i64(recent),
+            "recent_tp": encode_i64(recent_tp),
             # ADWIN's window buckets as plain data (watermark.adwin_state): O(log n), never a pickle, and
             # not the values it was fed (up to 2 * sample_size of them), so a snapshot stays small.
             "adwin": adwin_state(self._adwin),
-            "fed": self._fed,
-            "arrivals": self._arrivals,
-            "late": self._late,
-            "delay": self._delay,
-            "anchor": self._anchor,
-            "release": self._release,
+            "fed": int(ints[k.FED]),
+            "arrivals": int(ints[k.ARRIVALS]),
+            "late": int(ints[k.LATE]),
+            "delay": int(ints[k.DELAY]),
+            "anchor": int(ints[k.ANCHOR]) if ints[k.HAS_ANCHOR] else None,
+            "release": int(ints[k.RELEASE]),
             "drifts": self._drifts,
-            "jumps": self._jumps,
-            "extreme": self._extreme,
-            "surge_until": self._surge_until,
-            "burst_until": self._burst_until,
-            "last_extreme": self._last_extreme,
-            "prev_extreme": self._prev_extreme,
-            "log_scale_avg": self._log_scale_avg,
-            "weight": self._weight,
-            "weight_avg": self._weight_avg,
+            "jumps": int(ints[k.JUMPS]),
+            "extreme": int(ints[k.EXTREME]),
+            "surge_until": int(ints[k.SURGE_UNTIL]),
+            "burst_until": int(ints[k.BURST_UNTIL]),
+            "last_extreme": int(ints[k.LAST_EXTREME]),
+            "prev_extreme": int(ints[k.PREV_EXTREME]),
+            "log_scale_avg": float(floats[k.LOG_SCALE_AVG]),
+            "weight": float(floats[k.WEIGHT]),
+            "weight_avg": float(floats[k.WEIGHT_AVG]),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
-        self._max_te = int(state["max_te"])
-        recent = decode_i64(state["recent"]).tolist()
-        self._recent = deque(recent)
-        self._recent_tp = deque(decode_i64(state["recent_tp"]).tolist())
-        self._sorted = sorted(recent)
+        ints, floats = self._ints, self._floats
+        ints[k.MAX_TE] = int(state["max_te"])
+        self._set_sample(decode_i64(state["recent"]), decode_i64(state["recent_tp"]))
         if "adwin" in state:
             self._adwin = restore_adwin(state["adwin"])
-            self._fed = int(state["fed"])
+            ints[k.FED] = int(state["fed"])
+            # ADWIN's update count since its window last started (a reported change restarts it).
+            ints[k.TICK] = 0 if self._adwin.drift_detected else int(state["adwin"]["tick"])
         else:  # a snapshot from before ADWIN's state was kept: the values it was fed (re-feeding restores it)
-            self._rebuild(decode_i64(state["fed"]).tolist())
-        self._arrivals = int(state["arrivals"])
-        self._late = int(state["late"])
-        self._delay = int(state["delay"])
-        self._anchor = None if state["anchor"] is None else int(state["anchor"])
-        self._release = int(state["release"])
+            self._refeed(decode_i64(state["fed"]))
+        ints[k.ARRIVALS] = int(state["arrivals"])
+        ints[k.LATE] = int(state["late"])
+        ints[k.DELAY] = int(state["delay"])
+        ints[k.HAS_ANCHOR] = state["anchor"] is not None
+        ints[k.ANCHOR] = 0 if state["anchor"] is None else int(state["anchor"])
+        ints[k.RELEASE] = int(state["release"])
         self._drifts = int(state["drifts"])
-        self._jumps = int(state["jumps"])
-        self._extreme = int(state["extreme"])
-        self._surge_until = int(state["surge_until"])
-        self._burst_until = int(state["burst_until"])
-        self._last_extreme = int(state["last_extreme"])
-        self._prev_extreme = int(state["prev_extreme"])
-        self._log_scale_avg = float(state["log_scale_avg"])
-        self._weight = float(state["weight"])
-        self._weight_avg = float(state["weight_avg"])
+        ints[k.JUMPS] = int(state["jumps"])
+        ints[k.EXTREME] = int(state["extreme"])
+        ints[k.SURGE_UNTIL] = int(state["surge_until"])
+        ints[k.BURST_UNTIL] = int(state["burst_until"])
+        ints[k.LAST_EXTREME] = int(state["last_extreme"])
+        ints[k.PREV_EXTREME] = int(state["prev_extreme"])
+        floats[k.LOG_SCALE_AVG] = float(state["log_scale_avg"])
+        floats[k.WEIGHT] = float(state["weight"])
+        floats[k.WEIGHT_AVG] = float(state["weight_avg"])

@@ -1,0 +1,378 @@
+"""The late-rate SLO rule (:class:`watermark.slo.LateRateSLO`) compiled with numba, over flat state arrays.
+
+The rule is a per-arrival loop (each decision depends on the one before), which CPython runs at about
+16 us an arrival; compiled, the loop costs well under a microsecond. Only river's ADWIN stays in Python:
+the kernel writes the values ADWIN is to be fed into a buffer and stops at the arrivals where ADWIN can
+detect a change (every ``clock``-th update, river's own schedule) or where the rule rebuilds it, so the
+caller feeds the buffer, handles the change and resumes. Between those arrivals ADWIN's state cannot
+influence a decision, so the result is the per-arrival rule exactly.
+
+State lives in three arrays the generator owns (``ints``, ``floats`` and the sample's ring buffers and
+sorted copy), indexed by the constants below; the scalar path (``update``/``on_idle``) and the batch path
+run the same compiled functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, cast
+
+import numpy as np
+from numba import njit
+
+from watermark.timeutil import NO_WATERMARK
+
+# -- ``ints``: the rule's integer state --------------------------------------------------------------------
+MAX_TE: Final = 0  # largest event time seen (NO_WATERMARK before data)
+WM: Final = 1  # the watermark
+CLOCK: Final = 2  # the ingestion clock (valid when HAS_CLOCK)
+HAS_CLOCK: Final = 3
+ARRIVALS: Final = 4
+LATE: Final = 5
+DELAY: Final = 6  # the delay D in force
+ANCHOR: Final = 7  # guard after a frontier jump: W <= t + anchor - delay (valid when HAS_ANCHOR)
+HAS_ANCHOR: Final = 8
+RELEASE: Final = 9  # ingestion time from which the next arrival ends the guard
+JUMPS: Final = 10
+EXTREME: Final = 11  # arrivals whose lateness was beyond the straggler cap when they arrived
+SURGE_UNTIL: Final = 12  # arrivals count up to which the guard after an upward change holds
+BURST_UNTIL: Final = 13  # arrivals count up to which the straggler cap is lifted (a burst)
+LAST_EXTREME: Final = 14
+PREV_EXTREME: Final = 15
+FED: Final = 16  # values fed to ADWIN since it was last rebuilt
+TICK: Final = 17  # ADWIN's own update count (it checks for a change when it is a multiple of its clock)
+HEAD: Final = 18  # ring buffer: position of the oldest sample value
+COUNT: Final = 19  # ring buffer: values in the sample (also the sorted copy's length)
+N_FEED: Final = 20  # values waiting in the feed buffer
+PENDING: Final = 21  # 1: stopped inside an arrival, after its ADWIN update (resume finishes it)
+N_INTS: Final = 22
+
+# -- ``floats`` -------------------------------------------------------------------------------------------
+LOG_SCALE_AVG: Final = 0
+WEIGHT: Final = 1
+WEIGHT_AVG: Final = 2
+N_FLOATS: Final = 3
+
+# -- ``iparams`` / ``fparams``: the generator's settings ---------------------------------------------------
+P_INITIAL: Final = 0
+P_WARMUP: Final = 1
+P_SAMPLE: Final = 2
+P_HORIZON: Final = 3  # -1: no horizon
+P_SURGE_ARRIVALS: Final = 4
+P_ADWIN_CLOCK: Final = 5
+N_IPARAMS: Final = 6
+P_SLO: Final = 0
+P_STRAGGLER: Final = 1
+P_SURGE_FACTOR: Final = 2
+N_FPARAMS: Final = 3
+
+#: Arrivals over which an excess of late tuples is won back (the online SLO's horizon).
+PAYBACK: Final = 1_000
+#: Lateness values a sample needs before its scale sets a straggler cap.
+MIN_SCALE_SAMPLE: Final = 50
+#: Recent arrivals whose second largest lateness sets the guard after an upward regime change.
+SURGE_WINDOW: Final = 50
+#: Prior of the straggler share: this many arrivals at half the target.
+PRIOR_ARRIVALS: Final = 2_000
+#: Exponent of the budget's allocation between regimes (see :class:`watermark.slo.LateRateSLO`).
+ALLOCATION: Final = 1.0
+#: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
+LONG_RUN: Final = 10_000
+#: ``offset`` of a gap in which the watermark does not move (a step that never happens).
+STEP: Final = -(2**62)
+
+_NO_WM: Final = NO_WATERMARK
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _compiled(fn: _F) -> _F:
+    """``fn`` compiled by numba on first call (cached on disk), without the GIL while it runs.
+
+    Under ``NUMBA_DISABLE_JIT=1`` numba returns ``fn`` itself, which runs in the interpreter (for debugging).
+    """
+    return cast(_F, njit(cache=True, nogil=True)(fn))
+
+
+@_compiled
+def _target(ints: Any, now: int) -> int:
+    if ints[MAX_TE] == _NO_WM:
+        return _NO_WM
+    frontier = ints[MAX_TE]
+    if ints[HAS_ANCHOR]:
+        frontier = min(frontier, now + ints[ANCHOR])
+    return frontier - ints[DELAY]
+
+
+@_compiled
+def _raise(ints: Any, proposal: int) -> None:
+    if proposal > ints[WM]:
+        ints[WM] = proposal
+
+
+@_compiled
+def advance(ints: Any, now: int, arrival: bool) -> None:
+    """Move the rule's time to ``now``: end the guard after a jump when its time came, follow the clock."""
+    if not ints[HAS_ANCHOR]:
+        return
+    if arrival and now >= ints[RELEASE]:
+        ints[HAS_ANCHOR] = 0  # data from before the jump had its time to arrive
+    _raise(ints, _target(ints, now))
+
+
+@_compiled
+def _scale_rank(n: int, fparams: Any) -> int:
+    """Rank of the scale (the ``1 - 2 * late_slo_pct / 100`` quantile, at least the median) among ``n``."""
+    level = max(0.5, 1.0 - 2.0 * fparams[P_SLO] / 100.0)
+    return min(n - 1, int(level * (n - 1)))
+
+
+@_compiled
+def _scale(ints: Any, fparams: Any, srt: Any) -> int:
+    return srt[_scale_rank(ints[COUNT], fparams)]
+
+
+@_compiled
+def _cap(ints: Any, fparams: Any, srt: Any) -> int:
+    """The straggler cap, or -1 when there is none (too small a sample, or a zero scale)."""
+    if ints[COUNT] < MIN_SCALE_SAMPLE:
+        return -1
+    scale = _scale(ints, fparams, srt)
+    if scale == 0:
+        return -1
+    return math.ceil(fparams[P_STRAGGLER] * scale)
+
+
+@_compiled
+def _drop_oldest(ints: Any, recent: Any, srt: Any) -> None:
+    size = recent.shape[0]
+    old = recent[ints[HEAD]]
+    ints[HEAD] = (ints[HEAD] + 1) % size
+    k = ints[COUNT]
+    p = np.searchsorted(srt[:k], old, "left")
+    for i in range(p, k - 1):
+        srt[i] = srt[i + 1]
+    ints[COUNT] = k - 1
+
+
+@_compiled
+def _learn(
+    ints: Any,
+    floats: Any,
+    iparams: Any,
+    fparams: Any,
+    recent: Any,
+    recent_tp: Any,
+    srt: Any,
+    feed: Any,
+    lateness: int,
+    tp: int,
+) -> bool:
+    cap = _cap(ints, fparams, srt)
+    if cap >= 0 and lateness > cap:
+        ints[EXTREME] += 1
+        if ints[ARRIVALS] - ints[PREV_EXTREME] <= SURGE_WINDOW:
+            # Three values beyond the cap close together are a burst, not stragglers: cover them.
+            ints[BURST_UNTIL] = ints[ARRIVALS] + iparams[P_SURGE_ARRIVALS]
+        ints[PREV_EXTREME] = ints[LAST_EXTREME]
+        ints[LAST_EXTREME] = ints[ARRIVALS]
+    size = recent.shape[0]
+    k = ints[COUNT]
+    slot = (ints[HEAD] + k) % size
+    recent[slot] = lateness
+    recent_tp[slot] = tp
+    p = np.searchsorted(srt[:k], lateness, "right")
+    full = k + 1 > iparams[P_SAMPLE]
+    if full:
+        # The value joins and the oldest leaves: one move of the values between their places in the sorted
+        # copy, instead of two moves of everything after them. The scale is over both (the value is in, the
+        # oldest not yet out), read as if the value were inserted at p.
+        r = _scale_rank(k + 1, fparams)
+        scale = srt[r] if r < p else (lateness if r == p else srt[r - 1])
+        old = recent[ints[HEAD]]
+        ints[HEAD] = (ints[HEAD] + 1) % size
+        q = np.searchsorted(srt[:k], old, "left")
+        if p > q:
+            for i in range(q, p - 1):
+                srt[i] = srt[i + 1]
+            srt[p - 1] = lateness
+        else:
+            for i in range(q, p, -1):
+                srt[i] = srt[i - 1]
+            srt[p] = lateness
+    else:
+        for i in range(k, p, -1):
+            srt[i] = srt[i - 1]
+        srt[p] = lateness
+        ints[COUNT] = k + 1
+        scale = _scale(ints, fparams, srt)
+    if scale:
+        n = min(ints[ARRIVALS], LONG_RUN)
+        log_scale = math.log1p(scale)
+        floats[LOG_SCALE_AVG] += (log_scale - floats[LOG_SCALE_AVG]) / n
+        floats[WEIGHT] = min(4.0, max(0.25, math.exp(ALLOCATION * (log_scale - floats[LOG_SCALE_AVG]))))
+        floats[WEIGHT_AVG] += (floats[WEIGHT] - floats[WEIGHT_AVG]) / n
+    horizon = iparams[P_HORIZON]
+    if horizon >= 0:
+        while recent_tp[ints[HEAD]] <= tp - horizon:
+            _drop_oldest(ints, recent, srt)
+    value = min(lateness, 2 * ints[DELAY] + 50)  # a burst of outliers is not a new regime
+    ints[FED] += 1
+    ints[TICK] += 1
+    feed[ints[N_FEED]] = math.log1p(value)
+    ints[N_FEED] += 1
+    # ADWIN can report a change only at this update, or the rule rebuilds it: the caller takes over.
+    return ints[TICK] % iparams[P_ADWIN_CLOCK] == 0 or ints[FED] >= 2 * iparams[P_SAMPLE]
+
+
+@_compiled
+def observe_head(
+    ints: Any,
+    floats: Any,
+    iparams: Any,
+    fparams: Any,
+    recent: Any,
+    recent_tp: Any,
+    srt: Any,
+    feed: Any,
+    te: int,
+    tp: int,
+    late: bool,
+) -> bool:
+    """Take in an arrival up to its ADWIN update; True when the caller must look at ADWIN before the rest."""
+    ints[ARRIVALS] += 1
+    ints[LATE] += late
+    before = ints[MAX_TE]
+    if before == _NO_WM:
+        ints[MAX_TE] = te
+        return False
+    # Lateness against the frontier the rule uses: behind a jump, the clock-paced one.
+    front = before
+    if ints[HAS_ANCHOR]:
+        front = min(before, tp + ints[ANCHOR])
+    if te - before > 3 * ints[DELAY] + 100:
+        ints[JUMPS] += 1
+        if not ints[HAS_ANCHOR] or tp + ints[ANCHOR] >= before:
+            ints[ANCHOR] = before - tp
+            ints[HAS_ANCHOR] = 1
+        ints[RELEASE] = tp + (te - before) + ints[DELAY]
+    ints[MAX_TE] = max(before, te)
+    return _learn(ints, floats, iparams, fparams, recent, recent_tp, srt, feed, max(0, front - te), tp)
+
+
+@_compiled
+def _estimate(ints: Any, floats: Any, iparams: Any, fparams: Any, recent: Any, srt: Any) -> int:
+    k = ints[COUNT]
+    arrivals = ints[ARRIVALS]
+    warmup = iparams[P_WARMUP]
+    fade = 0.0 if arrivals >= warmup else 1.0 - arrivals / warmup
+    floor = math.ceil(iparams[P_INITIAL] * fade)
+    if k == 0:
+        return max(floor, iparams[P_INITIAL] if arrivals < warmup else 0)
+    target = fparams[P_SLO] / 100.0
+    allowed = target * (arrivals + PAYBACK) - ints[LATE]
+    level = min(target, max(target / 4.0, allowed / PAYBACK))
+    share = (ints[EXTREME] + target / 2 * PRIOR_ARRIVALS) / (arrivals + PRIOR_ARRIVALS)
+    cap = _cap(ints, fparams, srt)
+    if cap >= 0 and share < target and arrivals > ints[BURST_UNTIL]:
+        # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
+        k = np.searchsorted(srt[:k], cap, "right")
+        level = max(target / 10.0, (level - share) / (1.0 - share))
+        level = min(target, level * floats[WEIGHT] / floats[WEIGHT_AVG])
+    rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
+    delay = srt[rank]
+    if arrivals <= ints[SURGE_UNTIL]:
+        # Just after a rise the regime may still be rising: headroom over the recent high values.
+        size = recent.shape[0]
+        newest = (ints[HEAD] + ints[COUNT] - 1) % size
+        first = second = np.int64(-1)
+        for i in range(min(SURGE_WINDOW, ints[COUNT])):
+            v = recent[(newest - i) % size]
+            if v > first:
+                second = first
+                first = v
+            elif v > second:
+                second = v
+        high = second if second >= 0 else first
+        delay = max(delay, math.ceil(fparams[P_SURGE_FACTOR] * high))
+    return max(floor, delay)
+
+
+@_compiled
+def observe_tail(ints: Any, floats: Any, iparams: Any, fparams: Any, recent: Any, srt: Any, tp: int) -> None:
+    """Finish an arrival after ADWIN: the guard's end, the new delay, the watermark."""
+    if ints[HAS_ANCHOR] and tp + ints[ANCHOR] >= ints[MAX_TE]:
+        ints[HAS_ANCHOR] = 0  # caught up with the frontier
+    ints[DELAY] = _estimate(ints, floats, iparams, fparams, recent, srt)
+    _raise(ints, _target(ints, tp))
+
+
+@_compiled
+def run_events(
+    te: Any,
+    tp: Any,
+    is_arrival: Any,
+    start: int,
+    ints: Any,
+    floats: Any,
+    iparams: Any,
+    fparams: Any,
+    recent: Any,
+    recent_tp: Any,
+    srt: Any,
+    feed: Any,
+    pre: Any,
+    post: Any,
+    rise: Any,
+    offset: Any,
+) -> int:
+    """Run the rule over events ``start..`` (arrivals and idle ticks); the event it stopped at, or ``n``.
+
+    It stops inside an arrival whose ADWIN update may report a change (``ints[PENDING]`` is then 1 and
+    ``pre`` is written, ``post`` not yet); calling it again from that event finishes the arrival.
+    """
+    n = te.shape[0]
+    j = start
+    if ints[PENDING]:
+        ints[PENDING] = 0
+        observe_tail(ints, floats, iparams, fparams, recent, srt, tp[j])
+        post[j] = ints[WM]
+        j += 1
+    while j < n:
+        t = tp[j]
+        if ints[HAS_ANCHOR] and ints[HAS_CLOCK]:
+            rise[j] = ints[CLOCK] + 1
+            offset[j] = ints[DELAY] - ints[ANCHOR]
+        ints[CLOCK] = t
+        ints[HAS_CLOCK] = 1
+        arrival = is_arrival[j]
+        advance(ints, t, arrival)
+        pre[j] = ints[WM]
+        if arrival:
+            e = te[j]
+            if observe_head(ints, floats, iparams, fparams, recent, recent_tp, srt, feed, e, t, e < ints[WM]):
+                ints[PENDING] = 1
+                return j
+            observe_tail(ints, floats, iparams, fparams, recent, srt, t)
+        post[j] = ints[WM]
+        j += 1
+    return n
+
+
+@_compiled
+def log1p_all(values: Any) -> Any:
+    """``log(1 + v)`` of each value, as the rule feeds ADWIN."""
+    out = np.empty(values.shape[0], np.float64)
+    for i in range(values.shape[0]):
+        out[i] = math.log1p(values[i])
+    return out
+
+
+@_compiled
+def mean_log(values: Any) -> float:
+    """The mean of ``log(1 + v)`` over ``values`` (summed in order)."""
+    total = 0.0
+    for i in range(values.shape[0]):
+        total += math.log1p(values[i])
+    return total / values.shape[0]
