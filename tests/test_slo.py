@@ -3,6 +3,8 @@
 import json
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from watermark.evaluate import WindowSpec, replay
 from watermark.registry import make, restore
@@ -177,3 +179,51 @@ def test_the_new_settings_are_in_the_snapshot():
     assert copy.params["straggler_factor"] == 2.5 and copy.params["surge_arrivals"] == 100
     np.testing.assert_array_equal(copy.process(te[1_700:], tp[1_700:]), saved.process(te[1_700:], tp[1_700:]))
     assert copy.snapshot() == saved.snapshot()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), min_size=1, max_size=1_500))
+def test_the_samples_sorted_blocks_answer_like_a_sorted_list(ops):
+    from watermark import slo_kernel as k
+
+    capacity = 600  # several blocks, splits, and compactions when the spare rows run out
+    ints = np.zeros(k.N_INTS, np.int64)
+    blocks = np.zeros((k.block_rows(capacity), k.BLOCK + 1), np.int64)
+    model: list[int] = []
+    for add, value in ops:
+        if add and len(model) < capacity:
+            k._insert(ints, blocks, value)
+            model.append(value)
+        elif model:
+            value = model[value % len(model)]
+            k._remove(ints, blocks, value)
+            model.remove(value)
+        ints[k.COUNT] = len(model)
+    model.sort()
+    assert [k.select(ints, blocks, r) for r in range(len(model))] == model
+    assert [k.count_le(ints, blocks, x) for x in range(-1, 42)] == [
+        sum(v <= x for v in model) for x in range(-1, 42)
+    ]
+
+
+def test_the_sorted_blocks_are_compacted_when_sparse_blocks_use_up_their_rows():
+    from watermark import slo_kernel as k
+
+    ints = np.zeros(k.N_INTS, np.int64)
+    rows = k.block_rows(600)
+    blocks = np.zeros((rows, k.BLOCK + 1), np.int64)
+    model: list[int] = []
+    most_blocks = 0
+    for round_ in range(3 * rows):  # each round leaves two sparse blocks behind: the rows run out
+        new = [1_000 * round_ + i for i in range(130)]
+        for v in new:
+            k._insert(ints, blocks, v)
+        for v in new[1:-1]:
+            k._remove(ints, blocks, v)
+        model += [new[0], new[-1]]
+        ints[k.COUNT] = len(model)
+        most_blocks = max(most_blocks, int(ints[k.BLOCKS]))
+    assert most_blocks == rows - 1  # it reached the last spare row, and was compacted there
+    assert ints[k.BLOCKS] < rows - 1
+    assert [k.select(ints, blocks, r) for r in range(len(model))] == model
+    assert [k.count_le(ints, blocks, x) for x in (0, 129, 1_000 * rows)] == [1, 2, 2 * rows + 1]

@@ -228,10 +228,10 @@ class LateRateSLO(WatermarkGenerator):
         size = max(self.sample_size, values.size) + 1
         self._recent = np.zeros(size, np.int64)
         self._recent_tp = np.zeros(size, np.int64)
-        self._sorted = np.zeros(size, np.int64)
+        self._sorted = np.zeros((k.block_rows(size), k.BLOCK + 1), np.int64)
         self._recent[: values.size] = values
         self._recent_tp[: values.size] = tps
-        self._sorted[: values.size] = np.sort(values)
+        k.fill_blocks(self._ints, self._sorted, np.sort(values))
         self._ints[k.HEAD] = 0
         self._ints[k.COUNT] = values.size
 

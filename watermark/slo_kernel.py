@@ -46,7 +46,8 @@ HEAD: Final = 18  # ring buffer: position of the oldest sample value
 COUNT: Final = 19  # ring buffer: values in the sample (also the sorted copy's length)
 N_FEED: Final = 20  # values waiting in the feed buffer
 PENDING: Final = 21  # 1: stopped inside an arrival, after its ADWIN update (resume finishes it)
-N_INTS: Final = 22
+BLOCKS: Final = 22  # blocks in use in the sorted copy
+N_INTS: Final = 23
 
 # -- ``floats`` -------------------------------------------------------------------------------------------
 LOG_SCALE_AVG: Final = 0
@@ -79,6 +80,21 @@ PRIOR_ARRIVALS: Final = 2_000
 ALLOCATION: Final = 1.0
 #: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
 LONG_RUN: Final = 10_000
+#: Values a block of the sample's sorted copy holds at most (the copy is a list of sorted blocks, so a value
+#: joins or leaves by moving at most a block, not half the sample). Row ``b`` of the copy is block ``b``:
+#: its length in column 0, its values in columns ``1..BLOCK``; blocks ``0..ints[BLOCKS]-1`` in order.
+BLOCK: Final = 128
+
+
+def block_rows(capacity: int) -> int:
+    """Rows for the sorted copy of a sample of up to ``capacity`` values.
+
+    A compaction lays the values out in half-full blocks (``capacity / 64`` rows); splits use the spare
+    rows, and when they run out the copy is compacted again.
+    """
+    return 2 * (capacity // BLOCK) + 8
+
+
 #: ``offset`` of a gap in which the watermark does not move (a step that never happens).
 STEP: Final = -(2**62)
 
@@ -130,7 +146,119 @@ def _scale_rank(n: int, fparams: Any) -> int:
 
 @_compiled
 def _scale(ints: Any, fparams: Any, srt: Any) -> int:
-    return srt[_scale_rank(ints[COUNT], fparams)]
+    return select(ints, srt, _scale_rank(ints[COUNT], fparams))
+
+
+@_compiled
+def select(ints: Any, srt: Any, r: int) -> int:
+    """The sample's value of rank ``r`` (0: the smallest), walking the blocks from the nearer end."""
+    nb = ints[BLOCKS]
+    if 2 * r < ints[COUNT]:
+        for b in range(nb):
+            c = srt[b, 0]
+            if r < c:
+                return srt[b, 1 + r]
+            r -= c
+    else:
+        r = ints[COUNT] - 1 - r  # rank from the top
+        for b in range(nb - 1, -1, -1):
+            c = srt[b, 0]
+            if r < c:
+                return srt[b, c - r]
+            r -= c
+    return srt[nb - 1, srt[nb - 1, 0]]  # (not reached for 0 <= r < count)
+
+
+@_compiled
+def count_le(ints: Any, srt: Any, x: int) -> int:
+    """How many of the sample's values are at most ``x`` (``bisect_right`` on the sorted sample)."""
+    n = 0
+    for b in range(ints[BLOCKS]):
+        c = srt[b, 0]
+        if srt[b, c] > x:
+            return n + int(np.searchsorted(srt[b, 1 : c + 1], x, "right"))
+        n += c
+    return n
+
+
+@_compiled
+def fill_blocks(ints: Any, srt: Any, ordered: Any) -> None:
+    """Lay ``ordered`` (sorted) out as half-full blocks."""
+    half = BLOCK // 2
+    nb = 0
+    for start in range(0, ordered.shape[0], half):
+        c = min(half, ordered.shape[0] - start)
+        srt[nb, 0] = c
+        srt[nb, 1 : c + 1] = ordered[start : start + c]
+        nb += 1
+    ints[BLOCKS] = nb
+
+
+@_compiled
+def _compact(ints: Any, srt: Any) -> None:
+    n = 0
+    for b in range(ints[BLOCKS]):
+        n += srt[b, 0]
+    values = np.empty(n, np.int64)
+    n = 0
+    for b in range(ints[BLOCKS]):
+        c = srt[b, 0]
+        values[n : n + c] = srt[b, 1 : c + 1]
+        n += c
+    fill_blocks(ints, srt, values[:n])
+
+
+@_compiled
+def _insert(ints: Any, srt: Any, x: int) -> None:
+    """Add ``x`` to the sorted copy after its equals (``COUNT`` is the caller's)."""
+    nb = ints[BLOCKS]
+    if nb == 0:
+        srt[0, 0] = 1
+        srt[0, 1] = x
+        ints[BLOCKS] = 1
+        return
+    b = nb - 1
+    for i in range(nb):
+        if srt[i, srt[i, 0]] > x:
+            b = i
+            break
+    c = srt[b, 0]
+    p = 1 + np.searchsorted(srt[b, 1 : c + 1], x, "right")
+    for i in range(c + 1, p, -1):
+        srt[b, i] = srt[b, i - 1]
+    srt[b, p] = x
+    srt[b, 0] = c + 1
+    if c + 1 == BLOCK:  # full: split it in two
+        if nb + 1 >= srt.shape[0]:
+            _compact(ints, srt)
+            return
+        for i in range(nb - 1, b, -1):
+            srt[i + 1, :] = srt[i, :]
+        half = BLOCK // 2
+        srt[b + 1, 0] = BLOCK - half
+        srt[b + 1, 1 : BLOCK - half + 1] = srt[b, half + 1 : BLOCK + 1]
+        srt[b, 0] = half
+        ints[BLOCKS] = nb + 1
+
+
+@_compiled
+def _remove(ints: Any, srt: Any, x: int) -> None:
+    """Take one ``x`` out of the sorted copy (it is there; ``COUNT`` is the caller's)."""
+    nb = ints[BLOCKS]
+    b = nb - 1
+    for i in range(nb):
+        if srt[i, srt[i, 0]] >= x:
+            b = i
+            break
+    c = srt[b, 0]
+    p = 1 + np.searchsorted(srt[b, 1 : c + 1], x, "left")
+    for i in range(p, c):
+        srt[b, i] = srt[b, i + 1]
+    srt[b, 0] = c - 1
+    if c == 1:  # empty: drop the block
+        for i in range(b, nb - 1):
+            srt[i, :] = srt[i + 1, :]
+        ints[BLOCKS] = nb - 1
 
 
 @_compiled
@@ -146,14 +274,10 @@ def _cap(ints: Any, fparams: Any, srt: Any) -> int:
 
 @_compiled
 def _drop_oldest(ints: Any, recent: Any, srt: Any) -> None:
-    size = recent.shape[0]
     old = recent[ints[HEAD]]
-    ints[HEAD] = (ints[HEAD] + 1) % size
-    k = ints[COUNT]
-    p = np.searchsorted(srt[:k], old, "left")
-    for i in range(p, k - 1):
-        srt[i] = srt[i + 1]
-    ints[COUNT] = k - 1
+    ints[HEAD] = (ints[HEAD] + 1) % recent.shape[0]
+    _remove(ints, srt, old)
+    ints[COUNT] -= 1
 
 
 @_compiled
@@ -182,37 +306,17 @@ def _learn(
     slot = (ints[HEAD] + k) % size
     recent[slot] = lateness
     recent_tp[slot] = tp
-    p = np.searchsorted(srt[:k], lateness, "right")
-    full = k + 1 > iparams[P_SAMPLE]
-    if full:
-        # The value joins and the oldest leaves: one move of the values between their places in the sorted
-        # copy, instead of two moves of everything after them. The scale is over both (the value is in, the
-        # oldest not yet out), read as if the value were inserted at p.
-        r = _scale_rank(k + 1, fparams)
-        scale = srt[r] if r < p else (lateness if r == p else srt[r - 1])
-        old = recent[ints[HEAD]]
-        ints[HEAD] = (ints[HEAD] + 1) % size
-        q = np.searchsorted(srt[:k], old, "left")
-        if p > q:
-            for i in range(q, p - 1):
-                srt[i] = srt[i + 1]
-            srt[p - 1] = lateness
-        else:
-            for i in range(q, p, -1):
-                srt[i] = srt[i - 1]
-            srt[p] = lateness
-    else:
-        for i in range(k, p, -1):
-            srt[i] = srt[i - 1]
-        srt[p] = lateness
-        ints[COUNT] = k + 1
-        scale = _scale(ints, fparams, srt)
+    _insert(ints, srt, lateness)
+    ints[COUNT] = k + 1
+    scale = _scale(ints, fparams, srt)
     if scale:
         n = min(ints[ARRIVALS], LONG_RUN)
         log_scale = math.log1p(scale)
         floats[LOG_SCALE_AVG] += (log_scale - floats[LOG_SCALE_AVG]) / n
         floats[WEIGHT] = min(4.0, max(0.25, math.exp(ALLOCATION * (log_scale - floats[LOG_SCALE_AVG]))))
         floats[WEIGHT_AVG] += (floats[WEIGHT] - floats[WEIGHT_AVG]) / n
+    if ints[COUNT] > iparams[P_SAMPLE]:
+        _drop_oldest(ints, recent, srt)
     horizon = iparams[P_HORIZON]
     if horizon >= 0:
         while recent_tp[ints[HEAD]] <= tp - horizon:
@@ -277,11 +381,11 @@ def _estimate(ints: Any, floats: Any, iparams: Any, fparams: Any, recent: Any, s
     cap = _cap(ints, fparams, srt)
     if cap >= 0 and share < target and arrivals > ints[BURST_UNTIL]:
         # Stragglers fit in the budget: leave them late, spend the rest on the regular values.
-        k = np.searchsorted(srt[:k], cap, "right")
+        k = count_le(ints, srt, cap)
         level = max(target / 10.0, (level - share) / (1.0 - share))
         level = min(target, level * floats[WEIGHT] / floats[WEIGHT_AVG])
     rank = min(k - 1, max(0, math.ceil((1.0 - level) * k) - 1))
-    delay = srt[rank]
+    delay = select(ints, srt, rank)
     if arrivals <= ints[SURGE_UNTIL]:
         # Just after a rise the regime may still be rising: headroom over the recent high values.
         size = recent.shape[0]
