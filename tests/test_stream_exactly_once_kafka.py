@@ -1,0 +1,23 @@
+"""Exactly once on Kafka: a job killed with SIGKILL inside its micro-batches and restarted writes the tables
+of an uninterrupted run, on a 4-partition topic of the local broker (``tests/test_stream_exactly_once.py``:
+the same on landing files, and the helpers)."""
+
+import pytest
+
+from jobs.feed import feed_kafka
+from tests.test_stream import iot_records
+from tests.test_stream_exactly_once import PER_BATCH, RECORDS, killed_three_times_gives_the_tables_of_one_run
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_tables(tmp_path, kafka_broker):
+    records = iot_records(RECORDS)
+    servers = kafka_broker.bootstrap_servers
+    kafka_broker.create_topic("killed", 4)
+    feed_kafka(records, servers, "killed", partitions=4)
+    # 8 micro-batches of 250 offsets; a restart replays the offsets of its batch from Spark's checkpoint.
+    source = ["--format", "kafka", "--kafka-bootstrap-servers", servers, "--topic", "killed"]
+    killed_three_times_gives_the_tables_of_one_run(
+        tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)]
+    )
