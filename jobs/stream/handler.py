@@ -12,8 +12,8 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Hashable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -541,17 +541,8 @@ class BatchHandler:
             )  # fmt: skip
             tick = report.mark("windows", tick)
             report.late = result.n_late
-            rows_out["late_events"] = self._late_rows(late, narrow, result, batch_id, ingest_ms)
-            log_rows = self._log_rows(
-                watermark, partition_counts(narrow, result), batch_id, config, ingest_ms
-            )
-            rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
-            if opts.arrival_history:
-                rows_out["arrivals"] = self._arrival_rows(
-                    narrow.take(pa.array(result.order)), batch_id, ingest_ms
-                )
         else:
-            result, log_rows = None, []
+            result = None
             fired = flush(empty_partials())
             boundary = opts.boundary_ms(ingest_ms)
             if boundary is not None:  # no record, but time went on (the trigger's timer)
@@ -561,8 +552,27 @@ class BatchHandler:
                 )
         rows_out["aggregates"] = aggregate_rows(fired, batch_id, config.version)
         report.driver_bytes = narrow_all.nbytes + sum(t.nbytes for t in rows_out.values())
-        self._commit(rows_out, batch_id, ingest_ms)
-        self._save(batch_id, watermark, open_windows, config, scoped, None)
+        log_rows: list[dict[str, Any]] = []
+
+        def deferred_rows() -> dict[str, Any]:
+            """The deferred tables' rows (built while ``aggregates`` is appended)."""
+            if result is None:
+                return {}
+            rows = {"late_events": self._late_rows(late, narrow, result, batch_id, ingest_ms)}
+            counts = partition_counts(narrow, result)
+            log_rows.extend(self._log_rows(watermark, counts, batch_id, config, ingest_ms))
+            rows["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
+            if opts.arrival_history:
+                ordered = narrow.take(pa.array(result.order))
+                rows["arrivals"] = self._arrival_rows(ordered, batch_id, ingest_ms)
+            report.driver_bytes += sum(t.nbytes for t in rows.values())
+            return rows
+
+        committed = self._commit(rows_out, batch_id, ingest_ms, deferred_rows)
+        try:
+            self._save(batch_id, watermark, open_windows, config, scoped, None)
+        finally:
+            committed()
         report.mark("write", tick)
         report.path = source.path
         report.fired = fired.num_rows
@@ -608,30 +618,61 @@ class BatchHandler:
             fired = credit_timeline(fired, timeline)
         return fired, still_open
 
-    def _commit(self, rows_out: dict[str, Any], batch_id: int, ingest_ms: int) -> None:
-        """Commit the batch's tables: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
+    def _commit(
+        self,
+        rows_out: dict[str, Any],
+        batch_id: int,
+        ingest_ms: int,
+        later: Callable[[], dict[str, Any]] | None = None,
+    ) -> Callable[[], None]:
+        """Start the batch's commits: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
 
         One Spark job per table with rows, run side by side: each is a delta-spark append that Delta makes
         idempotent (txnAppId = the job's application id, txnVersion = the batch id). The rows of the
         deferred tables wait in the checkpoint (:mod:`jobs.stream.deferred`) and are committed, with
         those of the batches before, every ``--defer-batches`` batches or ``--defer-max-delay-ms``.
+
+        ``later`` builds more of the batch's rows (the deferred tables'): it runs here, on the driver, while
+        the first appends run in Spark. The deferred rows are in the checkpoint when this returns; the
+        appends run on. The caller saves the batch's state meanwhile (a saved state never stands in for a
+        batch's rows: a batch run again starts from the state before it), then calls what this returns,
+        which waits for the appends and raises the first error.
         """
-        deferred = {t: rows_out.pop(t) for t in DEFERRED_TABLES if t in rows_out}
         policy = self.options.defer
-        if self._state_ready is not None:
-            self._state_ready.result()
-            self._state_ready = None
+        appends: list[Future[bool]] = []
+
+        def submit(rows: Mapping[str, Any]) -> None:
+            appends.extend(self._writers.submit(self.tables.append, t, d, batch_id) for t, d in rows.items())
+
         with self._commit_lock:
-            if policy.batches == 1 and not self.pending.batches():
-                self.tables.append_all({**rows_out, **deferred}, batch_id, self._writers)
-                return
-            self.pending.put(batch_id, ingest_ms, deferred)
-            due = self.pending.due(batch_id, ingest_ms, policy)
+            if self._state_ready is not None:
+                self._state_ready.result()
+                self._state_ready = None
+            try:
+                submit({t: d for t, d in rows_out.items() if t not in DEFERRED_TABLES})
+                deferred = {t: d for t, d in rows_out.items() if t in DEFERRED_TABLES}
+                if later is not None:
+                    deferred.update(later())
+                due = False
+                if policy.batches == 1 and not self.pending.batches():
+                    submit(deferred)
+                else:
+                    self.pending.put(batch_id, ingest_ms, deferred)
+                    due = self.pending.due(batch_id, ingest_ms, policy)
+                    if due:
+                        submit(self.pending.rows(self.spark, self.tables, batch_id))
+            except BaseException:
+                wait(appends)  # (idempotent appends: the batch runs again)
+                raise
+
+        def finish() -> None:
+            for future in appends:
+                future.result()
             if due:
-                rows_out.update(self.pending.rows(self.spark, self.tables, batch_id))
-            self.tables.append_all(rows_out, batch_id, self._writers)
-            if due:
-                self.pending.remove(batch_id)
+                with self._commit_lock:
+                    self.pending.remove(batch_id)
+
+        return finish
 
     def flush_deferred(self) -> int:
         """Commit every batch's deferred rows still in the checkpoint (the query ended); returns batches."""
@@ -745,8 +786,11 @@ class BatchHandler:
             tick = report.mark("quarantine", tick)
             log_rows = self._log_rows(watermark, outcome.per_partition, batch_id, config, ingest_ms)
             rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
-            self._commit(rows_out, batch_id, ingest_ms)
-            self._save(batch_id, watermark, empty_partials(), config, True, outcome.open_folder)
+            committed = self._commit(rows_out, batch_id, ingest_ms)
+            try:
+                self._save(batch_id, watermark, empty_partials(), config, True, outcome.open_folder)
+            finally:
+                committed()
             report.mark("write", tick)
         finally:
             release(outcome)
