@@ -6,8 +6,8 @@ are committed for several batches at once, under the ``txnVersion`` of the newes
 ``--defer-batches`` batches, when the oldest pending batch is ``--defer-max-delay`` old, and when the query
 ends. Each Delta append costs a reconstruction of the table's snapshot state (delta-spark 4.4 answers
 ``txnVersion`` from it); one commit of three tables every N batches instead of three every batch leaves
-the job one idempotent append a batch, as native Spark's sink (periodic: 0.93x native's events/s, with the
-rest of docs/performance.md#throughput).
+the job one idempotent append a batch, as native Spark's sink (docs/performance.md#throughput: the
+figures on two machines).
 
 Exactly once, whatever is killed when:
 
