@@ -568,11 +568,13 @@ class BatchHandler:
             report.driver_bytes += sum(t.nbytes for t in rows.values())
             return rows
 
-        committed = self._commit(rows_out, batch_id, ingest_ms, deferred_rows)
-        try:
-            self._save(batch_id, watermark, open_windows, config, scoped, None)
-        finally:
-            committed()
+        self._commit(
+            rows_out,
+            batch_id,
+            ingest_ms,
+            later=deferred_rows,
+            meanwhile=lambda: self._save(batch_id, watermark, open_windows, config, scoped, None),
+        )
         report.mark("write", tick)
         report.path = source.path
         report.fired = fired.num_rows
@@ -624,19 +626,19 @@ class BatchHandler:
         batch_id: int,
         ingest_ms: int,
         later: Callable[[], dict[str, Any]] | None = None,
-    ) -> Callable[[], None]:
-        """Start the batch's commits: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
+        """Commit the batch's tables: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
 
         One Spark job per table with rows, run side by side: each is a delta-spark append that Delta makes
         idempotent (txnAppId = the job's application id, txnVersion = the batch id). The rows of the
         deferred tables wait in the checkpoint (:mod:`jobs.stream.deferred`) and are committed, with
         those of the batches before, every ``--defer-batches`` batches or ``--defer-max-delay-ms``.
 
-        ``later`` builds more of the batch's rows (the deferred tables'): it runs here, on the driver, while
-        the first appends run in Spark. The deferred rows are in the checkpoint when this returns; the
-        appends run on. The caller saves the batch's state meanwhile (a saved state never stands in for a
-        batch's rows: a batch run again starts from the state before it), then calls what this returns,
-        which waits for the appends and raises the first error.
+        While the appends run in Spark, the driver runs ``later`` (it builds the deferred tables' rows),
+        puts the deferred rows in the checkpoint, then runs ``meanwhile`` (the batch's state is saved: a
+        saved state never stands in for a batch's rows, since a batch run again starts from the state before
+        it); then it waits for the appends and raises the first error.
         """
         policy = self.options.defer
         appends: list[Future[bool]] = []
@@ -661,18 +663,15 @@ class BatchHandler:
                     due = self.pending.due(batch_id, ingest_ms, policy)
                     if due:
                         submit(self.pending.rows(self.spark, self.tables, batch_id))
+                if meanwhile is not None:
+                    meanwhile()
             except BaseException:
                 wait(appends)  # (idempotent appends: the batch runs again)
                 raise
-
-        def finish() -> None:
             for future in appends:
                 future.result()
             if due:
-                with self._commit_lock:
-                    self.pending.remove(batch_id)
-
-        return finish
+                self.pending.remove(batch_id)
 
     def flush_deferred(self) -> int:
         """Commit every batch's deferred rows still in the checkpoint (the query ended); returns batches."""
@@ -786,11 +785,14 @@ class BatchHandler:
             tick = report.mark("quarantine", tick)
             log_rows = self._log_rows(watermark, outcome.per_partition, batch_id, config, ingest_ms)
             rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
-            committed = self._commit(rows_out, batch_id, ingest_ms)
-            try:
-                self._save(batch_id, watermark, empty_partials(), config, True, outcome.open_folder)
-            finally:
-                committed()
+            self._commit(
+                rows_out,
+                batch_id,
+                ingest_ms,
+                meanwhile=lambda: self._save(
+                    batch_id, watermark, empty_partials(), config, True, outcome.open_folder
+                ),
+            )
             report.mark("write", tick)
         finally:
             release(outcome)
