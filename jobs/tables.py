@@ -42,6 +42,7 @@ import functools
 import logging
 import operator
 import os
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -480,6 +481,7 @@ class DeltaTables:
         self.app_id = app_id
         self.spark = spark
         self._created: set[str] = set()
+        self._creating = threading.Lock()  # an append and prepare_state may both create a table
 
     def __repr__(self) -> str:
         return f"DeltaTables(root={self.root!r}, app_id={self.app_id!r})"
@@ -523,9 +525,7 @@ class DeltaTables:
             frame = frame.coalesce(-(-data.num_rows // ROWS_PER_PARTITION))  # Spark: 1 per 10,000 rows
         else:
             frame = data
-        if (table in PARTITIONS or table in PROPERTIES) and table not in self._created:
-            create_table(self.spark, self.path(table), table)
-            self._created.add(table)
+        self._create(table)
         started = time.perf_counter()
         (
             frame.write.format("delta")
@@ -549,20 +549,33 @@ class DeltaTables:
         for future in futures:
             future.result()
 
+    def _create(self, table: str) -> None:
+        """Create ``table`` first when it has a generated partition column or properties (once per run)."""
+        if table not in PARTITIONS and table not in PROPERTIES:
+            return  # the first append creates it
+        with self._creating:
+            if table not in self._created:
+                create_table(self.spark, self.path(table), table)
+                self._created.add(table)
+
     def prepare_state(self, table: str) -> bool:
         """Have delta-spark compute ``table``'s newest state now, ahead of the next idempotent append.
 
         An append with ``txnVersion`` asks Delta for the application ids the table recorded, which
         delta-spark 4.4 answers from a full reconstruction of the snapshot's state (three Spark jobs, not
         the version's checksum file). Computed here, from a thread of the caller's while the driver does
-        other work, the append finds it done. Only an optimisation: the newest snapshot this session
-        knows (Delta's ``unsafeVolatileSnapshot``, through the JVM) is used, and any failure (another
-        delta-spark, a table not there yet) is ignored; the append then computes it itself. Returns
-        whether it was computed.
+        other work, the append finds it done. A table that an append would create first
+        (:data:`PARTITIONS`, :data:`PROPERTIES`) is created here. Only an optimisation: the newest
+        snapshot this session knows (Delta's ``unsafeVolatileSnapshot``, through the JVM) is used, and any
+        failure (another delta-spark, a table not there yet) is ignored; the append then computes it
+        itself. Returns whether it was computed.
         """
-        if self.spark is None or table not in self._created and not self._exists_here(table):
+        if self.spark is None:
             return False
         try:
+            self._create(table)
+            if table not in self._created and not self._exists_here(table):
+                return False
             jvm = self.spark._jvm
             delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
                 self.spark._jsparkSession, self.path(table)

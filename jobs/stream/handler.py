@@ -232,10 +232,12 @@ class BatchHandler:
         self._closed_until = NO_WATERMARK
         self._owners = OWNERS_SCHEMA.empty_table()  # partition-scoped mode: the partition owning each key
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
-        # The Delta states the batch's appends check, computed while its rows are read and staged
-        # (_prepare_states): the appends then skip the reconstruction.
+        # The Delta states a batch's appends check, computed from the end of the batch before, while Spark
+        # ends it and plans the next (_prepare_states): the appends then skip the reconstruction.
         self._state_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-state")
         self._state_ready: Future[None] | None = None
+        self._prepare_group = f"jobs.stream.prepare.{id(self)}"
+        self._closing = False
         self._numbers: RecordNumbers | None = None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         self._arrow_off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
@@ -265,7 +267,8 @@ class BatchHandler:
         started = time.time()
         self._cpu0 = time.process_time()
         tick = time.perf_counter()
-        self._state_ready = self._state_pool.submit(self._prepare_states)
+        if self._state_ready is None:  # else the batch before submitted it when its appends were done
+            self._state_ready = self._state_pool.submit(self._prepare_states)
         ingest_ms, config = self.store.batch_meta(batch_id, self._config())
         saved = self.store.load_before(batch_id)
         if saved is None:
@@ -349,10 +352,16 @@ class BatchHandler:
             parsed.unpersist()
 
     def _prepare_states(self) -> None:
-        """Compute the Delta states this batch's appends will check, while the batch is read and staged.
+        """Compute the Delta states the next batch's appends will check, before it needs them.
 
-        ``aggregates`` always; the deferred tables too when this batch completes ``--defer-batches``.
+        ``aggregates`` always; the deferred tables too when that batch completes ``--defer-batches``. Its
+        Spark jobs run in their own job group, which :meth:`close` cancels: the query ended, no batch
+        needs them.
         """
+        if self._closing:
+            return
+        if self.spark is not None:
+            self.spark.sparkContext.setJobGroup(self._prepare_group, "Delta states for the next appends")
         tables = ["aggregates"]
         try:
             if len(self.pending.batches()) + 1 >= self.options.defer.batches:
@@ -360,6 +369,8 @@ class BatchHandler:
         except CheckpointError:
             pass  # the batch itself reports it
         for table in tables:
+            if self._closing:
+                return
             self.tables.prepare_state(table)
 
     def spill_folder(self) -> Path:
@@ -372,7 +383,17 @@ class BatchHandler:
         return self._spill
 
     def close(self) -> None:
-        """Remove the run's spill folder (here; elsewhere the second pass deletes what it takes)."""
+        """Remove the run's spill folder (here; elsewhere the second pass deletes what it takes).
+
+        The Delta states prepared for a batch that will not come are dropped: not started, or their Spark
+        jobs cancelled.
+        """
+        self._closing = True
+        if self._state_ready is not None and not self._state_ready.cancel():
+            if self.spark is not None:
+                self.spark.sparkContext.cancelJobGroup(self._prepare_group)
+            wait([self._state_ready])
+        self._state_ready = None
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
 
@@ -672,6 +693,9 @@ class BatchHandler:
                 future.result()
             if due:
                 self.pending.remove(batch_id)
+            # The next batch's appends check the states these commits made: computed from now on, while
+            # Spark ends this batch and plans the next (cores mostly idle), not while the next one is read.
+            self._state_ready = self._state_pool.submit(self._prepare_states)
 
     def flush_deferred(self) -> int:
         """Commit every batch's deferred rows still in the checkpoint (the query ended); returns batches."""
