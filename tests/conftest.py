@@ -29,6 +29,7 @@ SLOW_FILES = (
     "test_stream_exactly_once_kafka.py",
     "test_dags.py",
     "test_stream_kafka.py",
+    "test_backfill_races.py",
     "test_backfill.py",
     "test_maintenance.py",
     "test_retune.py",

@@ -1,10 +1,6 @@
 """The late-data backfill: exact reconciliation, idempotency, concurrent writers."""
 
 import dataclasses
-import json
-import threading
-import time
-from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -236,83 +232,3 @@ def test_a_stream_without_late_rows_has_nothing_to_fold(spark, tmp_path):
     report = backfill(spark, tmp_path / "out", 0, FAR_FUTURE_MS)
     assert (report.late_events_read, report.folded_events, report.corrected_windows) == (0, 0, 0)
     assert table_aggregates(tmp_path / "out") == before
-
-
-def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_commit(spark, tmp_path):
-    records = one_partition(iot_records(6_000))
-    inp = tmp_path / "in"
-    feed(records.slice(0, 3_000), inp, rows_per_file=500)
-    run_job(spark, job(tmp_path))
-    out = tmp_path / "out"
-    assert DeltaTables(str(out), "r").read("late_events").num_rows > 0
-
-    # The stream goes on with the rest of the input, one file per batch, while backfills run.
-    feed(records.slice(3_000, 3_000), inp, rows_per_file=500)
-    stream_opts = replace(job(tmp_path, flush_at_end=True), max_files_per_trigger=1)
-    start_version = DeltaTable(str(out / "aggregates")).version()
-    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
-
-    nested = []
-
-    def race(attempt):
-        # Between the backfill's reads and its MERGE: the stream appends a batch (a blind append, which
-        # the MERGE commits beside), and a second backfill commits corrections of the same windows, which
-        # this MERGE must not overwrite: they make it recompute.
-        if attempt == 1:
-            worker.start()
-            deadline = time.monotonic() + 180
-            while DeltaTable(str(out / "aggregates")).version() <= start_version:
-                assert time.monotonic() < deadline, "the streaming job did not commit"
-                time.sleep(0.05)
-            nested.append(backfill(spark, out, 0, FAR_FUTURE_MS))
-
-    report = backfill(spark, out, 0, FAR_FUTURE_MS, before_commit=race)
-    assert nested[0].folded_events > 0
-    assert report.attempts >= 2 and "concurrent" in report.conflicts[0], report
-    worker.join(timeout=300)
-    assert not worker.is_alive()
-
-    # Every batch of the stream is in the tables, and a final backfill makes them exact.
-    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
-    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
-    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
-    backfill(spark, out, 0, FAR_FUTURE_MS)
-    assert table_aggregates(out) == batch_aggregation(spark, records)
-
-
-def merge_commits(table) -> list[dict]:
-    """The commitInfo of every MERGE in ``table``'s Delta log, with its version."""
-    out = []
-    for f in sorted((table / "_delta_log").glob("*.json")):
-        for line in f.read_text().splitlines():
-            info = json.loads(line).get("commitInfo")
-            if info and info.get("operation") == "MERGE":
-                out.append(info | {"version": int(f.stem)})
-    return out
-
-
-def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit(spark, tmp_path):
-    records = one_partition(iot_records(4_000))
-    inp = tmp_path / "in"
-    feed(records.slice(0, 1_000), inp, rows_per_file=500)
-    run_job(spark, job(tmp_path))
-    out = tmp_path / "out"
-    feed(records.slice(1_000), inp, rows_per_file=250)  # 12 more batches, one file each
-    stream_opts = replace(job(tmp_path, flush_at_end=True), max_files_per_trigger=1)
-    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
-    worker.start()
-    reports = []
-    while worker.is_alive():
-        reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
-    worker.join()
-    reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
-
-    # Every stream batch committed, every backfill committed its MERGEs, and nothing was lost.
-    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
-    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
-    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
-    merges = merge_commits(out / "aggregates")
-    assert len(merges) >= 2 and sum(r.folded_events > 0 for r in reports) == len(merges)
-    assert all(json.loads(m["userMetadata"])["awm.backfill.interval"] for m in merges)
-    assert "Delta-Lake" in merges[0]["engineInfo"]
-    assert table_aggregates(out) == batch_aggregation(spark, records)

@@ -1,0 +1,108 @@
+"""The late-data backfill against a streaming job writing the same tables: both commit, nothing is lost.
+
+Apart from tests/test_backfill.py so that the test workers run these two long tests beside the others.
+"""
+
+import json
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from deltalake import DeltaTable
+
+from jobs.feed import feed
+from jobs.stream.run import run_job
+from jobs.tables import DeltaTables
+from tests.test_backfill import (
+    FAR_FUTURE_MS,
+    backfill,
+    batch_aggregation,
+    iot_records,
+    job,
+    one_partition,
+    table_aggregates,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def run_then_land_the_rest(spark, tmp_path, records, first: int, rows_per_file: int):
+    """Run the job over the first records, then land the rest in files of ``rows_per_file``.
+
+    Returns the tables' folder and the options of a stream that goes on reading one file per batch.
+    """
+    inp = tmp_path / "in"
+    feed(records.slice(0, first), inp, rows_per_file=500)
+    run_job(spark, job(tmp_path))
+    feed(records.slice(first), inp, rows_per_file=rows_per_file)
+    return tmp_path / "out", replace(job(tmp_path, flush_at_end=True), max_files_per_trigger=1)
+
+
+def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_commit(spark, tmp_path):
+    records = one_partition(iot_records(6_000))
+    # The stream goes on with the rest of the input, one file per batch, while backfills run.
+    out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 3_000, 500)
+    assert DeltaTables(str(out), "r").read("late_events").num_rows > 0
+    start_version = DeltaTable(str(out / "aggregates")).version()
+    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
+
+    nested = []
+
+    def race(attempt):
+        # Between the backfill's reads and its MERGE: the stream appends a batch (a blind append, which
+        # the MERGE commits beside), and a second backfill commits corrections of the same windows, which
+        # this MERGE must not overwrite: they make it recompute.
+        if attempt == 1:
+            worker.start()
+            deadline = time.monotonic() + 180
+            while DeltaTable(str(out / "aggregates")).version() <= start_version:
+                assert time.monotonic() < deadline, "the streaming job did not commit"
+                time.sleep(0.05)
+            nested.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+
+    report = backfill(spark, out, 0, FAR_FUTURE_MS, before_commit=race)
+    assert nested[0].folded_events > 0
+    assert report.attempts >= 2 and "concurrent" in report.conflicts[0], report
+    worker.join(timeout=300)
+    assert not worker.is_alive()
+
+    # Every batch of the stream is in the tables, and a final backfill makes them exact.
+    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
+    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
+    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
+    backfill(spark, out, 0, FAR_FUTURE_MS)
+    assert table_aggregates(out) == batch_aggregation(spark, records)
+
+
+def merge_commits(table) -> list[dict]:
+    """The commitInfo of every MERGE in ``table``'s Delta log, with its version."""
+    out = []
+    for f in sorted((table / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and info.get("operation") == "MERGE":
+                out.append(info | {"version": int(f.stem)})
+    return out
+
+
+def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit(spark, tmp_path):
+    records = one_partition(iot_records(4_000))
+    out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 1_000, 250)  # 12 more batches
+    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
+    worker.start()
+    reports = []
+    while worker.is_alive():
+        reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+    worker.join()
+    reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
+
+    # Every stream batch committed, every backfill committed its MERGEs, and nothing was lost.
+    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
+    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
+    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
+    merges = merge_commits(out / "aggregates")
+    assert len(merges) >= 2 and sum(r.folded_events > 0 for r in reports) == len(merges)
+    assert all(json.loads(m["userMetadata"])["awm.backfill.interval"] for m in merges)
+    assert "Delta-Lake" in merges[0]["engineInfo"]
+    assert table_aggregates(out) == batch_aggregation(spark, records)
