@@ -361,7 +361,11 @@ class BatchHandler:
         if self._closing:
             return
         if self.spark is not None:
-            self.spark.sparkContext.setJobGroup(self._prepare_group, "Delta states for the next appends")
+            try:
+                self.spark.sparkContext.setJobGroup(self._prepare_group, "Delta states for the next appends")
+            except Exception as exc:  # noqa: BLE001 - an optimisation only: the appends compute the states
+                log.debug("no Delta states prepared ahead: %s", exc)
+                return
         tables = ["aggregates"]
         try:
             if len(self.pending.batches()) + 1 >= self.options.defer.batches:
