@@ -151,8 +151,6 @@ def main() -> None:
             f"input: {args.events:,} events in {args.files} files; shuffle partitions {cores}",
             file=sys.stderr,
         )
-        # Each run ``--repeats`` times, in an order that rotates from one repeat to the next (a machine's
-        # slow minute does not fall on one side only); each figure is the run of the median events/s.
         periodic = {"delay_ms": args.delay_ms, "period_ms": 200}
 
         def sides(folder: Path, events: int, clock_of: np.ndarray) -> dict:
@@ -177,6 +175,8 @@ def main() -> None:
         feed(records.slice(0, n_warm), warm / "landing", rows_per_file=-(-n_warm // 2))
         for name, warm_run in sides(warm / "landing", n_warm, batch_clock(warm / "landing")).items():
             warm_run(warm / name)
+        # Each side runs ``--repeats`` times, in an order that rotates from one repeat to the next (a
+        # machine's slow minute does not fall on one side only); each figure is its median run's.
         runs = sides(landing, args.events, clock)
         names = list(runs)
         measured: dict[str, list[dict]] = {name: [] for name in names}
