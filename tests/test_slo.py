@@ -92,6 +92,31 @@ def test_a_restored_generator_continues_exactly_as_the_saved_one():
         assert copy.snapshot() == saved.snapshot()
 
 
+def test_the_batch_path_comes_back_to_each_change_it_ran_past_and_matches_the_per_arrival_path():
+    # Regimes every 700 arrivals: ADWIN reports changes at checks inside the runs the batch path queues
+    # (it checks their values after the run), so it goes back to each of them.
+    parts, tps, start = [], [], 0
+    for i, spread in enumerate([20, 900, 40, 1_500, 10, 600, 30, 1_200]):
+        te, tp = steady(700, spread, seed=10 + i)
+        parts.append(te + start)
+        tps.append(tp + start)
+        start = int(tp[-1]) + 10
+    te, tp = np.concatenate(parts), np.concatenate(tps)
+    batched = LateRateSLO(late_slo_pct=1.0, sample_size=500)
+    out = np.concatenate(
+        [batched.process(te[a : a + 1_900], tp[a : a + 1_900]) for a in range(0, te.size, 1_900)]
+    )
+    single = LateRateSLO(late_slo_pct=1.0, sample_size=500)
+    one_by_one = []
+    for a, b in zip(te.tolist(), tp.tolist(), strict=True):
+        single.update(a, b)
+        one_by_one.append(single.watermark_at_arrival_ms)
+    assert batched.n_drifts >= 5
+    assert batched.n_drifts == single.n_drifts
+    np.testing.assert_array_equal(out, one_by_one)
+    assert batched.snapshot() == single.snapshot()
+
+
 def test_replay_of_the_slo_strategy_fires_windows_from_the_start():
     te, tp = steady(5_000, 200, seed=7, step=20)
     r = replay(te, tp, strategy="slo", params={"late_slo_pct": 1.0}, window=WindowSpec(1_000))

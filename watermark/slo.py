@@ -21,6 +21,8 @@ from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
 
 #: Unset arrival counts of the last two values beyond the straggler cap (far before any arrival).
 _NEVER = -(2**62)
+#: ADWIN updates the batch path queues before it checks them for a change (watermark.slo_kernel).
+_SPECULATE = 512
 
 
 def _feed(adwin: ADWIN, values: list[float], tick: int) -> int:
@@ -44,6 +46,31 @@ def _feed(adwin: ADWIN, values: list[float], tick: int) -> int:
         done = upto
     adwin._drift_detected = drift
     return tick
+
+
+def _feed_to_change(adwin: ADWIN, values: list[float]) -> int:
+    """Feed ``adwin`` ``values`` up to the first update that reports a change; that update's index, or -1.
+
+    One ``map`` over the compiled helper for all of them, on the bet that none reports a change. When one
+    does, the updates after it went into a window river would have restarted, so the detector is put back
+    as it was and fed again up to that update: it ends exactly as :func:`_feed` leaves it there.
+    """
+    if adwin.drift_detected:
+        adwin._reset()
+    if not values:
+        return -1
+    blob = adwin._helper.__getstate__()
+    results = list(map(adwin._helper.update, values))
+    try:
+        at = results.index(True)
+    except ValueError:
+        adwin._drift_detected = False
+        return -1
+    if at < len(values) - 1:
+        adwin._helper.__setstate__(blob)
+        results = list(map(adwin._helper.update, values[: at + 1]))
+    adwin._drift_detected = results[-1]
+    return at
 
 
 class LateRateSLO(WatermarkGenerator):
@@ -221,8 +248,9 @@ class LateRateSLO(WatermarkGenerator):
         # The recent lateness values (oldest first, a ring buffer from ints[HEAD]), their arrival
         # instants, and the same values sorted; ADWIN's pending input.
         self._set_sample(np.empty(0, np.int64), np.empty(0, np.int64))
-        self._feed = np.zeros(self._adwin.clock + 1, np.float64)
+        self._feed = np.zeros(_SPECULATE + self._adwin.clock + 1, np.float64)
         self._drifts = 0
+        self._saved: list[np.ndarray] = []
 
     def _set_sample(self, values: I64, tps: I64) -> None:
         size = max(self.sample_size, values.size) + 1
@@ -280,7 +308,7 @@ class LateRateSLO(WatermarkGenerator):
         self._sync_in()
         args = (self._ints, self._floats, self._iparams, self._fparams)
         if k.observe_head(*args, self._recent, self._recent_tp, self._sorted, self._feed, te, tp, late):
-            self._adwin_checkpoint()
+            self._adwin_checkpoint(self._feed_adwin())
         else:
             self._feed_adwin()
         k.observe_tail(*args, self._recent, self._sorted, tp)
@@ -294,15 +322,16 @@ class LateRateSLO(WatermarkGenerator):
         _feed(self._adwin, self._feed[:m].tolist(), int(ints[k.TICK]) - m)
         return bool(self._adwin.drift_detected)
 
-    def _adwin_checkpoint(self) -> None:
-        """At an arrival where ADWIN may report a change or must be rebuilt: what the rule does then.
+    def _adwin_checkpoint(self, change: bool) -> None:
+        """At an arrival where ADWIN may report a change or must be rebuilt, once it has been fed.
 
-        On a change the sample keeps only the values in ADWIN's window after the cut (the new regime), a
-        rise of the regime starts the guard, and ADWIN is rebuilt from the kept values; after
-        ``2 * sample_size`` values since the last rebuild it is rebuilt too, which bounds its state.
+        On a change (``change``: ADWIN reported one at this arrival) the sample keeps only the values in
+        ADWIN's window after the cut (the new regime), a rise of the regime starts the guard, and ADWIN is
+        rebuilt from the kept values; after ``2 * sample_size`` values since the last rebuild it is rebuilt
+        too, which bounds its state.
         """
         ints = self._ints
-        if self._feed_adwin():
+        if change:
             self._drifts += 1
             values, tps = self._sample()
             keep = max(1, min(values.size, int(self._adwin.width)))
@@ -321,7 +350,12 @@ class LateRateSLO(WatermarkGenerator):
 
     def _refeed(self, values: I64) -> None:
         self._adwin = ADWIN(delta=self.adwin_delta)
-        tick = _feed(self._adwin, k.log1p_all(values).tolist(), 0)
+        logs = k.log1p_all(values).tolist()
+        at = _feed_to_change(self._adwin, logs)
+        if 0 <= at < len(logs) - 1:  # a change inside the kept values: river restarts the window there
+            tick = _feed(self._adwin, logs[at + 1 :], 0)
+        else:
+            tick = len(logs)
         self._ints[k.FED] = values.size
         # (after a reported change, river starts a new window at the next update: its count restarts)
         self._ints[k.TICK] = 0 if self._adwin.drift_detected else tick
@@ -338,19 +372,64 @@ class LateRateSLO(WatermarkGenerator):
         post = np.empty(n, np.int64)
         rise = np.full(n, NO_RISE, np.int64)
         offset = np.full(n, k.STEP, np.int64)
-        state = (self._ints, self._floats, self._iparams, self._fparams)
+        ints = self._ints
+        state = (ints, self._floats, self._iparams, self._fparams)
+        outputs = (pre, post, rise, offset)
         self._sync_in()
         at = 0
-        while True:
-            # (after a change the sample's buffers are new arrays: read them again)
-            buffers = (self._recent, self._recent_tp, self._sorted, self._feed)
-            at = k.run_events(te, tp, is_arrival, at, *state, *buffers, pre, post, rise, offset)
-            if at >= n:
-                break
-            self._adwin_checkpoint()
-        self._feed_adwin()  # values after the last checkpoint: ADWIN cannot report a change among them
+        ints[k.FEED_STOP] = _SPECULATE
+        try:
+            while True:
+                # (after a change the sample's buffers are new arrays: read them again)
+                buffers = (self._recent, self._recent_tp, self._sorted, self._feed)
+                self._save(buffers)
+                stop = k.run_events(te, tp, is_arrival, at, *state, *buffers, *outputs)
+                queued = int(ints[k.N_FEED])
+                change = self._feed_queued()
+                if change >= 0 and (change < queued - 1 or not ints[k.PENDING]):
+                    # ADWIN reported a change at a check the run went past: from the copy, run again up to
+                    # that check (the same values, so ADWIN reports the change at the last of them).
+                    self._restore(buffers)
+                    ints[k.FEED_STOP] = change + 1
+                    stop = k.run_events(te, tp, is_arrival, at, *state, *buffers, *outputs)
+                    ints[k.FEED_STOP] = _SPECULATE
+                    queued = int(ints[k.N_FEED])
+                    change = self._feed_queued()
+                    if change != queued - 1 or not ints[k.PENDING]:
+                        msg = "LateRateSLO: a run again to ADWIN's change did not stop at it"
+                        raise RuntimeError(msg)
+                at = stop
+                if not ints[k.PENDING]:
+                    break
+                self._adwin_checkpoint(change >= 0)
+        finally:
+            ints[k.FEED_STOP] = 0
         self._sync_out()
         return pre, post, rise, offset
+
+    def _feed_queued(self) -> int:
+        """Feed ADWIN the queued values up to its first reported change; that value's index, or -1."""
+        ints = self._ints
+        m = int(ints[k.N_FEED])
+        ints[k.N_FEED] = 0
+        return _feed_to_change(self._adwin, self._feed[:m].tolist())
+
+    def _save(self, buffers: tuple[np.ndarray, ...]) -> None:
+        """Copy the state a kernel run changes (and ADWIN's) into spare arrays, for :meth:`_restore`."""
+        arrays = (self._ints, self._floats, *buffers[:3])
+        if [a.shape for a in self._saved] != [a.shape for a in arrays]:
+            self._saved = [np.empty_like(a) for a in arrays]
+        for spare, array in zip(self._saved, arrays, strict=True):
+            np.copyto(spare, array)
+        self._saved_adwin = (self._adwin._helper.__getstate__(), self._adwin.drift_detected)
+
+    def _restore(self, buffers: tuple[np.ndarray, ...]) -> None:
+        """The state :meth:`_save` copied (ADWIN is the same detector: it is rebuilt only between runs)."""
+        for spare, array in zip(self._saved, (self._ints, self._floats, *buffers[:3]), strict=True):
+            np.copyto(array, spare)
+        blob, drift = self._saved_adwin
+        self._adwin._helper.__setstate__(blob)
+        self._adwin._drift_detected = drift
 
     def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
         pre, post, _, _ = self._run_timed(te, tp, arrivals)

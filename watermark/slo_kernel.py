@@ -7,6 +7,11 @@ detect a change (every ``clock``-th update, river's own schedule) or where the r
 caller feeds the buffer, handles the change and resumes. Between those arrivals ADWIN's state cannot
 influence a decision, so the result is the per-arrival rule exactly.
 
+The batch path lets the kernel run past checks until ``ints[FEED_STOP]`` values wait, on the bet that
+ADWIN reports no change among them (it rarely does: about one check in a hundred). The caller keeps a
+copy of the state from before the run; when ADWIN does report a change at an earlier check, it puts the
+copy back and runs again up to that check (:meth:`watermark.slo.LateRateSLO._run_timed`).
+
 State lives in three arrays the generator owns (``ints``, ``floats`` and the sample's ring buffers and
 sorted copy), indexed by the constants below; the scalar path (``update``/``on_idle``) and the batch path
 run the same compiled functions.
@@ -47,7 +52,8 @@ COUNT: Final = 19  # ring buffer: values in the sample (also the sorted copy's l
 N_FEED: Final = 20  # values waiting in the feed buffer
 PENDING: Final = 21  # 1: stopped inside an arrival, after its ADWIN update (resume finishes it)
 BLOCKS: Final = 22  # blocks in use in the sorted copy
-N_INTS: Final = 23
+FEED_STOP: Final = 23  # a change check stops the run only once this many values wait (0: every check)
+N_INTS: Final = 24
 
 # -- ``floats`` -------------------------------------------------------------------------------------------
 LOG_SCALE_AVG: Final = 0
@@ -194,15 +200,44 @@ def _bisect(srt: Any, b: int, c: int, x: int, right: bool) -> int:
 
 
 @_inlined
+def _block_of(ints: Any, srt: Any, x: int, right: bool) -> int:
+    """The first block whose largest value is above ``x`` (``right``) or at least ``x``; else the last.
+
+    A binary search over the blocks' largest values, which are in order as the blocks are.
+    """
+    lo, hi = 0, ints[BLOCKS] - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        top = srt[mid, srt[mid, 0]]
+        if top < x or (right and top == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@_inlined
 def count_le(ints: Any, srt: Any, x: int) -> int:
-    """How many of the sample's values are at most ``x`` (``bisect_right`` on the sorted sample)."""
-    n = 0
-    for b in range(ints[BLOCKS]):
-        c = srt[b, 0]
-        if srt[b, c] > x:
-            return n + _bisect(srt, b, c, x, True)
-        n += c
-    return n
+    """How many of the sample's values are at most ``x`` (``bisect_right`` on the sorted sample).
+
+    The blocks before ``x``'s are counted from the nearer end (``COUNT`` is the total).
+    """
+    nb = ints[BLOCKS]
+    if nb == 0:
+        return 0
+    b = _block_of(ints, srt, x, True)
+    c = srt[b, 0]
+    if srt[b, c] <= x:
+        return ints[COUNT]
+    n = _bisect(srt, b, c, x, True)
+    if 2 * b < nb:
+        for i in range(b):
+            n += srt[i, 0]
+        return n
+    above = 0
+    for i in range(b, nb):
+        above += srt[i, 0]
+    return ints[COUNT] - above + n
 
 
 @_compiled
@@ -241,11 +276,7 @@ def _insert(ints: Any, srt: Any, x: int) -> None:
         srt[0, 1] = x
         ints[BLOCKS] = 1
         return
-    b = nb - 1
-    for i in range(nb):
-        if srt[i, srt[i, 0]] > x:
-            b = i
-            break
+    b = _block_of(ints, srt, x, True)
     c = srt[b, 0]
     p = 1 + _bisect(srt, b, c, x, True)
     for i in range(c + 1, p, -1):
@@ -269,11 +300,7 @@ def _insert(ints: Any, srt: Any, x: int) -> None:
 def _remove(ints: Any, srt: Any, x: int) -> None:
     """Take one ``x`` out of the sorted copy (it is there; ``COUNT`` is the caller's)."""
     nb = ints[BLOCKS]
-    b = nb - 1
-    for i in range(nb):
-        if srt[i, srt[i, 0]] >= x:
-            b = i
-            break
+    b = _block_of(ints, srt, x, False)
     c = srt[b, 0]
     p = 1 + _bisect(srt, b, c, x, False)
     for i in range(p, c):
@@ -350,8 +377,11 @@ def _learn(
     ints[TICK] += 1
     feed[ints[N_FEED]] = math.log1p(value)
     ints[N_FEED] += 1
-    # ADWIN can report a change only at this update, or the rule rebuilds it: the caller takes over.
-    return ints[TICK] % iparams[P_ADWIN_CLOCK] == 0 or ints[FED] >= 2 * iparams[P_SAMPLE]
+    # ADWIN can report a change only at this update, or the rule rebuilds it: the caller takes over (at a
+    # check, once ``FEED_STOP`` values wait: the batch path checks the values of many checks at once).
+    if ints[FED] >= 2 * iparams[P_SAMPLE]:
+        return True
+    return ints[TICK] % iparams[P_ADWIN_CLOCK] == 0 and ints[N_FEED] >= ints[FEED_STOP]
 
 
 @_inlined
