@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from jobs.pyworker import freeze_imports
 from jobs.windows import table_partials
 from watermark.evaluate import WindowSpec
 
@@ -482,6 +483,7 @@ def collect_pass(
     splits: Iterable[Split], checks: RecordChecks, job: str, batch_id: int
 ) -> Iterator[SplitCollected]:
     """First pass (executors): per split, whether it is clean and its narrow columns."""
+    freeze_imports()
     for split in splits:
         if _file_changed(split):
             records, why = None, f"{split.path} changed size since the batch was planned"
@@ -504,6 +506,7 @@ def aggregate_pass(
     window: WindowSpec,
 ) -> Iterator[SplitAggregated]:
     """Second pass (executors): per split, the partials of its on-time rows and its late rows."""
+    freeze_imports()
     for split in splits:
         records = _take(job, batch_id, split, checks.spill)
         reparsed = records is None

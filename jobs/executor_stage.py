@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.pyworker import freeze_imports
 from watermark.evaluate import LATE, STRAGGLER, classify
 from watermark.registry import make, restore
 from watermark.timeline import NO_RISE, Timeline
@@ -284,6 +285,7 @@ def judge_partitions(plan: StagePlan) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        freeze_imports()
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
         chunks = list(batches)
