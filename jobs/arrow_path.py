@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from jobs.pyworker import freeze_imports
 from jobs.windows import table_partials
-from watermark.evaluate import WindowSpec
+from watermark.windowspec import WindowSpec
 
 #: A clean split's records (the Spark path's names and types for a valid row).
 RECORD_SCHEMA = pa.schema(

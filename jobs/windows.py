@@ -2,7 +2,7 @@
 
 Each micro-batch's on-time rows are aggregated into *partials* (one row per key and window: count, sum,
 min, max), by Spark (:func:`window_partials`) or, on the Arrow path, by pyarrow in the executors
-(:func:`table_partials`); both assign windows with :meth:`watermark.evaluate.WindowSpec.start_range`, the
+(:func:`table_partials`); both assign windows with :meth:`watermark.windowspec.WindowSpec.start_range`, the
 replay's own definition. The driver merges the partials into the open windows (pure pyarrow/numpy) and
 fires every window whose end the watermark has reached. A window fires at the first arrival after which
 ``W >= end`` (the same rule as the replay evaluation, :mod:`watermark.evaluate`), so its trigger
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from watermark.evaluate import WindowSpec
 from watermark.timeline import Timeline
+from watermark.windowspec import WindowSpec
 
 PARTIAL_SCHEMA = pa.schema(
     [

@@ -8,9 +8,8 @@ from itertools import compress, count, islice
 from typing import Any, ClassVar
 
 import numpy as np
-from river.drift import ADWIN
 
-from watermark.adwin_state import adwin_state, restore_adwin
+from watermark.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.base import I64, WatermarkGenerator, check_float, check_int, optional_int
 from watermark.timeutil import NO_WATERMARK, running_max, shift_right
 
@@ -120,7 +119,7 @@ class Adaptive(WatermarkGenerator):
         self._m = 0
         self._max_te = NO_WATERMARK
         self._delta = self.sensitivity
-        self._adwin = ADWIN(delta=self._delta)
+        self._adwin = new_adwin(delta=self._delta)
         self._chunk_total = 0
         self._chunk_late = 0
         self._chunk_max = NO_WATERMARK

@@ -165,8 +165,9 @@ def _options(args: argparse.Namespace, stream: Any) -> dict[str, Any]:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from watermark.evaluate import WindowSpec, replay
+    from watermark.evaluate import replay
     from watermark.registry import parse_settings
+    from watermark.windowspec import WindowSpec
 
     window = WindowSpec(args.window_ms, args.slide_ms)
     settings = parse_settings(args.set)
@@ -220,7 +221,7 @@ def _format_summary(s: dict[str, Any]) -> str:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from watermark.compare import load_grid, markdown_table, run_grid
-    from watermark.evaluate import WindowSpec
+    from watermark.windowspec import WindowSpec
 
     grid = load_grid(args.grid) if args.grid else None
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
@@ -241,8 +242,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from watermark.evaluate import WindowSpec
     from watermark.tune import plot, tune
+    from watermark.windowspec import WindowSpec
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
     stream = _read(args)

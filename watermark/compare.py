@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
 from watermark.progress import progress_line
 from watermark.registry import STRATEGIES, make
+from watermark.windowspec import WindowSpec
 
 #: The default grid: the seed papers' settings (Tables 2 and 3 of the adaptive-watermarks paper, Table 2 of
 #: the sliding-window paper), delays on the scale of minutes, which streams like the taxi data need, and the

@@ -40,8 +40,9 @@ from typing import Any
 
 from watermark.base import check_float, check_int
 from watermark.combine import COMBINATION_MODES
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec
+from watermark.evaluate import DEFAULT_STRAGGLER_MS
 from watermark.registry import make
+from watermark.windowspec import WindowSpec
 
 _FIELDS = (
     "version",

@@ -8,16 +8,18 @@ can state, the share of late tuples they accept, and meets it online.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from river.drift import ADWIN
 
 from watermark import slo_kernel as k
-from watermark.adwin_state import adwin_state, restore_adwin
+from watermark.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int, optional_int
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
+
+if TYPE_CHECKING:
+    from river.drift import ADWIN
 
 #: Unset arrival counts of the last two values beyond the straggler cap (far before any arrival).
 _NEVER = -(2**62)
@@ -230,7 +232,7 @@ class LateRateSLO(WatermarkGenerator):
 
     def _reset_state(self) -> None:
         # The rule's state, in the arrays the compiled rule (watermark.slo_kernel) works on.
-        self._adwin = ADWIN(delta=self.adwin_delta)
+        self._adwin = new_adwin(delta=self.adwin_delta)
         self._ints = np.zeros(k.N_INTS, np.int64)
         self._ints[k.MAX_TE] = NO_WATERMARK
         self._ints[k.DELAY] = self.initial_delay_ms
@@ -349,7 +351,7 @@ class LateRateSLO(WatermarkGenerator):
         self._refeed(np.minimum(values, 2 * self._ints[k.DELAY] + 50))
 
     def _refeed(self, values: I64) -> None:
-        self._adwin = ADWIN(delta=self.adwin_delta)
+        self._adwin = new_adwin(delta=self.adwin_delta)
         logs = k.log1p_all(values).tolist()
         at = _feed_to_change(self._adwin, logs)
         if 0 <= at < len(logs) - 1:  # a change inside the kept values: river restarts the window there

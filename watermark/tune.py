@@ -45,8 +45,9 @@ from numpy.typing import ArrayLike
 
 from watermark.combine import factorize
 from watermark.compare import chosen_strategies, run_grid
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, WindowSpec, replay
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
 from watermark.progress import offset_progress
+from watermark.windowspec import WindowSpec
 
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
 SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
