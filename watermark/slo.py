@@ -57,10 +57,10 @@ def _feed_to_change(adwin: ADWIN, values: list[float]) -> int:
     does, the updates after it went into a window river would have restarted, so the detector is put back
     as it was and fed again up to that update: it ends exactly as :func:`_feed` leaves it there.
     """
-    if adwin.drift_detected:
-        adwin._reset()
     if not values:
         return -1
+    if adwin.drift_detected:
+        adwin._reset()
     blob = adwin._helper.__getstate__()
     results = list(map(adwin._helper.update, values))
     try:
