@@ -42,6 +42,7 @@ import functools
 import logging
 import operator
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -346,12 +347,50 @@ def day_range(table: str, lo_ms: int | None, hi_ms: int | None) -> Any:
     return parts[0] if len(parts) == 1 else parts[0] & parts[1]
 
 
+#: A file of a Delta log that makes a table exist: a commit, a checkpoint, or the checkpoint pointer.
+_COMMITTED_LOG_FILE = re.compile(r"^(\d{20}\.json|\d{20}\.checkpoint(\..*)?\.parquet|_last_checkpoint)$")
+
+
+def clear_uncommitted_log(spark: Any, path: str) -> bool:
+    """Remove the ``_delta_log`` of a creation killed before its first commit; whether there was one.
+
+    delta-spark writes a table's first commit as a temporary file that it then renames. A process killed
+    in between (the job under SIGKILL) leaves a ``_delta_log`` folder with no commit in it: no table, by
+    Delta's protocol, yet ``DeltaTable.createIfNotExists`` then fails for ever with
+    ``DELTA_TABLE_NOT_FOUND``. Such a folder holds nothing committed, so it is removed (through Hadoop's
+    file system, local or remote) and the creation runs again. A folder with any commit, checkpoint or
+    ``_last_checkpoint`` is left alone. (Only the streaming job creates its tables; two processes
+    creating the same table at the same instant are not a case this handles.)
+    """
+    jvm = spark._jvm
+    log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+    fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(log_dir):
+        return False
+    names = [status.getPath().getName() for status in fs.listStatus(log_dir)]
+    if any(_COMMITTED_LOG_FILE.match(name) for name in names):
+        return False
+    log.warning(
+        "%s: a creation of the table was interrupted before its first commit (its _delta_log holds %s): "
+        "removing it and creating the table again",
+        path,
+        ", ".join(sorted(names)) or "nothing",
+    )
+    fs.delete(log_dir, True)
+    return True
+
+
 def create_table(spark: Any, path: str, table: str) -> None:
-    """Create ``table`` at ``path`` (if absent) with its schema, generated partition column and properties."""
+    """Create ``table`` at ``path`` (if absent) with its schema, generated partition column and properties.
+
+    A ``_delta_log`` left by a creation killed before its first commit is removed first
+    (:func:`clear_uncommitted_log`).
+    """
     from delta.tables import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import DateType
 
+    clear_uncommitted_log(spark, path)
     builder = DeltaTable.createIfNotExists(spark).location(path)
     for spark_field in from_arrow_schema(TABLES[table]).fields:
         builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)

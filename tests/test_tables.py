@@ -70,6 +70,25 @@ def test_a_batch_without_rows_writes_nothing_and_a_missing_table_reads_empty(spa
         tables.read("not_a_table")
 
 
+@pytest.mark.parametrize("table", ["late_events", "arrivals"])  # created first, or by its first append
+def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_on_the_next_append(
+    spark, tmp_path, table
+):
+    # What a SIGKILL between delta-spark's temporary first commit and its rename leaves behind.
+    log_dir = tmp_path / table / "_delta_log"
+    (log_dir / "_staged_commits").mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.d090d940.tmp").write_text('{"commitInfo":{}}\n')
+    tables = DeltaTables(tmp_path, "job", spark)
+    assert tables.append(table, one_row(TABLES[table]), 0)
+    assert tables.read(table).num_rows == 1
+    # A table created before its first append has the leftover removed first; a first append ignores it.
+    assert bool(list(log_dir.glob("*.tmp"))) == (table == "arrivals")
+    # A table with commits is never touched.
+    other = DeltaTables(tmp_path, "job", spark)
+    assert other.append(table, one_row(TABLES[table], 1), 1)
+    assert other.read(table).num_rows == 2
+
+
 def test_every_row_of_an_arrow_table_with_an_empty_chunk_inside_is_appended(spark, tmp_path):
     # PySpark 4.1 and 4.2: createDataFrame stops at an empty record batch after a non-empty one (3 rows of 6).
     schema = TABLES["arrivals"]
