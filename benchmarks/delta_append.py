@@ -13,8 +13,9 @@ One local SparkSession (as the job builds it). For each kind of append it prints
 * ``delta_1_row_txn_snapshot_parts_N``: ``delta_1_row_txn`` with Delta's state rebuilt over N partitions
   (``spark.databricks.delta.snapshotPartitions``: 1, one per core, and Delta's default 50);
 * ``arrow_200k_to_delta``: a 200,000-row Arrow table (five columns) appended through
-  :func:`jobs.spark.arrow_frame`, as Spark splits it (one partition per 10,000 rows), and
-  ``arrow_200k_to_delta_coalesced`` at one partition per 100,000 rows (``jobs.tables.ROWS_PER_PARTITION``).
+  :func:`jobs.common.session.arrow_frame`, as Spark splits it (one partition per 10,000 rows), and
+  ``arrow_200k_to_delta_coalesced`` at one partition per 100,000 rows
+  (``jobs.common.tables.ROWS_PER_PARTITION``).
 
 Delta 4.4 answers ``txnVersion`` from the snapshot's full state (``Snapshot.setTransactions`` →
 ``computedState``: three Spark jobs named "Delta: Compute snapshot for version: N"), not from the version's
@@ -37,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from jobs.spark import arrow_frame, build_session  # noqa: E402
-from jobs.tables import ROWS_PER_PARTITION  # noqa: E402
+from jobs.common.session import arrow_frame, build_session  # noqa: E402
+from jobs.common.tables import ROWS_PER_PARTITION  # noqa: E402
 
 
 def prepare_state(spark: Any, path: str) -> None:

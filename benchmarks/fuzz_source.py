@@ -158,9 +158,10 @@ class Outcome:
 
 def check(spark: Any, root: Path, files: list[LandedFile], reader: str = "arrow") -> Outcome:
     """Run the job over ``files`` in ``root`` and check that every record ends in exactly one table."""
+    from jobs.common.schemas import QUARANTINE_REASONS
+    from jobs.common.tables import DeltaTables
     from jobs.stream.options import JobOptions
     from jobs.stream.run import run_job
-    from jobs.tables import QUARANTINE_REASONS, DeltaTables
     from watermark.config import PipelineConfig
 
     land(root / "in", files)
@@ -215,7 +216,7 @@ def check(spark: Any, root: Path, files: list[LandedFile], reader: str = "arrow"
 
 
 def _name(uri: str) -> str:
-    from jobs.stream.source import listed_path
+    from jobs.stream.sources.readers import listed_path
 
     path = listed_path(uri)
     return (path if path is not None else uri).rsplit("/", 1)[-1]
@@ -229,7 +230,7 @@ def main() -> None:
     args = parser.parse_args()
     from hypothesis import HealthCheck, given, seed, settings
 
-    from jobs.spark import build_session
+    from jobs.common.session import build_session
 
     spark = build_session("fuzz-source", master="local[2]", shuffle_partitions=2)
     spark.sparkContext.setLogLevel("ERROR")

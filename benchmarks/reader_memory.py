@@ -8,9 +8,10 @@ in both. Then, in a fresh process each (so one read's memory does not hide anoth
 each DAG task makes for the newest interval and prints the process's peak RSS (``ru_maxrss``) above a
 baseline process that imports the same modules and reads nothing:
 
-- ``tuning``: ``jobs.retune.read_history`` of the last day of ``arrivals``;
-- ``quality``: ``jobs.quality.read_interval`` of the last hour (every checked table, the totals' inputs);
-- ``backfill``: ``jobs.backfill.read_inputs`` (the unreconciled late rows, the stream's horizon from the
+- ``tuning``: ``jobs.batch.retune.read_history`` of the last day of ``arrivals``;
+- ``quality``: ``jobs.batch.quality.read_interval`` of the last hour (every checked table, the totals'
+inputs);
+- ``backfill``: ``jobs.batch.backfill.read_inputs`` (the unreconciled late rows, the stream's horizon from the
   Delta log, the aggregates of their windows).
 
 A figure, not a test: nothing here asserts a time or a size (the issue's target is 20x within 1.5x of 1x).
@@ -37,18 +38,18 @@ WINDOW_MS = 1_000
 READERS = {
     "baseline": "pass\n",
     "tuning": (
-        "from jobs.retune import read_history\n"
+        "from jobs.batch.retune import read_history\n"
         "out = read_history(TABLES, END - DAY, END)\n"
         "rows = len(next(iter(out.values())))\n"
     ),
     "quality": (
-        "from jobs.quality import read_interval\n"
+        "from jobs.batch.quality import read_interval\n"
         "out = read_interval(TABLES, END - 3_600_000, END, 1_000)\n"
         "rows = sum(t.num_rows for t in out.values())\n"
     ),
     "backfill": (
         "from deltalake import DeltaTable\n"
-        "from jobs.backfill import BackfillOptions, BackfillReport, read_inputs\n"
+        "from jobs.batch.backfill import BackfillOptions, BackfillReport, read_inputs\n"
         "from watermark.evaluate import WindowSpec\n"
         "options = BackfillOptions(TABLES, END - 3_600_000, END, WindowSpec(1_000))\n"
         "agg, late = TABLES + '/aggregates', TABLES + '/late_events'\n"
@@ -59,7 +60,7 @@ READERS = {
 PRELUDE = (
     "import resource, json, sys\n"
     "import pyarrow, deltalake, great_expectations  # every reader's imports, in the baseline too\n"
-    "import jobs.retune, jobs.quality, jobs.backfill\n"
+    "import jobs.batch.retune, jobs.batch.quality, jobs.batch.backfill\n"
     "TABLES, END, DAY = sys.argv[1], int(sys.argv[2]), 86_400_000\n"
     "rows = 0\n"
 )
@@ -74,7 +75,7 @@ def day_rows(day: int, rows_per_day: int, newest: bool) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from jobs.tables import TABLES
+    from jobs.common.schemas import TABLES
 
     rng = np.random.default_rng(day)
     start = END_MS - (day + 1) * DAY_MS
@@ -160,7 +161,7 @@ def day_rows(day: int, rows_per_day: int, newest: bool) -> dict:
 
 def build(root: Path, days: int, rows_per_day: int, spark) -> None:
     """Tables under ``root`` holding ``days`` days of history, one append (batch) per day and table."""
-    from jobs.tables import DeltaTables
+    from jobs.common.tables import DeltaTables
 
     sink = DeltaTables(root, "bench", spark)
     for i, day in enumerate(range(days - 1, -1, -1)):
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=20, help="the long history (the short one is 1 day)")
     parser.add_argument("--keep", help="build the tables here and keep them")
     args = parser.parse_args(argv)
-    from jobs.spark import build_session
+    from jobs.common.session import build_session
 
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="awm-reader-memory-"))
     spark = build_session("benchmarks.reader_memory", master="local[2]", shuffle_partitions=2)

@@ -2,10 +2,10 @@
 
     python benchmarks/spark_job_overhead.py [--repeats 8] [--json]
 
-The Arrow path (``jobs/arrow_path.py``) runs two Spark jobs per micro-batch over a handful of splits, so
-each job's fixed cost (scheduling, Python worker round trip, and for DataFrames planning, analysis and Arrow
-conversion) is a large share of a batch. Both jobs here run two tasks doing nothing but return one small
-value each, in the same warm local session; the medians are printed in seconds, with their ratio.
+The Arrow path (``jobs/stream/workers/arrow_path.py``) runs two Spark jobs per micro-batch over a handful of
+splits, so each job's fixed cost (scheduling, Python worker round trip, and for DataFrames planning, analysis
+and Arrow conversion) is a large share of a batch. Both jobs here run two tasks doing nothing but return one
+small value each, in the same warm local session; the medians are printed in seconds, with their ratio.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.spark import build_session  # noqa: E402
+from jobs.common.session import build_session  # noqa: E402
 
 
 def passthrough(batches: Iterator) -> Iterator:

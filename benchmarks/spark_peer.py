@@ -5,14 +5,14 @@
 One process, one SparkSession (``local[*]``, ``spark.sql.shuffle.partitions`` = cores for every run), the
 same synthetic input (8 partitions, 1,000 keys) fed as JSON-lines landing files, read one file per
 micro-batch by all three runs, 1 s tumbling windows, every run writing its tables through delta-spark
-(:class:`jobs.tables.DeltaTables`: ``DataFrame.write.format("delta")``, idempotent per batch with
+(:class:`jobs.common.tables.DeltaTables`: ``DataFrame.write.format("delta")``, idempotent per batch with
 ``txnAppId``/``txnVersion``):
 
 * ``job_periodic``: ``jobs.stream`` with the periodic watermark (bounded delay ``--delay-ms``);
 * ``job_slo``: ``jobs.stream`` with its default watermark, ``slo`` (late-rate target 1 %);
 * ``job_periodic_no_history``: as ``job_periodic`` without the ``arrivals`` table (``--no-arrival-history``);
 * ``native``: ``withWatermark(delay)`` + ``groupBy(window(1 s), key)`` in append mode, ``foreachBatch``
-  (:func:`jobs.peers.run_native`, the peer ``bin/run`` shows).
+  (:func:`tools.peers.run_native`, the peer ``bin/run`` shows).
 
 Every side first runs once, unmeasured, on two batches' worth of the same events (the JVM, the Python
 workers and the compiled watermark rule warm for each). Then each side runs ``--repeats`` times (default
@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from jobs import peers  # noqa: E402
-from jobs.feed import feed, records_from_synthetic  # noqa: E402
-from jobs.spark import build_session  # noqa: E402
+from jobs.common.session import build_session  # noqa: E402
+from jobs.common.tables import DeltaTables  # noqa: E402
 from jobs.stream.options import JobOptions  # noqa: E402
 from jobs.stream.run import run_job  # noqa: E402
-from jobs.tables import DeltaTables  # noqa: E402
+from tools import peers  # noqa: E402
+from tools.feed import feed, records_from_synthetic  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 
 
@@ -110,7 +110,7 @@ def run_ours(
 
 
 def run_native(spark, landing: Path, work: Path, delay_ms: int, events: int, clock: np.ndarray):
-    """Spark's native watermark, as ``bin/run`` runs it beside the job (:func:`jobs.peers.run_native`)."""
+    """Spark's native watermark, as ``bin/run`` runs it beside the job (:func:`tools.peers.run_native`)."""
     start = time.perf_counter()
     dropped, out = peers.run_native(
         spark, landing, work, delay_ms=delay_ms, window_ms=1_000, files_per_batch=1

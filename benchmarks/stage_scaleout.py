@@ -2,7 +2,7 @@
 
     python benchmarks/stage_scaleout.py [--small 200000] [--large 2000000] [--batches 3] [--json]
 
-Starts a local Kafka broker (``jobs.kafka_local``, a free port, data in a temporary folder) and feeds two
+Starts a local Kafka broker (``tools.local.kafka``, a free port, data in a temporary folder) and feeds two
 8-partition topics with the same synthetic stream (100 keys, each in one partition; 10 s windows): ``large``
 holds every event and ``small`` every tenth, so the two streams span the same event time and a ``large``
 batch has ten times the rows of a ``small`` one over the same stretch of time (a busier stream read at the
@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow.compute as pc  # noqa: E402
 
-from jobs.feed import feed_kafka, records_from_synthetic  # noqa: E402
-from jobs.kafka_local import LocalKafka, free_port  # noqa: E402
-from jobs.spark import build_session  # noqa: E402
+from jobs.common.session import build_session  # noqa: E402
 from jobs.stream.options import JobOptions, KafkaOptions  # noqa: E402
 from jobs.stream.run import run_job  # noqa: E402
+from tools.feed import feed_kafka, records_from_synthetic  # noqa: E402
+from tools.local.kafka import LocalKafka, free_port  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 
 PARTITIONS = 8

@@ -1,6 +1,6 @@
 """### Data quality (after each backfill)
 
-Great Expectations suites on the pipeline's Delta tables (`jobs/quality.py`): `aggregates` (keys not
+Great Expectations suites on the pipeline's Delta tables (`jobs/batch/quality.py`): `aggregates` (keys not
 null, window end after start, counts positive, revisions and late counts non-negative, one row per
 window), `late_events`, `quarantine` (reasons from the known set) and the conservation of counts across
 tables after reconciliation. A broken expectation fails the task at once (no retry: the data would not
@@ -57,7 +57,7 @@ def awm_data_quality() -> None:
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from jobs.quality import check_tables
+        from jobs.batch.quality import check_tables
         from watermark.config import load_config
 
         sliding, window_ms = False, None

@@ -1,6 +1,6 @@
 """### Late-data backfill (hourly)
 
-Folds the late events of each hour into the windowed aggregates, exactly once (`jobs/backfill.py`):
+Folds the late events of each hour into the windowed aggregates, exactly once (`jobs/batch/backfill.py`):
 corrected windows get `revision + 1` and their `late_count`; windows with late rows only are inserted;
 the late events are marked `reconciled`. A late row whose window is still open in the streaming job
 waits for a later run. Re-running an interval changes nothing.
@@ -10,7 +10,7 @@ Tasks
    Variables (`dags/pipeline_settings.py`), passed on by XCom.
 2. `check_spark_connection`: the Spark connection `awm_spark` exists (otherwise the provider would
    silently submit to YARN), and so do the jars the job needs (delta-spark).
-3. `backfill`: `spark-submit --jars ... jobs/backfill.py` against that connection (local mode, or a
+3. `backfill`: `spark-submit --jars ... jobs/batch/backfill.py` against that connection (local mode, or a
    cluster master such as `spark://host:7077`, `yarn` or `k8s://...`). Its report goes to the tables'
    own storage (`<tables>/_reports/backfill/`), not to a worker's disk.
 4. `publish`: checks the report is this run's, pushes `awm_backfill_*` to the Pushgateway and updates the

@@ -110,7 +110,7 @@ def check_spark_connection() -> dict[str, str]:
     """Run time: the Spark connection exists, and so do the jars the jobs need (``spark-submit --jars``)."""
     from airflow.sdk import BaseHook
 
-    from jobs.spark import project_jars
+    from jobs.common.session import project_jars
 
     try:
         conn = BaseHook.get_connection(SPARK_CONN_ID)
@@ -144,7 +144,7 @@ def report_path(job: str) -> str:
 
 
 def spark_job(task_id: str, script: str, name: str, args: list[str], timeout: timedelta) -> Any:
-    """A ``SparkSubmitOperator`` running ``jobs/<script>`` with ``args`` on the ``awm_spark`` connection.
+    """A ``SparkSubmitOperator`` running ``jobs/batch/<script>`` with ``args`` on ``awm_spark``.
 
     The jars come from the ``check_spark_connection`` task, the Python and the paths from ``settings``
     (:func:`resolve`); the job writes its report to :func:`report_path` of ``task_id``, stamped with the
@@ -155,7 +155,7 @@ def spark_job(task_id: str, script: str, name: str, args: list[str], timeout: ti
     return SparkSubmitOperator(
         task_id=task_id,
         conn_id=SPARK_CONN_ID,
-        application=str(ROOT / "jobs" / script),
+        application=str(ROOT / "jobs" / "batch" / script),
         name=name,
         jars=xcom("jars", "check_spark_connection"),
         application_args=[*args, "--report", report_path(task_id), "--run-id", "{{ run_id }}"],

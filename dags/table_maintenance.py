@@ -1,6 +1,6 @@
 """### Delta table maintenance (daily)
 
-Keeps the pipeline's Delta tables fast to read and bounded on disk (`jobs/maintenance.py`), submitted
+Keeps the pipeline's Delta tables fast to read and bounded on disk (`jobs/batch/maintenance.py`), submitted
 with `spark-submit` like the backfill:
 
 1. `arrivals` retention: rows ingested more than `awm_arrivals_retain_days` (Variable, default 30) ago

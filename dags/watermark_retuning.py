@@ -1,6 +1,6 @@
 """### Watermark threshold re-tuning (daily)
 
-Runs the tuner on the last `history_hours` of the streaming job's arrival history (`jobs/retune.py`)
+Runs the tuner on the last `history_hours` of the streaming job's arrival history (`jobs/batch/retune.py`)
 and publishes a new configuration version only when it is valid and better than the running one on that
 history: it meets the late-rate target and the running setting misses it or is slower by at least
 `min_gain`. The streaming job applies the new version at its next batch boundary. A report (JSON) and the
@@ -58,8 +58,8 @@ def awm_watermark_retuning() -> None:
     def retune(resolved: dict[str, str], **context: Any) -> dict[str, Any]:
         import time
 
-        from jobs.retune import RetuneOptions
-        from jobs.retune import retune as run
+        from jobs.batch.retune import RetuneOptions
+        from jobs.batch.retune import retune as run
 
         params = context["params"]
         options = RetuneOptions(

@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for every Spark test of the run."""
-    from jobs.spark import build_session
+    from jobs.common.session import build_session
 
     session = build_session("tests", master="local[2]", shuffle_partitions=2)
     yield session
@@ -103,7 +103,7 @@ def kafka_broker(tmp_path_factory):
     It may take 120 s to answer, not bin/kafka-local's 30: the suite's other workers keep both cores busy
     with Spark JVMs, and a CI run once saw a start pass 30 s there (test_kafka_local checks the 30 s alone).
     """
-    from jobs.kafka_local import LocalKafka, free_port
+    from tools.local.kafka import LocalKafka, free_port
 
     broker = LocalKafka(port=free_port(), dir=tmp_path_factory.mktemp("kafka"), start_timeout=120)
     broker.start()

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import arrow_path
-from jobs.arrow_path import (
+from jobs.common.windows import table_partials
+from jobs.stream.stage.driver import label_thresholds, run_stage
+from jobs.stream.workers import arrow_path
+from jobs.stream.workers.arrow_path import (
     LateThresholds,
     RecordChecks,
     Split,
@@ -24,8 +26,6 @@ from jobs.arrow_path import (
     read_split,
     spill_dir,
 )
-from jobs.stage import label_thresholds, run_stage
-from jobs.windows import table_partials
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import WindowSpec
 
@@ -307,7 +307,7 @@ def test_each_run_gets_its_own_unpredictable_private_spill_folder_under_spark_s_
 
 def test_python_workers_leave_the_job_imports_out_of_the_collection_after_each_task(spark, tmp_path):
     # PySpark's daemon collects garbage after every task of a reused worker: the job's imports are frozen
-    # there (jobs.pyworker), so that collection scans only what a task left.
+    # there (jobs.stream.workers.frozen_imports), so that collection scans only what a task left.
     path = tmp_path / "f.json"
     rows = [line(event_id=str(i), key="k", event_time_ms=1_700_000_000_000 + i, value=1.0) for i in range(20)]
     path.write_text("\n".join(rows) + "\n")

@@ -7,13 +7,14 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from jobs.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
-from jobs.feed import feed
-from jobs.spark import arrow_frame
+from jobs.batch.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
+from jobs.common.schemas import AGGREGATES_SCHEMA
+from jobs.common.session import arrow_frame
+from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from jobs.tables import AGGREGATES_SCHEMA, DeltaTables
 from tests.test_stream import config, iot_records, write_lines
+from tools.feed import feed
 from watermark.evaluate import WindowSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

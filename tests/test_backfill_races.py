@@ -11,9 +11,8 @@ from dataclasses import replace
 import pytest
 from deltalake import DeltaTable
 
-from jobs.feed import feed
+from jobs.common.tables import DeltaTables
 from jobs.stream.run import run_job
-from jobs.tables import DeltaTables
 from tests.test_backfill import (
     FAR_FUTURE_MS,
     backfill,
@@ -23,6 +22,7 @@ from tests.test_backfill import (
     one_partition,
     table_aggregates,
 )
+from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

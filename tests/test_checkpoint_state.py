@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.stream.state import MANIFEST, CheckpointError, StageStore, _sha256
-from jobs.windows import empty_partials
+from jobs.common.windows import empty_partials
+from jobs.stream.checkpoint.state import MANIFEST, CheckpointError, StageStore, _sha256
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig, write_config
 from watermark.registry import make

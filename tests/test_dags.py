@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.feed import feed
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 from tests.test_backfill import batch_aggregation, job, one_partition, table_aggregates
 from tests.test_stream import iot_records, write_lines
+from tools.feed import feed
 from watermark.config import load_config, write_config
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -166,7 +166,7 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
 
     import pyarrow as pa
 
-    from jobs.tables import QUARANTINE_SCHEMA
+    from jobs.common.schemas import QUARANTINE_SCHEMA
 
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_data_quality")
@@ -190,7 +190,7 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
 @pytest.fixture
 def pushgateway(tmp_path, monkeypatch):
     """A Pushgateway, configured as the DAGs' Connection ``awm_pushgateway``."""
-    from monitoring.local import start_pushgateway
+    from tools.local.prometheus import start_pushgateway
 
     gateway = start_pushgateway(tmp_path / "pushgateway")
     host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
@@ -265,12 +265,12 @@ def test_a_task_timeout_fails_the_run_and_its_failure_reaches_the_pushgateway(
 ):
     import time
 
-    import jobs.quality
+    import jobs.batch.quality
 
     def stuck(*args, **kwargs):
         time.sleep(60)
 
-    monkeypatch.setattr(jobs.quality, "check_tables", stuck)  # the task imports it when it runs
+    monkeypatch.setattr(jobs.batch.quality, "check_tables", stuck)  # the task imports it when it runs
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_data_quality")
     task = dag.get_task("check_tables")
@@ -427,8 +427,8 @@ def test_a_real_scheduler_on_postgresql_runs_a_scheduled_backfill_then_data_qual
 
     import psycopg2
 
-    from monitoring.local import start_pushgateway
     from tests.conftest import airflow_environment
+    from tools.local.prometheus import start_pushgateway
 
     tmp, _ = stream_tables
     folder = tmp_path / "dags"  # the backfill and the DAG its Assets schedule

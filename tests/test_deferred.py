@@ -7,11 +7,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from jobs.stream.deferred import PendingRows
+from jobs.common.schemas import ARRIVALS_SCHEMA
+from jobs.common.tables import DeltaTables
+from jobs.stream.checkpoint.state import CheckpointError
 from jobs.stream.options import DeferPolicy, JobOptions
 from jobs.stream.run import run_job
-from jobs.stream.state import CheckpointError
-from jobs.tables import ARRIVALS_SCHEMA, DeltaTables
+from jobs.stream.sinks.deferred import PendingRows
 from watermark.config import PipelineConfig
 
 pytestmark = pytest.mark.spark

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.tabledocs import BEGIN, END, render_table_reference
-from jobs.tables import COLUMN_DOCS, QUARANTINE_REASONS, TABLES
+from jobs.common.schemas import COLUMN_DOCS, QUARANTINE_REASONS, TABLES
+from jobs.common.tabledocs import BEGIN, END, render_table_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -62,7 +62,7 @@ def test_the_generated_table_reference_is_current():
     text = (DOCS / "tables.md").read_text(encoding="utf-8")
     assert BEGIN in text and END in text
     current = text.split(BEGIN, 1)[1].split(END, 1)[0]
-    stale = "docs/tables.md is stale: run python -m jobs.tabledocs --write"
+    stale = "docs/tables.md is stale: run python -m jobs.common.tabledocs --write"
     assert current == "\n" + render_table_reference(), stale
 
 

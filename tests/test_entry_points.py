@@ -40,11 +40,11 @@ IOT_FLAGS = [
 ENTRY_POINTS = {
     "awm": "watermark.cli",
     "awm-stream": "jobs.stream.cli",
-    "awm-feed": "jobs.feed",
-    "awm-backfill": "jobs.backfill",
-    "awm-retune": "jobs.retune",
-    "awm-quality": "jobs.quality",
-    "awm-kafka-local": "jobs.kafka_local",
+    "awm-feed": "tools.feed",
+    "awm-backfill": "jobs.batch.backfill",
+    "awm-retune": "jobs.batch.retune",
+    "awm-quality": "jobs.batch.quality",
+    "awm-kafka-local": "tools.local.kafka",
 }
 RST = re.compile(r"``|:[a-z]+:`")
 
@@ -129,8 +129,8 @@ def test_python_m_watermark_help_lists_tune_in_plain_text():
 
 
 def test_plain_text_strips_rst():
-    assert plain_text("see ``python -m jobs.feed`` and :func:`watermark.io.read_stream`") == (
-        "see python -m jobs.feed and watermark.io.read_stream"
+    assert plain_text("see ``python -m tools.feed`` and :func:`watermark.io.read_stream`") == (
+        "see python -m tools.feed and watermark.io.read_stream"
     )
 
 
@@ -312,7 +312,7 @@ def test_feed_off_a_terminal_prints_plain_progress_lines(tmp_path):
         [
             sys.executable,
             "-m",
-            "jobs.feed",
+            "tools.feed",
             "--synthetic",
             "2000",
             "--out",

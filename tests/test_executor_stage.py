@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.executor_stage import ROW_COLUMNS, StagePlan, fire_segments, judge_partition, settle
-from jobs.scoped import OWNERS_SCHEMA, claim
-from jobs.stage import arrival_order, run_stage
+from jobs.stream.stage.driver import arrival_order, run_stage
+from jobs.stream.stage.scoped import OWNERS_SCHEMA, claim
+from jobs.stream.workers.executor_stage import ROW_COLUMNS, StagePlan, fire_segments, judge_partition, settle
 from watermark.combine import PartitionedWatermark
 from watermark.registry import make
 from watermark.timeutil import NO_WATERMARK
@@ -127,7 +127,8 @@ def test_partitions_judged_apart_give_the_drivers_labels_and_state(strategy, par
 
 
 def segment_fire(segments, end):
-    """What the executors' broadcast join computes for a window ending at ``end`` (jobs.stream.executors)."""
+    """What the executors' broadcast join computes for a window ending at ``end``
+    (jobs.stream.stage.executors)."""
     hits = [seg for seg in segments if seg[0] < end <= seg[1]]
     assert len(hits) <= 1
     if not hits:

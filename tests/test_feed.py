@@ -1,4 +1,4 @@
-"""``python -m jobs.feed``: a recorded or synthetic stream into landing files, in arrival order."""
+"""``python -m tools.feed``: a recorded or synthetic stream into landing files, in arrival order."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.feed import feed, main, records_from_file, records_from_synthetic
+from tools.feed import feed, main, records_from_file, records_from_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -319,7 +319,7 @@ def test_bad_input_prints_one_line_and_exits_2(tmp_path, capsys, argv, needle):
 
 def test_bad_input_via_the_module_entry_point(tmp_path):
     path = write_csv(tmp_path, BAD_VALUE)
-    argv = [sys.executable, "-m", "jobs.feed", str(path), "--event-time", "te", "--arrival-time", "missing"]
+    argv = [sys.executable, "-m", "tools.feed", str(path), "--event-time", "te", "--arrival-time", "missing"]
     done = subprocess.run([*argv, "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -360,7 +360,7 @@ def test_the_iot_sample_feeds_all_its_rows(tmp_path, capsys):
 
 
 def test_files_get_strictly_increasing_modification_times_a_millisecond_apart(tmp_path):
-    from jobs.feed import feed, records_from_synthetic
+    from tools.feed import feed, records_from_synthetic
 
     feed(records_from_synthetic(5_000), tmp_path, rows_per_file=100)
     feed(

@@ -1,4 +1,4 @@
-"""``bin/kafka-local`` and the Kafka output of ``jobs.feed``, on a real local KRaft broker (no mocks)."""
+"""``bin/kafka-local`` and the Kafka output of ``tools.feed``, on a real local KRaft broker (no mocks)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.feed import KafkaFeedError, feed, feed_kafka, kafka_partition_map, main, records_from_synthetic
-from jobs.kafka_local import LocalKafka, free_port
+from tools.feed import KafkaFeedError, feed, feed_kafka, kafka_partition_map, main, records_from_synthetic
+from tools.local.kafka import LocalKafka, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -177,7 +177,7 @@ def test_start_refuses_a_busy_port_with_a_clear_message(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "jobs.kafka_local", "start", "--port", str(port), "--dir", str(tmp_path)],
+            [sys.executable, "-m", "tools.local.kafka", "start", "--port", str(port), "--dir", str(tmp_path)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -196,7 +196,7 @@ def test_start_refuses_a_busy_port_with_a_clear_message(tmp_path):
 
 @pytest.mark.slow
 def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path):
-    from jobs.kafka_local import KafkaLocalError
+    from tools.local.kafka import KafkaLocalError
 
     kafka = LocalKafka(
         port=free_port(), dir=tmp_path, start_timeout=0.5
@@ -210,7 +210,7 @@ def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path):
 
 
 def test_a_hanging_jvm_is_shown_by_where_its_main_thread_is(tmp_path):
-    from jobs.kafka_local import _main_thread
+    from tools.local.kafka import _main_thread
 
     source = tmp_path / "Hang.java"
     source.write_text(
@@ -245,8 +245,8 @@ def java_command_lines() -> list[str]:
 
 
 def test_missing_jars_and_bad_arguments_are_clear_errors(tmp_path, capsys):
-    from jobs.kafka_local import KafkaLocalError
-    from jobs.kafka_local import main as kafka_main
+    from tools.local.kafka import KafkaLocalError
+    from tools.local.kafka import main as kafka_main
 
     empty = tmp_path / "no-jars"
     empty.mkdir()
@@ -274,7 +274,7 @@ def test_missing_jars_and_bad_arguments_are_clear_errors(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------------------------------
-# jobs.feed into Kafka
+# tools.feed into Kafka
 
 
 def test_partition_map_is_natural_order_rank_modulo_n():
@@ -341,7 +341,7 @@ def test_synthetic_feed_into_a_four_partition_topic_reads_back_exactly(kafka_bro
 
 @pytest.mark.slow
 def test_recorded_feed_matches_the_landing_files_and_paces(kafka_broker, tmp_path, capsys):
-    from jobs.feed import records_from_file
+    from tools.feed import records_from_file
 
     # Ties at one arrival time keep file order in both outputs; 8 devices map two to a partition.
     topic = f"iot-{uuid.uuid4().hex[:8]}"

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
+from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from jobs.tables import DeltaTables
 from watermark.config import PipelineConfig
 
 pytestmark = pytest.mark.spark

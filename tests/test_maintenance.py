@@ -6,11 +6,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.feed import feed
-from jobs.maintenance import MaintenanceOptions, data_files_on_disk, run_maintenance
-from jobs.tables import DAY_MS, TABLES, DeltaTables
+from jobs.batch.maintenance import MaintenanceOptions, data_files_on_disk, run_maintenance
+from jobs.common.schemas import DAY_MS, TABLES
+from jobs.common.tables import DeltaTables
 from tests.test_backfill import job, one_partition
 from tests.test_stream import iot_records, write_lines
+from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 @pytest.fixture(scope="module")
 def streamed(spark, tmp_path_factory):
     """The job's tables after many small micro-batches (two 100-row files per trigger), late rows included."""
-    from jobs.backfill import BackfillOptions, run_backfill
+    from jobs.batch.backfill import BackfillOptions, run_backfill
     from jobs.stream.options import DeferPolicy
     from jobs.stream.run import run_job
     from watermark.evaluate import WindowSpec

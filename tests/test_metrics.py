@@ -8,15 +8,15 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jobs.feed import feed
+from jobs.common.tables import DeltaTables
 from jobs.stream.cli import main
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from jobs.tables import DeltaTables
 from monitoring.metrics import MAX_PARTITION_SERIES, BatchObservation, JobMetrics, PartitionState
 from monitoring.push import outcome_registry
 from monitoring.server import MetricsPortBusy, serve
 from tests.test_stream import config, good, iot_records, write_lines
+from tools.feed import feed
 from watermark.timeutil import NO_WATERMARK
 
 

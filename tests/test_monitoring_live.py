@@ -22,12 +22,12 @@ from prometheus_client import CollectorRegistry
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from monitoring import dashboards, rules
-from monitoring.local import prometheus_config, start_prometheus, start_pushgateway
 from monitoring.metrics import JobMetrics
 from monitoring.push import push_outcome
 from monitoring.server import serve
 from tests.test_dashboards import metric_names as dashboard_metric_names
 from tests.test_stream import config
+from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -249,9 +249,9 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
 def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(spark, tmp_path):
     """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
     keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
-    from jobs.feed import feed
-    from monitoring.local import free_port
     from tests.test_stream import iot_records
+    from tools.feed import feed
+    from tools.local.prometheus import free_port
 
     port = free_port()
     alert_file = tmp_path / "alerts.yml"

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from jobs.retune import DAY_MS, RetuneError, RetuneOptions, retune
-from jobs.tables import ARRIVALS_SCHEMA
+from jobs.batch.retune import DAY_MS, RetuneError, RetuneOptions, retune
+from jobs.common.schemas import ARRIVALS_SCHEMA
 from watermark.config import PipelineConfig, load_config, write_config
 
 END_MS = 1_800_000_000_000
@@ -111,7 +111,7 @@ def test_no_setting_meeting_the_target_keeps_the_running_version(tmp_path):
 
 
 def test_a_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
-    import jobs.retune as module
+    import jobs.batch.retune as module
 
     history(tmp_path)
     cfg = running(tmp_path, delay_ms=5_000)

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from jobs.retune import retune
+from jobs.batch.retune import retune
 from tests.test_retune import history, options, running
 from watermark.config import ConfigError, PipelineConfig, load_config
 

@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from jobs.common.schemas import QUARANTINE_REASONS
+from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from jobs.tables import QUARANTINE_REASONS, DeltaTables
 from watermark.config import PipelineConfig
 
 pytestmark = pytest.mark.spark
@@ -260,7 +261,7 @@ def test_repeated_event_ids_within_the_horizon_are_quarantined_once_each(spark, 
 def test_the_ids_kept_for_a_batch_are_those_before_it_within_the_horizon(tmp_path):
     import pyarrow as pa
 
-    from jobs.stream.dedup import SeenIds
+    from jobs.stream.checkpoint.dedup import SeenIds
 
     seen = SeenIds(str(tmp_path), horizon_ms=100)
     assert seen.before(0).num_rows == 0
@@ -275,7 +276,7 @@ def test_the_ids_kept_for_a_batch_are_those_before_it_within_the_horizon(tmp_pat
 
 
 def test_the_arrow_path_passes_a_record_with_invalid_utf8_anywhere_to_spark():
-    from jobs.arrow_path import RecordChecks, parse_clean
+    from jobs.stream.workers.arrow_path import RecordChecks, parse_clean
 
     checks = RecordChecks(
         "event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value",

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spark import project_jars
+from jobs.common.session import project_jars
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = """
-from jobs.spark import build_session
+from jobs.common.session import build_session
 spark = build_session("conf-probe")
 print("UI", spark.conf.get("spark.ui.enabled", "unset"), spark.conf.get("spark.sql.session.timeZone"))
 keys = ["spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions",

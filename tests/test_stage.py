@@ -5,7 +5,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.stage import arrival_order, label_thresholds, run_stage
+from jobs.stream.stage.driver import arrival_order, label_thresholds, run_stage
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import WindowSpec, replay
 
@@ -64,8 +64,8 @@ def test_thresholds_reproduce_every_label(data):
 
 
 def test_the_stage_store_keeps_a_bounded_number_of_files_however_many_batches_run(tmp_path):
-    from jobs.stream.state import StageStore
-    from jobs.windows import empty_partials
+    from jobs.common.windows import empty_partials
+    from jobs.stream.checkpoint.state import StageStore
     from watermark.combine import PartitionedWatermark
     from watermark.config import PipelineConfig
 

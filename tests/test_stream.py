@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.feed import feed, records_from_file
+from jobs.common.schemas import QUARANTINE_REASONS
+from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from jobs.tables import QUARANTINE_REASONS, DeltaTables
+from tools.feed import feed, records_from_file
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay
 
@@ -335,8 +336,8 @@ def test_a_run_killed_while_writing_its_first_offset_restarts(spark, tmp_path):
 
 @pytest.mark.parametrize("strategy", ["periodic", "ingestion"])
 def test_the_late_expression_selects_exactly_the_stage_late_rows_with_tied_arrival_times(spark, strategy):
-    from jobs.stage import run_stage
-    from jobs.stream.labelling import late_expression
+    from jobs.stream.stage.driver import run_stage
+    from jobs.stream.stage.labelling import late_expression
     from watermark.combine import PartitionedWatermark
 
     rng = np.random.default_rng(5)
@@ -459,7 +460,7 @@ def test_a_bad_trigger_is_a_clear_error(trigger):
 
 
 def test_a_new_checkpoint_gets_its_own_delta_application_id_and_refuses_tables_of_another(tmp_path):
-    from jobs.stream.state import checkpoint_app_id
+    from jobs.stream.checkpoint.state import checkpoint_app_id
 
     out = tmp_path / "out"
     first = checkpoint_app_id(str(tmp_path / "ck1"), str(out))

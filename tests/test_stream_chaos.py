@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def env(load: Load) -> dict[str, str]:
 def folder_usage(path: Path) -> tuple[int, int]:
     """Files (temporary ones excepted) and bytes under ``path``, the deferred tables' pending rows apart.
 
-    The pending rows (``stage/pending``, :mod:`jobs.stream.deferred`) fill up and empty every
+    The pending rows (``stage/pending``, :mod:`jobs.stream.sinks.deferred`) fill up and empty every
     ``--defer-batches`` batches; :func:`pending_batches` counts them.
     """
     files = size = 0

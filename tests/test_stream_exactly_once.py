@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.feed import feed
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 from tests.test_stream import iot_records, stable
+from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -4,9 +4,9 @@ the same on landing files, and the helpers)."""
 
 import pytest
 
-from jobs.feed import feed_kafka
 from tests.test_stream import iot_records
 from tests.test_stream_exactly_once import PER_BATCH, RECORDS, killed_three_times_gives_the_tables_of_one_run
+from tools.feed import feed_kafka
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

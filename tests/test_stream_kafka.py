@@ -6,11 +6,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.feed import feed_kafka, kafka_partition_map
+from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions, KafkaOptions
 from jobs.stream.run import run_job
-from jobs.tables import DeltaTables
 from tests.test_stream import iot_records
+from tools.feed import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.tables import TABLES, DeltaTables, conform
+from jobs.common.schemas import TABLES
+from jobs.common.tables import DeltaTables, conform
 
 pytestmark = pytest.mark.spark
 
@@ -134,7 +135,7 @@ def test_bad_arguments_are_refused(spark, tmp_path):
 
 READER = """
 import sys
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 table = DeltaTables(sys.argv[1], "reader").read(sys.argv[2])
 print(table.num_rows)
 """

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from jobs.arrow_path import RecordChecks, parse_clean
 from jobs.stream.options import Fields
-from jobs.stream.validate import CORRUPT, text_schema, typed_json_schema, validate
+from jobs.stream.sources.validate import CORRUPT, text_schema, typed_json_schema, validate
+from jobs.stream.workers.arrow_path import RecordChecks, parse_clean
 from watermark.timeparse import (
     EPOCH_MS_RE,
     ISO_RE,

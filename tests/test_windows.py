@@ -6,9 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.windows import (
-    FIRED_SCHEMA,
-    PARTIAL_SCHEMA,
+from jobs.common.schemas import FIRED_SCHEMA, PARTIAL_SCHEMA
+from jobs.common.windows import (
     assign_windows,
     credit_timeline,
     empty_partials,

@@ -81,10 +81,10 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object a record: time, level, logger, message, and exception when there is one.
 
-    >>> record = logging.LogRecord("jobs.feed", logging.INFO, __file__, 1, "rows %d", (5,), None)
+    >>> record = logging.LogRecord("tools.feed", logging.INFO, __file__, 1, "rows %d", (5,), None)
     >>> record.created = 0.0
     >>> JsonFormatter().format(record)
-    '{"time": "1970-01-01T00:00:00.000Z", "level": "INFO", "logger": "jobs.feed", "message": "rows 5"}'
+    '{"time": "1970-01-01T00:00:00.000Z", "level": "INFO", "logger": "tools.feed", "message": "rows 5"}'
     """
 
     def format(self, record: logging.LogRecord) -> str:

@@ -294,8 +294,8 @@ class PartitionedWatermark(WatermarkReadout):
         ``partitions`` holds, in order of each partition's first arrival in the batch, ``(partition,
         generator snapshot after the batch, the generator's clock, arrivals, arrivals below the
         generator's watermark)``: what :meth:`process_trace` computes when each partition's generator runs
-        in the executor that reads the partition (:mod:`jobs.executor_stage`). The state afterwards is the
-        one :meth:`process_trace` leaves over the same arrivals.
+        in the executor that reads the partition (:mod:`jobs.stream.workers.executor_stage`). The state
+        afterwards is the one :meth:`process_trace` leaves over the same arrivals.
         """
         if self.mode != "scoped":
             msg = f"only a partition-scoped watermark runs its partitions apart (mode is {self.mode!r})"

@@ -1,8 +1,9 @@
 """Event-time windows as Spark's ``window()`` makes them: the one specification every path derives from.
 
-The replay (:mod:`watermark.evaluate`), the job's Spark path (:func:`jobs.windows.assign_windows`) and its
-Arrow path (:mod:`jobs.arrow_path`, in Spark's Python workers) share :class:`WindowSpec`. It lives apart
-from the replay so that the workers import numpy for it, not the watermark strategies (numba, river).
+The replay (:mod:`watermark.evaluate`), the job's Spark path (:func:`jobs.common.windows.assign_windows`) and
+its Arrow path (:mod:`jobs.stream.workers.arrow_path`, in Spark's Python workers) share :class:`WindowSpec`.
+It lives apart from the replay so that the workers import numpy for it, not the watermark strategies (numba,
+river).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class WindowSpec:
         The windows holding ``te`` start at every multiple of :attr:`step_ms` in ``(te - window_ms, te]``.
         ``mod`` is a floor modulo (its result in ``[0, step)``, negative times included) of ``te``'s kind:
         ``np.mod`` for arrays (the default), ``operator.mod`` for ints, Spark's ``pmod`` for columns. The
-        replay (:meth:`assign`), the job's Spark path (:func:`jobs.windows.assign_windows`) and its Arrow
-        path all derive their windows from this one definition.
+        replay (:meth:`assign`), the job's Spark path (:func:`jobs.common.windows.assign_windows`) and its
+        Arrow path all derive their windows from this one definition.
 
         Examples
         --------

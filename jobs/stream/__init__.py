@@ -1,36 +1,38 @@
 """``python -m jobs.stream``: windowed aggregates through the adaptive watermark stage, into Delta tables.
 
 A PySpark Structured Streaming job over a landing directory of JSON-lines (the embedded default), CSV or
-Parquet files, a Kafka topic, or Spark's rate source for load tests (:mod:`jobs.stream.source`). Each
+Parquet files, a Kafka topic, or Spark's rate source for load tests (:mod:`jobs.stream.sources.readers`). Each
 micro-batch, in ``foreachBatch`` (:mod:`jobs.stream.handler`):
 
-1. **Validate** (:mod:`jobs.stream.validate`). Landing files are read by Spark's reader with every field as
+1. **Validate** (:mod:`jobs.stream.sources.validate`). Landing files are read by Spark's reader with every
+field as
    text (every record keeps its file and record number); each field is checked and typed with native Spark
    expressions. Bad records go to the ``quarantine`` table with a reason from :data:`QUARANTINE_REASONS`;
    the job never crashes on them and never drops them. Clean JSON batches take the Arrow path instead
-   (:mod:`jobs.arrow_path`).
+   (:mod:`jobs.stream.workers.arrow_path`).
 2. **Watermark stage.** The narrow columns of the valid rows (partition, event time, arrival time, file,
    line) are collected to the driver as Arrow, put in arrival order (arrival time, file, line) and run
-   through the per-partition generators (:mod:`jobs.stage`). Rows are labelled in Spark with a short
-   ``CASE`` over the compressed lateness thresholds (:mod:`jobs.stream.labelling`): no row-id join, no
-   Python UDF.
+   through the per-partition generators (:mod:`jobs.stream.stage.driver`). Rows are labelled in Spark with a
+   short ``CASE`` over the compressed lateness thresholds (:mod:`jobs.stream.stage.labelling`): no row-id
+   join, no Python UDF.
 3. **Windows.** Spark aggregates the on-time rows per (key, window); the driver merges those partials into
-   the open windows and fires those the watermark closed (:mod:`jobs.windows`), into ``aggregates``.
+   the open windows and fires those the watermark closed (:mod:`jobs.common.windows`), into ``aggregates``.
 4. **Late rows** go to ``late_events`` with the watermark they missed and by how much.
 5. **Watermark log**: one row per partition per batch, into ``watermark_log``.
 
-Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.tables.DeltaTables`), and the
+Exactly once: the Delta writes are idempotent per batch id (:class:`jobs.common.tables.DeltaTables`), and the
 batch's ingestion time, configuration and the stage's state (generator snapshots, open windows) are
-checkpointed per batch under ``CHECKPOINT/stage`` (:mod:`jobs.stream.state`), so a batch replayed after a
-crash recomputes exactly the same rows. The query itself is run by :mod:`jobs.stream.run`, its options are
-:mod:`jobs.stream.options` and its command line :mod:`jobs.stream.cli`.
+checkpointed per batch under ``CHECKPOINT/stage`` (:mod:`jobs.stream.checkpoint.state`), so a batch replayed
+after a crash recomputes exactly the same rows. The query itself is run by :mod:`jobs.stream.run`, its
+options are :mod:`jobs.stream.options` and its command line :mod:`jobs.stream.cli`.
 
 This package re-exports the names other code imports from ``jobs.stream``.
 """
 
+from jobs.common.windows import assign_windows, window_partials
+from jobs.stream.checkpoint.state import SavedStage, StageStore
 from jobs.stream.cli import build_parser, main, options_from_args, summarize
 from jobs.stream.handler import ArrowRows, BatchHandler, BatchReport, SparkRows, aggregate_rows, observation
-from jobs.stream.labelling import MAX_THRESHOLD_PIECES, late_expression
 from jobs.stream.options import (
     DEFAULT_METRICS_PORT,
     FORMATS,
@@ -41,7 +43,7 @@ from jobs.stream.options import (
     RateOptions,
 )
 from jobs.stream.run import clear_interrupted_log_writes, flush_open_windows, run_job, serve_metrics
-from jobs.stream.source import (
+from jobs.stream.sources.readers import (
     RecordNumbers,
     csv_columns,
     kafka_batch_files,
@@ -52,8 +54,7 @@ from jobs.stream.source import (
     rate_stream,
     source_stream,
 )
-from jobs.stream.state import SavedStage, StageStore
-from jobs.stream.validate import (
+from jobs.stream.sources.validate import (
     QUARANTINE_REASONS,
     SOURCE_COLUMNS,
     text_schema,
@@ -61,7 +62,7 @@ from jobs.stream.validate import (
     validate,
     validation_steps,
 )
-from jobs.windows import assign_windows, window_partials
+from jobs.stream.stage.labelling import MAX_THRESHOLD_PIECES, late_expression
 
 __all__ = [
     "DEFAULT_METRICS_PORT",

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from jobs.common.schemas import TABLES
+from jobs.common.tables import DeltaTables
+from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.stream.options import (
     DEFAULT_METRICS_PORT,
     FORMATS,
@@ -22,8 +25,6 @@ from jobs.stream.options import (
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
-from jobs.stream.state import CheckpointError, StageStore, checkpoint_app_id
-from jobs.tables import TABLES, DeltaTables
 from watermark.config import (
     IDLE_TIMEOUT_WINDOWS,
     MIN_DEFAULT_IDLE_TIMEOUT_MS,
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.spark import build_session
+    from jobs.common.session import build_session
     from monitoring.server import MetricsPortBusy
     from watermark.clilog import usage_errors
 

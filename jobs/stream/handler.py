@@ -1,8 +1,9 @@
 """The ``foreachBatch`` handler: one micro-batch through validation, the watermark stage, windows and tables.
 
 A batch's rows come either from Spark's reader (:class:`SparkRows`: validated in Spark) or from the Arrow
-path (:class:`ArrowRows`: clean JSON parsed by pyarrow in the executors, :mod:`jobs.arrow_path`); either
-way the driver runs the stage on the narrow columns, merges and fires the windows, and writes every table.
+path (:class:`ArrowRows`: clean JSON parsed by pyarrow in the executors,
+:mod:`jobs.stream.workers.arrow_path`); either way the driver runs the stage on the narrow columns, merges
+and fires the windows, and writes every table.
 """
 
 from __future__ import annotations
@@ -21,25 +22,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.arrow_path import (
-    NARROW_SCHEMA,
-    LateThresholds,
-    RecordChecks,
-    plan_splits,
-    run_aggregate,
-    run_collect,
-    spill_dir,
-    splits_rdd,
+from jobs.common.schemas import (
+    AGGREGATES_SCHEMA,
+    LATE_SCHEMA,
+    QUARANTINE_SCHEMA,
+    TABLES,
+    WATERMARK_LOG_SCHEMA,
 )
-from jobs.scoped import OWNERS_SCHEMA, claim, fire_scoped
-from jobs.spark import arrow_frame
-from jobs.stage import arrival_order, label_thresholds, run_stage
-from jobs.stream.dedup import SeenIds, mark_duplicates
-from jobs.stream.deferred import DEFERRED_TABLES, PendingRows
-from jobs.stream.executors import prune_open_dirs, read_open_windows, release, run_in_executors
-from jobs.stream.labelling import late_expression
+from jobs.common.session import arrow_frame
+from jobs.common.tables import DeltaTables
+from jobs.common.windows import credit_timeline, empty_partials, fire, flush, merge_partials, window_partials
+from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
+from jobs.stream.checkpoint.state import CheckpointError, SavedStage, StageStore, checkpoint_app_id
 from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
-from jobs.stream.source import (
+from jobs.stream.sinks.deferred import DEFERRED_TABLES, PendingRows
+from jobs.stream.sources.readers import (
     ListedFiles,
     RecordNumbers,
     file_quarantine_rows,
@@ -53,17 +50,21 @@ from jobs.stream.source import (
     reason_counts,
     screen_files,
 )
-from jobs.stream.state import CheckpointError, SavedStage, StageStore, checkpoint_app_id
-from jobs.stream.validate import validate
-from jobs.tables import (
-    AGGREGATES_SCHEMA,
-    LATE_SCHEMA,
-    QUARANTINE_SCHEMA,
-    TABLES,
-    WATERMARK_LOG_SCHEMA,
-    DeltaTables,
+from jobs.stream.sources.validate import validate
+from jobs.stream.stage.driver import arrival_order, label_thresholds, run_stage
+from jobs.stream.stage.executors import prune_open_dirs, read_open_windows, release, run_in_executors
+from jobs.stream.stage.labelling import late_expression
+from jobs.stream.stage.scoped import OWNERS_SCHEMA, claim, fire_scoped
+from jobs.stream.workers.arrow_path import (
+    NARROW_SCHEMA,
+    LateThresholds,
+    RecordChecks,
+    plan_splits,
+    run_aggregate,
+    run_collect,
+    spill_dir,
+    splits_rdd,
 )
-from jobs.windows import credit_timeline, empty_partials, fire, flush, merge_partials, window_partials
 from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
 from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigWatcher, PipelineConfig
@@ -146,7 +147,7 @@ def _collect_late(valid: Any, late_expr: Any, late_keys: Any) -> pa.Table:
 
 
 class ArrowRows:
-    """A clean JSON batch on the Arrow path (:mod:`jobs.arrow_path`), after its first pass."""
+    """A clean JSON batch on the Arrow path (:mod:`jobs.stream.workers.arrow_path`), after its first pass."""
 
     path = "arrow"
 
@@ -657,7 +658,7 @@ class BatchHandler:
 
         One Spark job per table with rows, run side by side: each is a delta-spark append that Delta makes
         idempotent (txnAppId = the job's application id, txnVersion = the batch id). The rows of the
-        deferred tables wait in the checkpoint (:mod:`jobs.stream.deferred`) and are committed, with
+        deferred tables wait in the checkpoint (:mod:`jobs.stream.sinks.deferred`) and are committed, with
         those of the batches before, every ``--defer-batches`` batches or ``--defer-max-delay-ms``.
 
         While the appends run in Spark, the driver runs ``later`` (it builds the deferred tables' rows),
@@ -773,7 +774,7 @@ class BatchHandler:
         started: float,
         prepared: float,
     ) -> None:
-        """The batch with its stage in the executors (:mod:`jobs.stream.executors`): no row on the driver."""
+        """The batch with its stage in the executors : no row reaches the driver."""
         opts = self.options
         report = BatchReport(batch_id=batch_id, config_version=config.version, path="spark")
         report.stage_in = "executors"

@@ -56,7 +56,7 @@ class DeferPolicy:
     """When the deferred tables (``late_events``, ``watermark_log``, ``arrivals``) are committed.
 
     Every ``batches`` batches, or when the oldest batch waiting is ``max_delay_ms`` old (ingestion time),
-    and when the query ends (:mod:`jobs.stream.deferred`). ``batches=1``: with every batch.
+    and when the query ends (:mod:`jobs.stream.sinks.deferred`). ``batches=1``: with every batch.
     """
 
     batches: int = 10
@@ -99,7 +99,7 @@ class JobOptions:
     metrics_host: str = "127.0.0.1"
     arrival_history: bool = True  # write the ``arrivals`` table (the re-tuning DAG's history)
     #: Quarantine repeated event ids (``duplicate_event_id``) within a batch and this far back in arrival
-    #: time (jobs.stream.dedup); None: event ids are not deduplicated.
+    #: time (jobs.stream.checkpoint.dedup); None: event ids are not deduplicated.
     dedup_horizon_ms: int | None = None
     #: Where the watermark stage runs: "executors" (per Kafka partition, where Spark reads it; partition-
     #: scoped mode on Kafka only), "driver", or "auto" (executors whenever they can).
@@ -115,7 +115,7 @@ class JobOptions:
     #: batch was planned (they are read by the next batch) and for skew between the broker's and the
     #: driver's clocks.
     clock_margin_ms: int = 1_000
-    #: When ``late_events``, ``watermark_log`` and ``arrivals`` are committed (jobs.stream.deferred).
+    #: When ``late_events``, ``watermark_log`` and ``arrivals`` are committed (jobs.stream.sinks.deferred).
     defer: DeferPolicy = field(default_factory=DeferPolicy)
 
     def __post_init__(self) -> None:

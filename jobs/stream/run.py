@@ -7,14 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jobs.spark import ship_code
-from jobs.stream.executors import read_open_windows
+from jobs.common.session import ship_code
+from jobs.common.tables import DeltaTables
+from jobs.common.windows import empty_partials, flush, merge_partials
+from jobs.stream.checkpoint.state import StageStore, checkpoint_app_id
 from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
 from jobs.stream.options import JobOptions, trigger_interval_ms
-from jobs.stream.source import source_stream
-from jobs.stream.state import StageStore, checkpoint_app_id
-from jobs.tables import DeltaTables
-from jobs.windows import empty_partials, flush, merge_partials
+from jobs.stream.sources.readers import source_stream
+from jobs.stream.stage.executors import read_open_windows
 from monitoring.metrics import JobMetrics
 
 log = logging.getLogger("jobs.stream")

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from jobs.windows import FIRED_SCHEMA, credit_timeline, fire
+from jobs.common.schemas import FIRED_SCHEMA
+from jobs.common.windows import credit_timeline, fire
 from watermark.timeline import Timeline
 
 #: Which partition owns each key.
@@ -73,12 +74,13 @@ def fire_scoped(
     arrival_ms: NDArray[np.int64],
     timelines: Mapping[Hashable, Timeline] | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """Fire each open window by its key's owner partition: :func:`jobs.windows.fire` per partition.
+    """Fire each open window by its key's owner partition: :func:`jobs.common.windows.fire` per partition.
 
     ``partitions``, ``wm_after`` and ``arrival_ms`` are the batch's arrivals in arrival order; each
     partition's own watermark after its arrivals never decreases. ``timelines`` (each partition's own
-    watermark between its arrivals, :attr:`jobs.stage.StageResult.partition_timelines`) dates a window at
-    the earliest instant its owner's watermark reached its end (:func:`jobs.windows.credit_timeline`).
+    watermark between its arrivals, :attr:`jobs.stream.stage.driver.StageResult.partition_timelines`) dates a
+    window at the earliest instant its owner's watermark reached its end
+    (:func:`jobs.common.windows.credit_timeline`).
     """
     if open_windows.num_rows == 0 or wm_after.size == 0:
         return FIRED_SCHEMA.empty_table(), open_windows

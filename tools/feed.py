@@ -1,6 +1,6 @@
 r"""Feed a recorded stream into landing files or a Kafka topic, in arrival order, for a live run of the job.
 
-``python -m jobs.feed`` reads a recorded stream (a CSV or Parquet file, through
+``python -m tools.feed`` reads a recorded stream (a CSV or Parquet file, through
 :func:`watermark.io.read_stream`) or generates a synthetic one (:func:`watermark.synthetic.generate`),
 sorts it by arrival time and writes it as numbered landing files (``--out DIR``) or produces it into a Kafka
 topic (``--kafka-bootstrap-servers HOST:PORT --topic NAME [--partitions N]``), either as fast as possible or
@@ -62,17 +62,17 @@ Examples
 --------
 Feed 2,500 synthetic events as JSON Lines, 1,000 records a file::
 
-    python -m jobs.feed --synthetic 2500 --out /tmp/landing --rows-per-file 1000
+    python -m tools.feed --synthetic 2500 --out /tmp/landing --rows-per-file 1000
 
 Produce 10,000 synthetic events from 4 source partitions into a 4-partition topic of a local broker
 (``bin/kafka-local start``)::
 
-    python -m jobs.feed --synthetic 10000 --partitions 4 --kafka-bootstrap-servers 127.0.0.1:9092 \
+    python -m tools.feed --synthetic 10000 --partitions 4 --kafka-bootstrap-servers 127.0.0.1:9092 \
         --topic events
 
 Replay a recorded IoT stream at ten times its real speed::
 
-    python -m jobs.feed samples/ooo-iot-d1.csv --delimiter ';' --event-time S.Client.Detection.Time \
+    python -m tools.feed samples/ooo-iot-d1.csv --delimiter ';' --event-time S.Client.Detection.Time \
         --arrival-time S.Message.received.time.ms --partition S.Device.ID \
         --out /tmp/landing --pace realtime --speed 10
 
@@ -532,7 +532,7 @@ def _check_topic_timestamps(bootstrap_servers: str, topic: str, timeout: float) 
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-    from jobs.kafka_local import QUIET
+    from tools.local.kafka import QUIET
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **QUIET})
     resource = ConfigResource(ResourceType.TOPIC, topic)
@@ -611,7 +611,7 @@ def feed_kafka(
     """
     from confluent_kafka import KafkaException, Producer
 
-    from jobs.kafka_local import QUIET, KafkaLocalError, ensure_topic
+    from tools.local.kafka import QUIET, KafkaLocalError, ensure_topic
 
     check_options(pace=pace, speed=speed)
     _check_bootstrap_servers(bootstrap_servers)
@@ -858,7 +858,7 @@ _SYNTHETIC_FLAGS = {"seed": "--seed", "partitions": "--partitions", "keys": "--k
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m jobs.feed`` argument parser.
+    """The ``python -m tools.feed`` argument parser.
 
     Returns
     -------
@@ -867,7 +867,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     """
     parser = OneLineParser(
-        prog=entry_prog("python -m jobs.feed"), description=plain_text(__doc__.splitlines()[0])
+        prog=entry_prog("python -m tools.feed"), description=plain_text(__doc__.splitlines()[0])
     )
     source = parser.add_argument_group("recorded source (INPUT)")
     source.add_argument(
@@ -960,7 +960,7 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace) -> pa.Table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m jobs.feed``.
+    """Entry point of ``python -m tools.feed``.
 
     Parameters
     ----------

@@ -13,7 +13,7 @@ emit latency is the clock at the end of the micro-batch that emitted it (the lat
 far) minus the window's end. Spark's watermark only moves between micro-batches, so that is the finest
 instant it can emit at; the job's stage decides per arrival (its own per-tuple latency is printed too).
 
-    python -m jobs.peers out/demo/landing --tables out/demo/tables --work out/demo/peers \\
+    python -m tools.peers out/demo/landing --tables out/demo/tables --work out/demo/peers \\
         --max-files-per-trigger 2 --window-ms 1000 --delay-ms 1000
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 
-#: The landing files' JSON fields (``jobs.feed`` writes them).
+#: The landing files' JSON fields (``tools.feed`` writes them).
 _SCHEMA = (
     "event_id STRING, key STRING, partition STRING, event_time_ms LONG, arrival_time_ms LONG, value DOUBLE"
 )
@@ -63,7 +63,7 @@ def latency(clock: np.ndarray, batch: np.ndarray, end: np.ndarray) -> dict[str, 
 
 def job_figures(tables: str | Path, events: int, clock: np.ndarray) -> dict[str, Any]:
     """The measure of a job's run, from its tables (windows closed by the end of input are left out)."""
-    sink = DeltaTables(str(tables), "jobs.peers")
+    sink = DeltaTables(str(tables), "tools.peers")
     agg = sink.read(
         "aggregates", columns=["window_end_ms", "batch_id", "flushed", "emit_latency_ms", "revision"]
     )
@@ -96,7 +96,7 @@ def run_native(
     from pyspark.sql import functions as F
 
     out = work / "tables"
-    sink = DeltaTables(str(out), "jobs.peers.native", spark)
+    sink = DeltaTables(str(out), "tools.peers.native", spark)
     windows = (
         spark.readStream.format("json")
         .schema(_SCHEMA)
@@ -185,7 +185,7 @@ def compare(
         window_ms=window_ms,
         files_per_batch=files_per_batch,
     )
-    native = DeltaTables(str(native_out), "jobs.peers").read("native_windows")
+    native = DeltaTables(str(native_out), "tools.peers").read("native_windows")
     end = native.column("window_end_ms").to_numpy()
     batch = native.column("batch_id").to_numpy()
     rows.append(
@@ -219,8 +219,8 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the peers and print the comparison (latencies in ms)."""
-    parser = argparse.ArgumentParser(prog="python -m jobs.peers", description=__doc__.splitlines()[0])
-    parser.add_argument("landing", type=Path, help="the landing directory the job read (jobs.feed's files)")
+    parser = argparse.ArgumentParser(prog="python -m tools.peers", description=__doc__.splitlines()[0])
+    parser.add_argument("landing", type=Path, help="the landing directory the job read (tools.feed's files)")
     parser.add_argument("--tables", type=Path, required=True, help="the job's output (its Delta tables)")
     parser.add_argument("--work", type=Path, required=True, help="where the peers write (emptied first)")
     parser.add_argument("--label", default="this job", help="the job's row name")
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no landing files in {args.landing}")
     if args.max_files_per_trigger < 1 or args.window_ms < 1 or args.delay_ms < 0:
         parser.error("--max-files-per-trigger and --window-ms must be >= 1, --delay-ms >= 0")
-    from jobs.spark import build_session
+    from jobs.common.session import build_session
 
-    spark = build_session("jobs.peers")
+    spark = build_session("tools.peers")
     try:
         rows = compare(
             spark,

@@ -18,31 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from jobs.common.schemas import FIRED_SCHEMA, PARTIAL_SCHEMA
 from watermark.timeline import Timeline
 from watermark.windowspec import WindowSpec
-
-PARTIAL_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("window_start_ms", pa.int64()),
-        ("window_end_ms", pa.int64()),
-        ("count", pa.int64()),
-        ("sum", pa.float64()),
-        ("min", pa.float64()),
-        ("max", pa.float64()),
-    ]
-)
-
-FIRED_SCHEMA = pa.schema(
-    [
-        *PARTIAL_SCHEMA,
-        ("trigger_watermark_ms", pa.int64()),  # the watermark that closed the window (null when flushed)
-        ("fire_arrival_ms", pa.int64()),  # ingestion time of the arrival after which it closed
-        ("trigger_delay_ms", pa.int64()),  # trigger watermark - window end
-        ("emit_latency_ms", pa.int64()),  # fire arrival time - window end
-        ("flushed", pa.bool_()),  # closed by the end of input, not by the watermark
-    ]
-)
 
 _ORDER = [("window_start_ms", "ascending"), ("key", "ascending")]
 
@@ -190,8 +168,9 @@ def credit_timeline(fired: pa.Table, timeline: Timeline) -> pa.Table:
 
     :func:`fire` credits a window to the arrival after which the watermark had passed its end; a timer
     between two arrivals (``periodic``'s grid, an idle advance) may have raised it earlier, and
-    ``timeline`` (the batch's :attr:`jobs.stage.StageResult.timeline`) says when. Windows the timeline does
-    not fire (closed by a batch boundary on the wall clock) keep their instant; no instant moves later.
+    ``timeline`` (the batch's :attr:`jobs.stream.stage.driver.StageResult.timeline`) says when. Windows the
+    timeline does not fire (closed by a batch boundary on the wall clock) keep their instant; no instant
+    moves later.
 
     Examples
     --------

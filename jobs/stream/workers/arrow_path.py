@@ -39,21 +39,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from jobs.pyworker import freeze_imports
-from jobs.windows import table_partials
+from jobs.common.schemas import RECORD_SCHEMA
+from jobs.common.windows import table_partials
+from jobs.stream.workers.frozen_imports import freeze_imports
 from watermark.windowspec import WindowSpec
 
-#: A clean split's records (the Spark path's names and types for a valid row).
-RECORD_SCHEMA = pa.schema(
-    [
-        ("event_id", pa.string()),
-        ("key", pa.string()),
-        ("partition", pa.string()),
-        ("event_time_ms", pa.int64()),
-        ("arrival_time_ms", pa.int64()),
-        ("value", pa.float64()),
-    ]
-)
 #: Late rows as the second pass returns them: the record plus its file index and record id.
 LATE_ROWS_SCHEMA = pa.schema([*RECORD_SCHEMA, ("file", pa.int32()), ("line", pa.int64())])
 #: The narrow columns the first pass returns (plus ``valid``, all true, as the handler reads them).
@@ -311,7 +301,7 @@ class LateThresholds:
     def from_stage(
         cls, narrow: pa.Table, order: NDArray[np.intp], starts: NDArray[np.intp], values: NDArray[np.int64]
     ) -> LateThresholds:
-        """From :func:`jobs.stage.label_thresholds` pieces over the narrow rows in arrival order."""
+        """From :func:`jobs.stream.stage.driver.label_thresholds` pieces over the narrow rows."""
         tp = narrow.column("arrival_time_ms").to_numpy()[order]
         file = narrow.column("file").to_numpy().astype(np.int64)[order]
         line = narrow.column("line").to_numpy()[order]

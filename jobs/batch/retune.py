@@ -1,6 +1,7 @@
 """Threshold re-tuning: tune the watermark on the recent arrival history and publish a better version.
 
-Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.retune``). For the day ending at ``end``:
+Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.batch.retune``). For the day ending at
+``end``:
 
 1. Read the recent arrival history (the streaming job's ``arrivals`` table: partition, event and arrival
    time of every valid record) ingested in ``[end - history, end)``.
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from jobs.tables import DeltaTables
+from jobs.common.tables import DeltaTables
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
 
@@ -98,7 +99,7 @@ class RetuneError(RuntimeError):
 
 def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarray]:
     """Partition, event and arrival times of records ingested in ``[start_ms, end_ms)``."""
-    sink = DeltaTables(tables, "jobs.retune")
+    sink = DeltaTables(tables, "jobs.batch.retune")
     if not sink.exists("arrivals"):
         msg = (
             f"no arrival history at {sink.path('arrivals')}: the streaming job writes it unless run with "
@@ -252,7 +253,7 @@ def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneRes
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.retune``: prints the outcome as JSON."""
+    """``python -m jobs.batch.retune``: prints the outcome as JSON."""
     from watermark.clilog import run_main
 
     return run_main(
@@ -261,12 +262,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m jobs.retune`` argument parser."""
+    """The ``python -m jobs.batch.retune`` argument parser."""
     from watermark.cli import OneLineParser
     from watermark.clilog import entry_prog, plain_text
 
     p = OneLineParser(
-        prog=entry_prog("python -m jobs.retune"), description=plain_text(__doc__.split("\n", 1)[0])
+        prog=entry_prog("python -m jobs.batch.retune"), description=plain_text(__doc__.split("\n", 1)[0])
     )
     p.add_argument("--tables", required=True, help="the streaming job's --output")
     p.add_argument("--config", required=True, help="the job's configuration file (updated when published)")
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.backfill import parse_instant
+    from jobs.batch.backfill import parse_instant
 
     options = RetuneOptions(
         tables=args.tables,

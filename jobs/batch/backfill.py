@@ -38,8 +38,9 @@ Writers from different Spark applications on one table need a LogStore that make
 exclusive on the storage (HDFS and ADLS do; S3 needs Delta's DynamoDB LogStore; a local disk is safe within
 one application only); docs/deployment.md.
 
-Run it with ``spark-submit jobs/backfill.py --tables DIR --interval-start ISO --interval-end ISO`` or
-``python -m jobs.backfill ...`` (local Spark); it prints its report as JSON (``--report FILE`` keeps it).
+Run it with ``spark-submit jobs/batch/backfill.py --tables DIR --interval-start ISO --interval-end ISO`` or
+``python -m jobs.batch.backfill ...`` (local Spark); it prints its report as JSON (``--report FILE`` keeps
+it).
 """
 
 from __future__ import annotations
@@ -62,14 +63,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from deltalake import DeltaTable  # noqa: E402
 from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
-from jobs.spark import arrow_frame  # noqa: E402
-from jobs.tables import AGGREGATES_SCHEMA, PARTITIONS, day_of, read_delta  # noqa: E402
-from jobs.windows import assign_windows  # noqa: E402
+from jobs.common.schemas import AGGREGATES_SCHEMA, PARTITIONS  # noqa: E402
+from jobs.common.session import arrow_frame  # noqa: E402
+from jobs.common.tables import day_of, read_delta  # noqa: E402
+from jobs.common.windows import assign_windows  # noqa: E402
 from watermark.config import ConfigError, load_config  # noqa: E402
 from watermark.evaluate import WindowSpec  # noqa: E402
 
@@ -197,7 +199,7 @@ def corrected_rows(partials: pa.Table, current: pa.Table, now_ms: int) -> pa.Tab
     Examples
     --------
     >>> import pyarrow as pa
-    >>> from jobs.tables import AGGREGATES_SCHEMA
+    >>> from jobs.common.tables import AGGREGATES_SCHEMA
     >>> cur = pa.Table.from_pylist([{"key": "k", "window_start_ms": 0, "window_end_ms": 10, "count": 2,
     ...     "sum": 3.0, "min": 1.0, "max": 2.0, "trigger_watermark_ms": 12, "revision": 0, "late_count": 0,
     ...     "batch_id": 4, "flushed": False}], schema=AGGREGATES_SCHEMA)
@@ -632,11 +634,11 @@ def parse_instant(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``jobs/backfill.py`` argument parser."""
+    """The ``jobs/batch/backfill.py`` argument parser."""
     from watermark.cli import OneLineParser
     from watermark.clilog import entry_prog
 
-    p = OneLineParser(prog=entry_prog("jobs/backfill.py"), description=__doc__.split("\n", 1)[0])
+    p = OneLineParser(prog=entry_prog("jobs/batch/backfill.py"), description=__doc__.split("\n", 1)[0])
     p.add_argument("--tables", required=True, help="the streaming job's --output (Delta tables)")
     p.add_argument("--interval-start", required=True, help="data interval start (ISO-8601 or epoch ms)")
     p.add_argument("--interval-end", required=True, help="data interval end, exclusive")
@@ -669,19 +671,19 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (``spark-submit jobs/backfill.py`` or ``python -m jobs.backfill``)."""
+    """Entry point (``spark-submit jobs/batch/backfill.py`` or ``python -m jobs.batch.backfill``)."""
     from watermark.clilog import run_main
 
     return run_main(build_parser(), _run, argv, errors={BackfillError: 1})
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.spark import run_reporting
+    from jobs.common.session import run_reporting
     from watermark.clilog import usage_errors
 
     with usage_errors(ConfigError, ValueError):
         options = options_from_args(args)
-    return run_reporting("jobs.backfill", lambda spark: run_backfill(spark, options), args.report)
+    return run_reporting("jobs.batch.backfill", lambda spark: run_backfill(spark, options), args.report)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class StageResult:
     classes: NDArray[np.int8]  # per narrow row: LATE, STRAGGLER, NORMAL or PENDING
     wm_missed: NDArray[np.int64]  # per narrow row: the watermark it was judged against
     #: The combined watermark between the batch's arrivals too (timers, idle advance): the instant a window
-    #: fires (:func:`jobs.windows.credit_timeline`).
+    #: fires (:func:`jobs.common.windows.credit_timeline`).
     timeline: Timeline | None = None
     #: Partition-scoped mode: each partition's own watermark between its arrivals (``timeline`` is None).
     partition_timelines: Mapping[Hashable, Timeline] | None = None
@@ -92,8 +92,9 @@ def run_stage(
     ``floor_ms`` is a lower bound on the watermark in force: the end of the last window a
     ``--flush-at-end`` closed, so that a later run on the same checkpoint treats those windows as closed.
     ``foreign`` (per narrow row) marks rows that are late whatever their event time: in partition-scoped
-    mode, rows whose key another partition owns (:mod:`jobs.scoped`); they are judged against at least
-    their event time + 1. ``order`` is :func:`arrival_order` of ``narrow`` when the caller has it already.
+    mode, rows whose key another partition owns (:mod:`jobs.stream.stage.scoped`); they are judged against at
+    least their event time + 1. ``order`` is :func:`arrival_order` of ``narrow`` when the caller has it
+    already.
 
     Examples
     --------

@@ -24,8 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.scoped import OWNERS_SCHEMA
-from jobs.windows import PARTIAL_SCHEMA
+from jobs.common.schemas import PARTIAL_SCHEMA
+from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
 from watermark.timeutil import NO_WATERMARK
@@ -54,9 +54,11 @@ class SavedStage:
     open_windows: pa.Table
     config_version: int
     closed_until_ms: int = NO_WATERMARK  # end of the last window --flush-at-end closed (a watermark floor)
-    owners: pa.Table | None = None  # partition-scoped mode: the partition owning each key (jobs.scoped)
+    owners: pa.Table | None = (
+        None  # partition-scoped mode: the partition owning each key (jobs.stream.stage.scoped)
+    )
     #: When the batch ran its stage in the executors: the Parquet folder of its open windows
-    #: (``open_windows`` is then empty; :mod:`jobs.stream.executors`).
+    #: (``open_windows`` is then empty; :mod:`jobs.stream.stage.executors`).
     open_dir: str | None = None
     config: PipelineConfig | None = None  # the configuration the state was made under (its batch's)
     batch_id: int = -1  # the batch the state is the result of

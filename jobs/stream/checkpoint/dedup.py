@@ -96,7 +96,7 @@ def mark_duplicates(spark: Any, rows: Any, seen: SeenIds, batch_id: int) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from jobs.spark import arrow_frame
+    from jobs.common.session import arrow_frame
 
     known = seen.before(batch_id)
     valid = F.col("reason").isNull()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 #: The project's root: ``jobs/`` and ``watermark/`` run in Spark's Python workers too (the Arrow path).
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("jobs", "watermark")
 #: Where ``bin/bootstrap.sh`` puts the jars of ``infra/jvm/spark/pom.xml`` (delta-spark, the Kafka source).
 JARS_DIR = ROOT / ".jvm" / "spark"

@@ -1,15 +1,16 @@
 """The watermark stage in the executors: each source partition judged where Spark reads it (design §8).
 
-In partition-scoped mode (:mod:`jobs.scoped`) a partition's generator sees only its own arrivals, on its own
-clock, so it can run in the executor that reads the partition: a Kafka partition is one Spark partition,
-read in offset order. A micro-batch then goes through the stage without any row reaching the driver:
+In partition-scoped mode (:mod:`jobs.stream.stage.scoped`) a partition's generator sees only its own
+arrivals, on its own clock, so it can run in the executor that reads the partition: a Kafka partition is one
+Spark partition, read in offset order. A micro-batch then goes through the stage without any row reaching
+the driver:
 
 1. One ``mapInArrow`` pass (:func:`judge_partitions`): every executor restores its partitions' generators
    from their JSON snapshots (shipped with the task), puts the partition's valid rows in arrival order
    (arrival time, file, line), runs the generator, and labels each row late, straggler or on time against
-   the watermark at its arrival, exactly as :func:`jobs.stage.run_stage` does on the driver. It returns the
-   labelled rows (kept by Spark for the batch) and one *summary* per partition: the generator's new
-   snapshot, counts, the keys it met that have no owner yet, and the watermark's *fire segments*.
+   the watermark at its arrival, exactly as :func:`jobs.stream.stage.driver.run_stage` does on the driver. It
+   returns the labelled rows (kept by Spark for the batch) and one *summary* per partition: the generator's
+   new snapshot, counts, the keys it met that have no owner yet, and the watermark's *fire segments*.
 2. The driver reads the summaries only: it settles key ownership (a key claimed by two partitions in one
    batch goes to its first arrival; the other partition's rows of it are relabelled late, in Spark),
    installs the snapshots in its :class:`watermark.combine.PartitionedWatermark` and builds the fire table.
@@ -41,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.pyworker import freeze_imports
+from jobs.stream.workers.frozen_imports import freeze_imports
 from watermark.evaluate import LATE, STRAGGLER, classify
 from watermark.registry import make, restore
 from watermark.timeline import NO_RISE, Timeline
@@ -216,7 +217,7 @@ def judge_partition(rows: pa.Table, plan: StagePlan, task: int = 0) -> tuple[pa.
 
     ``rows`` holds :data:`ROW_COLUMNS` of one source partition's valid rows, in any order. The labelled
     rows come back in arrival order with ``class`` (LATE, STRAGGLER, NORMAL or PENDING) and ``wm_missed``
-    (the watermark each was judged against), as :func:`jobs.stage.run_stage` labels them.
+    (the watermark each was judged against), as :func:`jobs.stream.stage.driver.run_stage` labels them.
     """
     partition = str(rows.column("partition")[0].as_py())
     te0 = rows.column("event_time_ms").to_numpy()

@@ -1,4 +1,6 @@
-"""A micro-batch with the watermark stage in the executors (:mod:`jobs.executor_stage`): the Spark side.
+"""A micro-batch with the watermark stage in the executors: the Spark side.
+
+The code that runs in the workers is :mod:`jobs.stream.workers.executor_stage`.
 
 Used in partition-scoped mode on the Kafka source, where a Kafka partition is a Spark partition. The
 driver collects one summary per partition; rows, late rows, partial aggregates and open windows stay in
@@ -18,7 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.executor_stage import (
+from jobs.common.schemas import AGGREGATES_SCHEMA, ARRIVALS_SCHEMA, LATE_SCHEMA, PARTIAL_SCHEMA
+from jobs.common.session import arrow_frame
+from jobs.common.windows import assign_windows
+from jobs.stream.stage.scoped import OWNERS_SCHEMA
+from jobs.stream.workers.executor_stage import (
     LABELLED_DDL,
     ROW_COLUMNS,
     Settled,
@@ -28,10 +34,6 @@ from jobs.executor_stage import (
     segments_table,
     settle,
 )
-from jobs.scoped import OWNERS_SCHEMA
-from jobs.spark import arrow_frame
-from jobs.tables import AGGREGATES_SCHEMA, ARRIVALS_SCHEMA, LATE_SCHEMA
-from jobs.windows import PARTIAL_SCHEMA, assign_windows
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
 from watermark.evaluate import LATE, STRAGGLER
@@ -107,8 +109,8 @@ def run_in_executors(
     ``parsed`` is the validated batch (``reason`` null for a valid row). ``open_before`` (Arrow, from a
     batch the driver ran) or ``open_before_dir`` (Parquet, from a batch on this path) are the open windows
     before the batch. The outcome's ``rows_out`` maps tables to Spark DataFrames (or Arrow tables for the
-    small ones) for :meth:`jobs.tables.DeltaTables.append_all`. ``boundary_ms`` (wall clock): the batch's
-    boundary on the ingestion clock; every partition's generator advances to it after the batch's
+    small ones) for :meth:`jobs.common.tables.DeltaTables.append_all`. ``boundary_ms`` (wall clock): the
+    batch's boundary on the ingestion clock; every partition's generator advances to it after the batch's
     arrivals, and the windows that advance closes fire at it.
     """
     from pyspark.sql import functions as F
@@ -319,8 +321,8 @@ def _fire_instant(end: Any) -> list[Any]:
     """The joined segment's trigger watermark and fire instant of a window ending at ``end``.
 
     A step or an arrival fires every window of the segment at ``fire_arrival_ms``; on a ramp
-    (``W(t) = t - ramp_offset_ms``, :data:`jobs.executor_stage.Segment`) a window fires when the clock
-    reaches ``end + offset``, by the gap's arrival (``cap_ms``) at the latest.
+    (``W(t) = t - ramp_offset_ms``, :data:`jobs.stream.workers.executor_stage.Segment`) a window fires when
+    the clock reaches ``end + offset``, by the gap's arrival (``cap_ms``) at the latest.
     """
     from pyspark.sql import functions as F
 
@@ -357,7 +359,7 @@ def _claim(owners: pa.Table, settled: Settled) -> pa.Table:
 
 def _owned_frame(spark: Any, open_windows: pa.Table, owners: pa.Table) -> Any:
     """Open windows the driver path left (Arrow), with their keys' owners, as a Spark frame."""
-    from jobs.scoped import owner_of
+    from jobs.stream.stage.scoped import owner_of
 
     owned = open_windows.select(PARTIAL_SCHEMA.names).append_column(
         "owner", owner_of(owners, open_windows.column("key"))

@@ -1,9 +1,9 @@
-"""The column reference of ``docs/tables.md``, generated from the table schemas of :mod:`jobs.tables`.
+"""The column reference of ``docs/tables.md``, generated from the table schemas of :mod:`jobs.common.tables`.
 
 The reference sits between the markers :data:`BEGIN` and :data:`END` of ``docs/tables.md``;
 ``tests/test_docs.py`` fails when it differs from :func:`render_table_reference`. Regenerate it with::
 
-    python -m jobs.tabledocs --write
+    python -m jobs.common.tabledocs --write
 
 Without ``--write`` the reference is printed; ``--check`` exits 1 when the file is not current.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.tables import COLUMN_DOCS, PARTITIONS, PROPERTIES, TABLE_DOCS, TABLES
+from jobs.common.schemas import COLUMN_DOCS, PARTITIONS, PROPERTIES, TABLE_DOCS, TABLES
 
 BEGIN = "<!-- tables:begin -->"
 END = "<!-- tables:end -->"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "tables.md"
 
 #: Delta (Spark SQL) type of each Arrow type the schemas use.
 _TYPES = {
@@ -41,13 +41,13 @@ def _cell(text: str) -> str:
 
 
 def render_table_reference() -> str:
-    """The Markdown between the markers: one section per table of :data:`jobs.tables.TABLES`.
+    """The Markdown between the markers: one section per table of :data:`jobs.common.tables.TABLES`.
 
     Raises
     ------
     KeyError
-        If a table or a column has no description in :data:`jobs.tables.TABLE_DOCS` /
-        :data:`jobs.tables.COLUMN_DOCS`.
+        If a table or a column has no description in :data:`jobs.common.tables.TABLE_DOCS` /
+        :data:`jobs.common.tables.COLUMN_DOCS`.
 
     >>> text = render_table_reference()
     >>> text.splitlines()[0]
@@ -99,8 +99,10 @@ def splice(document: str, reference: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.tabledocs [--write | --check]``."""
-    parser = argparse.ArgumentParser(prog="python -m jobs.tabledocs", description=__doc__.splitlines()[0])
+    """``python -m jobs.common.tabledocs [--write | --check]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.common.tabledocs", description=__doc__.splitlines()[0]
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", action="store_true", help=f"rewrite the reference in {DOC}")
     group.add_argument("--check", action="store_true", help="exit 1 if the reference in the file is stale")
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = splice(current, reference)
     if args.check:
         if wanted != current:
-            print(f"{DOC} is stale: run python -m jobs.tabledocs --write", file=sys.stderr)
+            print(f"{DOC} is stale: run python -m jobs.common.tabledocs --write", file=sys.stderr)
             return 1
         return 0
     if wanted != current:

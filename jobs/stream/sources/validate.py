@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.stream.options import Fields
-from jobs.tables import QUARANTINE_REASONS
 from watermark.timeparse import spark_epoch_ms
 
 __all__ = [

@@ -6,7 +6,7 @@ Suites, one per table, plus one on totals across tables:
   counts non-negative, a window (key, start, end) appears once.
 - ``late_events``: keys, event and arrival times not null, the missed watermark above the event time
   (``late_by_ms`` positive), ``reconciled`` set.
-- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.tables.QUARANTINE_REASONS`.
+- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.common.tables.QUARANTINE_REASONS`.
 - ``conservation`` (one row of totals): every late event the streaming job counted is in ``late_events``
   (the sum of ``late`` in ``watermark_log``); every reconciled late event is counted once in the
   aggregates' ``late_count`` (tumbling windows: a late row is in one window); no window holds more on-time
@@ -36,7 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.tables import QUARANTINE_REASONS, DeltaTables
+from jobs.common.schemas import QUARANTINE_REASONS
+from jobs.common.tables import DeltaTables
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")
@@ -319,12 +320,12 @@ def _plain(value: Any) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m jobs.quality`` argument parser."""
+    """The ``python -m jobs.batch.quality`` argument parser."""
     from watermark.cli import OneLineParser
     from watermark.clilog import entry_prog, plain_text
 
     p = OneLineParser(
-        prog=entry_prog("python -m jobs.quality"), description=plain_text(__doc__.split("\n")[0])
+        prog=entry_prog("python -m jobs.batch.quality"), description=plain_text(__doc__.split("\n")[0])
     )
     p.add_argument("tables", help="the streaming job's --output")
     p.add_argument("--sliding", action="store_true", help="the job uses sliding windows")
@@ -332,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.quality TABLES [--sliding]``: print the summary; exit 1 if an expectation broke."""
+    """``python -m jobs.batch.quality TABLES [--sliding]``: print the summary; exit 1 on a broken one."""
     from watermark.clilog import run_main
 
     def run(args: argparse.Namespace) -> int:

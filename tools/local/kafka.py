@@ -7,11 +7,11 @@ Usage::
     bin/kafka-local stop                  # SIGTERM, wait, report
     bin/kafka-local start --port 19092 --dir /tmp/kafka   # or AWM_KAFKA_PORT=19092 / AWM_KAFKA_DIR=...
 
-    python -m jobs.feed --synthetic 10000 --kafka-bootstrap-servers 127.0.0.1:9092 --topic events \
+    python -m tools.feed --synthetic 10000 --kafka-bootstrap-servers 127.0.0.1:9092 --topic events \
         --partitions 4
 
 ``bin/kafka-local`` sources ``bin/bootstrap.sh`` (the virtualenv and the jars in ``.jvm/kafka``) and runs
-``python -m jobs.kafka_local``. From Python (tests)::
+``python -m tools.local.kafka``. From Python (tests)::
 
     with LocalKafka(port=19092, dir=tmp_path / "kafka") as kafka:
         kafka.create_topic("events", 4)
@@ -36,7 +36,7 @@ The directory holds::
     logs/server.log, logs/broker.out        the broker's log and its standard output and error
     broker.json                             pid, ports and start time of the running broker
 
-Exit status of ``python -m jobs.kafka_local``: 0 on success (``status``: running), 1 when the broker cannot
+Exit status of ``python -m tools.local.kafka``: 0 on success (``status``: running), 1 when the broker cannot
 be started or stopped (port busy, jars missing, timeout), 2 for bad arguments, 3 for ``status`` when no broker
 runs.
 
@@ -72,7 +72,7 @@ __all__ = [
     "main",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PORT = 9092
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_DIR = ROOT / "out" / "kafka"
@@ -467,7 +467,7 @@ class LocalKafka:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         server = self.dir / "server.properties"
-        lines = ["# Written by jobs/kafka_local.py at each start; edits are overwritten."]
+        lines = ["# Written by tools/local/kafka.py at each start; edits are overwritten."]
         server.write_text("\n".join(lines + [f"{k}={v}" for k, v in settings.items()]) + "\n")
         log_file = str(self.log_file).replace("\\", "/")
         (self.dir / "log4j2.properties").write_text(
@@ -727,7 +727,7 @@ class LocalKafka:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m jobs.kafka_local`` (``bin/kafka-local``) argument parser.
+    """The ``python -m tools.local.kafka`` (``bin/kafka-local``) argument parser.
 
     Returns
     -------
@@ -752,7 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m jobs.kafka_local`` / ``bin/kafka-local``.
+    """Entry point of ``python -m tools.local.kafka`` / ``bin/kafka-local``.
 
     Parameters
     ----------

@@ -23,9 +23,9 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import pyarrow as pa
 
+from jobs.common.schemas import QUARANTINE_SCHEMA
 from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
-from jobs.stream.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
-from jobs.tables import QUARANTINE_SCHEMA
+from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 
 log = logging.getLogger("jobs.stream")
 

@@ -36,9 +36,10 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
+from jobs.common.schemas import TABLES
+from jobs.common.tables import DeltaTables, conform
+from jobs.stream.checkpoint.state import RECOVERY, CheckpointError, _fsync_dir, _write_durably
 from jobs.stream.options import DeferPolicy
-from jobs.stream.state import RECOVERY, CheckpointError, _fsync_dir, _write_durably
-from jobs.tables import TABLES, DeltaTables, conform
 
 log = logging.getLogger("jobs.stream")
 
@@ -173,7 +174,7 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
         except (OSError, pa.ArrowException, ValueError) as exc:
             msg = f"{path}: unreadable pending rows ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
-    from jobs.spark import arrow_frame
+    from jobs.common.session import arrow_frame
 
     if not parquet:
         return arrow_frame(spark, pa.concat_tables(arrow))

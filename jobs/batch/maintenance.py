@@ -11,7 +11,7 @@ exists, in this order:
    data quality a batch range), ``late_events`` by batch and event time, ``watermark_log`` and
    ``arrivals`` by ingestion time (data quality and the tuner read an ingestion interval),
    ``quarantine`` by batch. ``aggregates`` and ``late_events`` are also partitioned by date
-   (``jobs/tables.py``); OPTIMIZE works within each partition.
+   (``jobs/common/tables.py``); OPTIMIZE works within each partition.
 3. **VACUUM** with ``--retain-hours`` (default 168, Delta's own default: 7 days): data files that no
    version younger than that references are deleted. A reader or a streaming query older than the
    retention may fail; below 168 h Delta's safety check is turned off for this application only, with a
@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.tables import DAY_MS, TABLES, table_path  # noqa: E402
+from jobs.common.schemas import DAY_MS, TABLES  # noqa: E402
+from jobs.common.tables import table_path  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def _snapshot(path: str) -> tuple[int, int]:
 
 
 def _retrying(what: str, action: Callable[[], Any], options: MaintenanceOptions) -> Any:
-    from jobs.backfill import _delta_conflicts
+    from jobs.batch.backfill import _delta_conflicts
 
     attempt = 0
     while True:
@@ -191,10 +192,10 @@ def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``jobs/maintenance.py`` argument parser."""
+    """The ``jobs/batch/maintenance.py`` argument parser."""
     from watermark.cli import OneLineParser
 
-    p = OneLineParser(prog="jobs/maintenance.py", description=__doc__.split("\n", 1)[0])
+    p = OneLineParser(prog="jobs/batch/maintenance.py", description=__doc__.split("\n", 1)[0])
     p.add_argument("--tables", required=True, help="the streaming job's --output (Delta tables)")
     p.add_argument("--retain-hours", type=float, default=SAFE_RETAIN_HOURS, help="VACUUM retention")
     p.add_argument(
@@ -207,14 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (``spark-submit jobs/maintenance.py`` or ``python -m jobs.maintenance``)."""
+    """Entry point (``spark-submit jobs/batch/maintenance.py`` or ``python -m jobs.batch.maintenance``)."""
     from watermark.clilog import run_main
 
     return run_main(build_parser(), _run, argv)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.spark import run_reporting
+    from jobs.common.session import run_reporting
     from watermark.clilog import usage_errors
 
     with usage_errors(ValueError):
@@ -225,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
             zorder=not args.no_zorder,
             run_id=args.run_id,
         )
-    return run_reporting("jobs.maintenance", lambda spark: run_maintenance(spark, options), args.report)
+    return run_reporting("jobs.batch.maintenance", lambda spark: run_maintenance(spark, options), args.report)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A local monitoring demo: Prometheus and the Pushgateway on 127.0.0.1 watching a live run of the job.
 
-    python -m monitoring.demo [--speed 5] [--duration SECONDS]      (bin/monitor runs this)
+    python -m tools.demo [--speed 5] [--duration SECONDS]      (bin/monitor runs this)
 
 It feeds the bundled IoT stream (``samples/ooo-iot-d1.csv``) into a landing directory in real time (times
 ``--speed``), runs the streaming job on it with an interval trigger and its metrics endpoint, and starts a
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from monitoring.local import LocalServer, prometheus_config, start_prometheus, start_pushgateway
+from tools.local.prometheus import LocalServer, prometheus_config, start_prometheus, start_pushgateway
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "infra" / "prometheus"
@@ -39,7 +39,7 @@ def _port_free(port: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the process exit code."""
-    p = argparse.ArgumentParser(prog="python -m monitoring.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.splitlines()[0])
     p.add_argument("--speed", type=float, default=5.0, help="replay speed of the recorded stream (default 5)")
     p.add_argument("--duration", type=float, help="stop after this many seconds (default: end of the stream)")
     p.add_argument("--prometheus-port", type=int, default=9090)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         servers.append(prom)
         landing = out / "landing"
         feed = [
-            sys.executable, "-m", "jobs.feed", str(ROOT / "samples" / "ooo-iot-d1.csv"), "--delimiter", ";",
+            sys.executable, "-m", "tools.feed", str(ROOT / "samples" / "ooo-iot-d1.csv"), "--delimiter", ";",
             "--event-time", "S.Client.Detection.Time", "--arrival-time", "S.Message.received.time.ms",
             "--partition", "S.Device.ID", "--out", str(landing), "--rows-per-file", "100",
             "--pace", "realtime", "--speed", str(args.speed), "--quiet",

@@ -1,7 +1,7 @@
 """Labelling in Spark: the stage's late rows as one ``CASE`` over the compressed lateness thresholds.
 
-:func:`jobs.stage.label_thresholds` compresses the stage's labels into pieces over the arrival key;
-:func:`late_expression` turns them into a Spark column, so rows are labelled without a row-id join or a
+:func:`jobs.stream.stage.driver.label_thresholds` compresses the stage's labels into pieces over the arrival
+key; :func:`late_expression` turns them into a Spark column, so rows are labelled without a row-id join or a
 Python UDF.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.stage import label_thresholds
+from jobs.stream.stage.driver import label_thresholds
 
 #: A CASE with more pieces than this labels rows with a broadcast join of the late rows' keys instead.
 MAX_THRESHOLD_PIECES = 256

@@ -1,0 +1,1 @@
+"""Local services for trying the pipeline on one machine: Kafka (KRaft), Prometheus, the Pushgateway."""
