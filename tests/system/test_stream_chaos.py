@@ -24,7 +24,7 @@ import pytest
 
 from jobs.common.tables import DeltaTables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

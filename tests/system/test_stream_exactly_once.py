@@ -1,6 +1,6 @@
 """Exactly once: a job killed with SIGKILL inside its micro-batches and restarted writes the same tables.
 
-Landing files here; the same on a Kafka topic is ``tests/test_stream_exactly_once_kafka.py`` (its own file,
+Landing files here; the same on a Kafka topic is ``tests/system/test_stream_exactly_once_kafka.py`` (its own file,
 so that the suite's workers run the two at the same time).
 """
 
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from jobs.common.tables import DeltaTables
-from tests.test_stream import iot_records, stable
+from tests.integration.spark.test_stream import iot_records, stable
 from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: 2,000 records in 8 micro-batches of 250 (a file, or 250 Kafka offsets, each).
 RECORDS, PER_BATCH = 2_000, 250
 

@@ -1,11 +1,11 @@
 """Exactly once on Kafka: a job killed with SIGKILL inside its micro-batches and restarted writes the tables
-of an uninterrupted run, on a 4-partition topic of the local broker (``tests/test_stream_exactly_once.py``:
+of an uninterrupted run, on a 4-partition topic of the local broker (``tests/system/test_stream_exactly_once.py``:
 the same on landing files, and the helpers)."""
 
 import pytest
 
-from tests.test_stream import iot_records
-from tests.test_stream_exactly_once import PER_BATCH, RECORDS, killed_three_times_gives_the_tables_of_one_run
+from tests.integration.spark.test_stream import iot_records
+from tests.system.test_stream_exactly_once import PER_BATCH, RECORDS, killed_three_times_gives_the_tables_of_one_run
 from tools.feed import feed_kafka
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

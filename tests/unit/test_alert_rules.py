@@ -9,7 +9,7 @@ import yaml
 
 from monitoring import rules
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "infra" / "prometheus"
 TESTS = sorted((PROM / "tests").glob("*_test.yml"))
 

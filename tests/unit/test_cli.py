@@ -9,7 +9,7 @@ import pytest
 
 from watermark.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 TAXI = ROOT / "samples" / "debs2015-taxi-sample.csv"
 IOT_FLAGS = [

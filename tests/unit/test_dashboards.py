@@ -11,7 +11,7 @@ from monitoring import dashboards
 from monitoring.metrics import BatchObservation, JobMetrics, PartitionState
 from monitoring.push import TASK_VALUES, outcome_registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOARDS = dashboards.build_dashboards()
 
 

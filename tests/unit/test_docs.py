@@ -8,7 +8,7 @@ import pytest
 from jobs.common.schemas import COLUMN_DOCS, QUARANTINE_REASONS, TABLES
 from jobs.common.tabledocs import BEGIN, END, render_table_reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]

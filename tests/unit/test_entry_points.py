@@ -24,7 +24,7 @@ from watermark.clilog import (
 )
 from watermark.progress import ProgressReporter, progress_line
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 IOT_FLAGS = [

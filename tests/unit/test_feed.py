@@ -17,7 +17,7 @@ import pytest
 
 from tools.feed import feed, main, records_from_file, records_from_synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 
 # Seven rows out of arrival order; rows 1 and 4 (0-based) tie at arrival 1500 and must keep file order.

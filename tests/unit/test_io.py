@@ -14,7 +14,7 @@ import pytest
 
 from watermark.io import TIME_FORMATS, InputError, RecordedStream, read_stream
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def ms(*args: int, tz: timezone = UTC, micro: int = 0) -> int:

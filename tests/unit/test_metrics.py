@@ -15,7 +15,7 @@ from jobs.stream.run import run_job
 from monitoring.metrics import MAX_PARTITION_SERIES, BatchObservation, JobMetrics, PartitionState
 from monitoring.push import outcome_registry
 from monitoring.server import MetricsPortBusy, serve
-from tests.test_stream import config, good, iot_records, write_lines
+from tests.integration.spark.test_stream import config, good, iot_records, write_lines
 from tools.feed import feed
 from watermark.timeutil import NO_WATERMARK
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from jobs.batch.retune import retune
-from tests.test_retune import history, options, running
+from tests.unit.test_retune import history, options, running
 from watermark.config import ConfigError, PipelineConfig, load_config
 
 

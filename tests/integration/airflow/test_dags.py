@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from jobs.common.tables import DeltaTables
-from tests.test_backfill import batch_aggregation, job, one_partition, table_aggregates
-from tests.test_stream import iot_records, write_lines
+from tests.integration.spark.test_backfill import batch_aggregation, job, one_partition, table_aggregates
+from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 from watermark.config import load_config, write_config
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DAG_IDS = {"awm_late_data_backfill", "awm_watermark_retuning", "awm_data_quality", "awm_table_maintenance"}
 DAG_FILES = ["late_data_backfill", "watermark_retuning", "data_quality", "table_maintenance"]
 
@@ -219,7 +219,7 @@ def test_the_maintenance_dag_compacts_and_vacuums_through_spark_submit_and_pushe
 
     tmp, _ = stream_tables
     tables = tmp_path / "tables"
-    for t in ("aggregates", "arrivals"):  # two tables are enough here (tests/test_maintenance.py: all five)
+    for t in ("aggregates", "arrivals"):  # two tables are enough here (tests/integration/spark/test_maintenance.py: all five)
         shutil.copytree(tmp / "out" / t, tables / t)
     before = {
         t: sorted(DeltaTables(str(tables), "r").read(t).to_pylist(), key=repr)
@@ -296,7 +296,7 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
 
     from jobs.stream.options import DeferPolicy, JobOptions
     from jobs.stream.run import run_job
-    from tests.test_stream import config
+    from tests.integration.spark.test_stream import config
 
     records = iot_records(4_000)
     inp = tmp_path / "in"

@@ -18,7 +18,7 @@ import pytest
 from tools.feed import KafkaFeedError, feed, feed_kafka, kafka_partition_map, main, records_from_synthetic
 from tools.local.kafka import LocalKafka, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 IOT_FLAGS = [
     "--delimiter",

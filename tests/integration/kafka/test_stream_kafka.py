@@ -9,7 +9,7 @@ import pytest
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions, KafkaOptions
 from jobs.stream.run import run_job
-from tests.test_stream import iot_records
+from tests.integration.spark.test_stream import iot_records
 from tools.feed import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay

@@ -25,8 +25,8 @@ from monitoring import dashboards, rules
 from monitoring.metrics import JobMetrics
 from monitoring.push import push_outcome
 from monitoring.server import serve
-from tests.test_dashboards import metric_names as dashboard_metric_names
-from tests.test_stream import config
+from tests.unit.test_dashboards import metric_names as dashboard_metric_names
+from tests.integration.spark.test_stream import config
 from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -249,7 +249,7 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
 def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(spark, tmp_path):
     """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
     keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
-    from tests.test_stream import iot_records
+    from tests.integration.spark.test_stream import iot_records
     from tools.feed import feed
     from tools.local.prometheus import free_port
 

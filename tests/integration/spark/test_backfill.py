@@ -13,7 +13,7 @@ from jobs.common.session import arrow_frame
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.test_stream import config, iot_records, write_lines
+from tests.integration.spark.test_stream import config, iot_records, write_lines
 from tools.feed import feed
 from watermark.evaluate import WindowSpec
 
@@ -119,7 +119,7 @@ def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_chang
 
 
 def test_a_late_row_of_a_window_still_open_waits_for_a_later_run(spark, tmp_path):
-    from tests.test_stream import good
+    from tests.integration.spark.test_stream import good
 
     # te 500 arrives after te 1_900 has pushed the watermark to 1_900: late, but its window [0, 1000) is
     # closed only when the watermark passes 1000 -- which it has. The row at te 1_950 arriving after

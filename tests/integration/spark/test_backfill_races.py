@@ -1,6 +1,6 @@
 """The late-data backfill against a streaming job writing the same tables: both commit, nothing is lost.
 
-Apart from tests/test_backfill.py so that the test workers run these two long tests beside the others.
+Apart from tests/integration/spark/test_backfill.py so that the test workers run these two long tests beside the others.
 """
 
 import json
@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from jobs.common.tables import DeltaTables
 from jobs.stream.run import run_job
-from tests.test_backfill import (
+from tests.integration.spark.test_backfill import (
     FAR_FUTURE_MS,
     backfill,
     batch_aggregation,

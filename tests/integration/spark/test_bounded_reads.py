@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("reader_memory", ROOT / "benchmarks" / "reader_memory.py")
 assert _spec is not None and _spec.loader is not None
 reader_memory = importlib.util.module_from_spec(_spec)

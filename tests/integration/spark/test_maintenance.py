@@ -9,8 +9,8 @@ import pytest
 from jobs.batch.maintenance import MaintenanceOptions, data_files_on_disk, run_maintenance
 from jobs.common.schemas import DAY_MS, TABLES
 from jobs.common.tables import DeltaTables
-from tests.test_backfill import job, one_partition
-from tests.test_stream import iot_records, write_lines
+from tests.integration.spark.test_backfill import job, one_partition
+from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]

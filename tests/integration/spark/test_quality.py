@@ -6,8 +6,8 @@ import pytest
 from jobs.batch.quality import check_tables, conservation_totals
 from jobs.common.schemas import AGGREGATES_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA, WATERMARK_LOG_SCHEMA
 from jobs.common.tables import DeltaTables
-from tests.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
-from tests.test_stream import iot_records, write_lines
+from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
+from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

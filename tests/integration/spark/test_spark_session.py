@@ -11,7 +11,7 @@ from jobs.common.session import project_jars
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 from jobs.common.session import build_session

@@ -13,7 +13,7 @@ from jobs.common.tables import DeltaTables, conform
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def one_row(schema: pa.Schema, i: int = 0) -> pa.Table:
