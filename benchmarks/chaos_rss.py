@@ -3,8 +3,8 @@
     python benchmarks/chaos_rss.py [--batches 300] [--rows-per-second 5000] [--kills 5] [--seed 11] [--json]
 
 Runs the job uninterrupted on Spark's deterministic rate source (``--rate-rows-per-batch``), then again
-SIGKILLed at ``--kills`` random points and restarted (``tests/test_stream_chaos.py``, which runs a smaller
-load in the suite), and prints: whether every table equals the uninterrupted run's, the checkpoint folder's
+SIGKILLed at ``--kills`` random points and restarted (``tests/system/test_stream_chaos.py``, which runs a
+smaller load in the suite), and prints: whether every table equals the uninterrupted run's, the checkpoint folder's
 file count and size over the last 100 batches, and the driver's RSS (the Python driver and its JVM) over the
 last 200 batches of the uninterrupted run, with the ratio of its highest to its lowest value (the target is
 within 1.3x; printed, not asserted) and the batch of its highest; Spark's Python workers (forked by the JVM
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.test_stream_chaos import Load, Run, chaos  # noqa: E402
+from tests.system.test_stream_chaos import Load, Run, chaos  # noqa: E402
 
 
 def group_rss_bytes(pgid: int) -> tuple[int, int, int, int]:

@@ -8,7 +8,7 @@ the job over them on a fresh checkpoint. It checks that the job never fails, and
 ends in exactly one table: counted in ``aggregates`` (every window is flushed), a row of ``late_events``, or
 a row of ``quarantine`` (a file that cannot be read is one ``quarantine`` row of its own). At the end it
 prints what it covered: examples, files, records, the quarantine reasons seen, and the file-name
-characters seen. ``tests/test_fuzz_source.py`` runs a few examples of the same check in the suite.
+characters seen. ``tests/system/test_fuzz_source.py`` runs a few examples of the same check in the suite.
 """
 
 from __future__ import annotations

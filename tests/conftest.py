@@ -1,4 +1,26 @@
+"""The suite's fixtures, markers and tiers.
+
+Tiers are folders: ``tests/unit`` (no JVM, broker or server), ``tests/integration/{spark,kafka,airflow,
+prometheus}`` (a real Spark, Kafka broker, Airflow or Prometheus) and ``tests/system`` (end-to-end runs:
+SIGKILLs, chaos, fuzzing the job, a real Airflow scheduler). The markers that say what a test needs are not
+written by hand: :func:`pytest_collection_modifyitems` derives them from the fixtures the test uses (directly
+or through other fixtures), so they cannot go stale, and it refuses a unit test that needs one of them.
+``pytest --fast`` (``bin/test --fast``) runs only the tests with none of them and fails a test that starts a
+JVM, Spark, Prometheus or PostgreSQL anyway.
+"""
+
+from __future__ import annotations
+
 import os
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,36 +42,309 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+
 #: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, Kafka
-#: streams, backfill races), largest first. They are collected first, so that bin/test's three workers
-#: (``--dist loadfile``) start them first and the suite does not end on one of them running alone.
+#: streams, backfill races), largest first, relative to tests/. They are collected first, so that bin/test's
+#: three workers (``--dist loadfile``) start them first and the suite does not end on one of them running alone.
 SLOW_FILES = (
-    "test_stream_chaos.py",
-    "test_stream_exactly_once.py",
-    "test_stream_exactly_once_kafka.py",
-    "test_dags.py",
-    "test_stream_kafka.py",
-    "test_backfill_races.py",
-    "test_backfill.py",
-    "test_maintenance.py",
-    "test_retune.py",
+    "system/test_stream_chaos.py",
+    "system/test_stream_exactly_once.py",
+    "system/test_stream_exactly_once_kafka.py",
+    "integration/airflow/test_dags.py",
+    "system/test_airflow_scheduler.py",
+    "integration/kafka/test_stream_kafka.py",
+    "integration/spark/test_backfill_races.py",
+    "integration/spark/test_backfill.py",
+    "integration/spark/test_maintenance.py",
+    "unit/test_retune.py",
+)
+
+#: Fixture -> the marker every test using it (directly or through another fixture) gets. A test that starts
+#: a JVM, broker or server without ``spark``, ``kafka_broker`` or ``airflow_home`` requests ``jvm_process``
+#: or ``local_server``, which also give it what it needs (an environment, free ports, binaries).
+FIXTURE_MARKERS = {
+    "spark": "spark",
+    "spark_sessions": "spark",  # what fixtures of a module scope use
+    "kafka_broker": "kafka",
+    "airflow_home": "airflow",
+    "jvm_process": "jvm",
+    "local_server": "server",
+}
+HEAVY_MARKERS = frozenset(FIXTURE_MARKERS.values())
+
+#: Programs a test of the fast tier may not start (the first word of a command line, or the target of
+#: ``java``'s place on PATH / JAVA_HOME for the processes of those processes).
+GUARDED_PROGRAMS = (
+    "java",
+    "spark-submit",
+    "spark-class",
+    "pyspark",
+    "prometheus",
+    "prometheus-pushgateway",
+    "promtool",
+    "initdb",
+    "pg_ctl",
+    "postgres",
+    "airflow",
 )
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="run only the tests with none of the markers " + ", ".join(sorted(HEAVY_MARKERS)) + " (no JVM, "
+        "broker or server), and fail a test that starts java, spark-submit, prometheus, promtool, PostgreSQL "
+        "or airflow anyway",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--fast", default=False):
+        _guard_processes(Path(tempfile.mkdtemp(prefix="awm-fast-guard-")))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Move the tests of :data:`SLOW_FILES` to the front, in that order; every other test keeps its order."""
+    """Markers from fixtures; unit tests need none; ``--fast`` deselects the others; slow files first."""
+    wrong = []
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        derived = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
+        by_hand = {m.name for m in item.iter_markers() if m.name in HEAVY_MARKERS} - derived
+        if by_hand:
+            wrong.append(f"{item.nodeid}: marker {sorted(by_hand)} without its fixture (markers come from fixtures)")
+        for marker in sorted(derived):
+            item.add_marker(marker)
+        tier = _tier(item)
+        if tier == "unit" and derived:
+            fixtures = sorted(f for f, m in FIXTURE_MARKERS.items() if m in derived)
+            wrong.append(f"{item.nodeid}: a unit test using {fixtures}: move it to tests/integration or tests/system")
+        elif tier in ("integration", "system") and not derived:
+            wrong.append(
+                f"{item.nodeid}: a {tier} test that uses none of the fixtures {sorted(FIXTURE_MARKERS)}: "
+                "move it to tests/unit (or request the fixture of what it starts)"
+            )
+    if wrong:
+        raise pytest.UsageError("tests in the wrong tier or with hand-written markers:\n" + "\n".join(wrong))
+
+    if config.getoption("--fast", default=False):
+        kept = [item for item in items if not any(item.get_closest_marker(m) for m in HEAVY_MARKERS)]
+        deselected = [item for item in items if item not in kept]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
+
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
+    items.sort(key=lambda item: rank.get(_relative(item), len(SLOW_FILES)))
+
+
+def _relative(item) -> str:
+    try:
+        return item.path.relative_to(TESTS).as_posix()
+    except ValueError:  # doctests of the packages
+        return ""
+
+
+def _tier(item) -> str:
+    return _relative(item).partition("/")[0] if "/" in _relative(item) else ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The fast tier's guard
+
+
+def _guard_processes(shims: Path) -> None:
+    """Fail a test that starts a guarded program, in this process or in a process it starts.
+
+    In this process, ``subprocess.Popen`` refuses the command before it runs (pyspark's gateway launch
+    included). Processes started from here (``python -m jobs.stream``, bin/kafka-local) find a shim that
+    exits 97 with the same message first on PATH and as ``$JAVA_HOME/bin/java`` (Spark's launcher uses it).
+    """
+    message = (
+        "{program}: the fast tier (bin/test --fast, pytest --fast) runs tests that start no JVM, broker or "
+        "server; request the fixture of what the test starts (spark, kafka_broker, airflow_home, jvm_process, "
+        "local_server) and move it to tests/integration or tests/system"
+    )
+    (shims / "bin").mkdir(parents=True, exist_ok=True)
+    for program in GUARDED_PROGRAMS:
+        shim = shims / "bin" / program
+        text = message.format(program=program)
+        shim.write_text(f"#!/bin/sh\necho {shlex.quote('error: ' + text)} >&2\nexit 97\n")
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.environ["PATH"] = os.pathsep.join([str(shims / "bin"), os.environ.get("PATH", "")])
+    os.environ["JAVA_HOME"] = str(shims)
+
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def guarded(self, args, executable, *rest, **kwargs):
+        words = shlex.split(os.fsdecode(args)) if isinstance(args, str | bytes) else list(args)
+        program = os.fsdecode(executable or (words[0] if words else ""))
+        name = os.path.basename(program)
+        if name in GUARDED_PROGRAMS:
+            pytest.fail(message.format(program=name), pytrace=False)
+        return execute_child(self, args, executable, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------------------------------
+# Spark
+
+
+class SparkSessions:
+    """The worker's local Spark session: built when first needed, built again when found dead.
+
+    A test that pytest-timeout interrupts in the middle of a Spark call, or one that stops the session or
+    loses its JVM, must not break the tests after it on the same worker: before each use the session is
+    checked (its context not stopped, its JVM answering) and, after a failed test, a trivial job must run.
+    """
+
+    def __init__(self) -> None:
+        self.session = None
+        self.suspect = False  # the last test that used it failed: check with a job too
+
+    def get(self):
+        if self.session is not None and not self._alive(self.session, job=self.suspect):
+            self.discard()
+        self.suspect = False
+        if self.session is None:
+            from jobs.common.session import build_session
+
+            self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
+        return self.session
+
+    @staticmethod
+    def _alive(session, job: bool) -> bool:
+        try:
+            jsc = session._jsc
+            if jsc is None or jsc.sc().isStopped():
+                return False
+            return not job or session.range(3).count() == 3
+        except Exception:  # a dead gateway or JVM: py4j errors of every kind
+            return False
+
+    def clean_up(self) -> None:
+        """After a test: stop the streaming queries and jobs it left running (a failed or interrupted one)."""
+        if self.session is None:
+            return
+        try:
+            for query in self.session.streams.active:
+                query.stop()
+            self.session.sparkContext.cancelAllJobs()
+        except Exception:
+            self.suspect = True
+
+    def discard(self) -> None:
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        session, self.session = self.session, None
+        try:
+            session.stop()
+        except Exception:
+            pass
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if gateway is not None and (proc is None or proc.poll() is not None):  # its JVM is gone: a new one
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+
+    def stop(self) -> None:
+        if self.session is not None:
+            try:
+                self.session.stop()
+            except Exception:
+                pass
+            self.session = None
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local Spark session for every Spark test of the run."""
-    from jobs.common.session import build_session
+def spark_sessions():
+    """The worker's :class:`SparkSessions` (fixtures of a module scope call ``spark_sessions.get()``)."""
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
 
-    session = build_session("tests", master="local[2]", shuffle_partitions=2)
+
+@pytest.fixture
+def spark(request, spark_sessions):
+    """The worker's local Spark session (one for every Spark test of the worker), checked working."""
+    session = spark_sessions.get()
     yield session
-    session.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        spark_sessions.suspect = True
+    spark_sessions.clean_up()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item (the ``spark`` fixture checks the session after a failure)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes: JVMs and servers started by the tests themselves
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class LocalProcesses:
+    """What a test that starts JVMs or servers as processes needs: their environment, ports, binaries."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    root: Path = ROOT
+
+    @staticmethod
+    def free_port() -> int:
+        return free_port()
+
+    @staticmethod
+    def binary(name: str) -> str:
+        path = shutil.which(name)
+        if path is None:
+            pytest.fail(f"{name} not found: bin/bootstrap.sh installs it (Debian package)")
+        return path
+
+
+def _process_environment() -> dict[str, str]:
+    """The environment of a child JVM: the suite's (C1-only JVMs), local Spark, the project importable."""
+    return os.environ | {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+@pytest.fixture
+def jvm_process():
+    """For a test that starts a JVM as a process (a job as ``python -m jobs.stream``, spark-submit, the Kafka
+    broker's manager, java itself): marks it ``jvm``; gives its environment and free ports."""
+    return LocalProcesses(env=_process_environment())
+
+
+@pytest.fixture
+def local_server():
+    """For a test that starts a server or its tool (Prometheus, the Pushgateway, promtool, PostgreSQL,
+    ``airflow standalone``): marks it ``server``; gives binaries, free ports and an environment."""
+    return LocalProcesses(env=_process_environment())
+
+
+# --------------------------------------------------------------------------------------------------
+# Airflow and Kafka
 
 
 @pytest.fixture(scope="session")
@@ -59,20 +354,14 @@ def airflow_home(tmp_path_factory):
     Airflow reads its configuration when first imported, so this fixture sets the environment before any
     test imports it (tests import airflow inside their bodies only).
     """
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     home = tmp_path_factory.mktemp("airflow")
-    env = airflow_environment(home, root)
+    env = airflow_environment(home, ROOT)
     os.environ.update(env)
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
         env=os.environ.copy(),
         capture_output=True,
         text=True,
-        timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -100,12 +389,12 @@ def kafka_broker(tmp_path_factory):
     ``kafka_broker.bootstrap_servers`` is its address; ``kafka_broker.create_topic(name, partitions)`` makes a
     topic. A missing jar set fails the test with a message naming bin/bootstrap.sh (it is never skipped).
 
-    It may take 120 s to answer, not bin/kafka-local's 30: the suite's other workers keep both cores busy
-    with Spark JVMs, and a CI run once saw a start pass 30 s there (test_kafka_local checks the 30 s alone).
+    It may take up to 600 s to answer (bin/kafka-local: 30): the suite's other workers keep both cores busy
+    with Spark JVMs, and a CI run once saw a start pass 30 s there; how long it takes is no test's subject.
     """
-    from tools.local.kafka import LocalKafka, free_port
+    from tools.local.kafka import LocalKafka
 
-    broker = LocalKafka(port=free_port(), dir=tmp_path_factory.mktemp("kafka"), start_timeout=120)
+    broker = LocalKafka(port=free_port(), dir=tmp_path_factory.mktemp("kafka"), start_timeout=600)
     broker.start()
     yield broker
     broker.stop()

@@ -7,12 +7,9 @@ the check, and runs it longer). A few examples here keep the suite under a minut
 import os
 import shutil
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 
 from benchmarks.fuzz_source import LandedFile, cases, check
-
-pytestmark = pytest.mark.spark
 
 EXAMPLES = int(os.environ.get("FUZZ_SOURCE_EXAMPLES", "3"))
 

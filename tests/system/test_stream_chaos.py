@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,13 +96,13 @@ def command(tmp: Path, load: Load, max_batches: int) -> list[str]:
     ]
 
 
-def env(load: Load) -> dict[str, str]:
+def env(load: Load, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: ``base`` (the test's ``jvm_process.env``; else this one's, for the benchmark)
+    with Spark's log retention of the load."""
     retain = f"--conf spark.sql.streaming.minBatchesToRetain={load.retain} pyspark-shell"
-    return os.environ | {
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_SUBMIT_ARGS": retain,
-    }
+    if base is None:
+        base = os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    return dict(base) | {"PYSPARK_SUBMIT_ARGS": retain}
 
 
 def folder_usage(path: Path) -> tuple[int, int]:
@@ -141,13 +141,14 @@ def run_job(
     kill_at: int | None = None,
     rng: random.Random | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    base_env: Mapping[str, str] | None = None,
 ) -> Run:
     """Run the job until ``max_batches`` batches; with ``kill_at``, SIGKILL it (and its JVM) once batch
     ``kill_at`` has completed, after a random fraction of the next batch. ``on_batch(batch id, pid)`` is
     called at each completed batch (the benchmark samples the driver's RSS there)."""
     proc = subprocess.Popen(
         command(tmp, load, max_batches),
-        env=env(load),
+        env=env(load, base_env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -190,20 +191,20 @@ TABLES = {  # table -> (wall-clock columns dropped, sort order)
 }
 
 
-def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None) -> dict[str, object]:
+def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None, base_env=None) -> dict[str, object]:
     """An uninterrupted run and a run killed ``kills`` times; what the test and the benchmark check."""
-    reference = run_job(tmp / "reference", load, load.batches, on_batch=on_batch)
+    reference = run_job(tmp / "reference", load, load.batches, on_batch=on_batch, base_env=base_env)
     assert reference.returncode == 0, "\n".join(reference.stderr_tail)
     rng = random.Random(seed)
     points = sorted(rng.sample(range(3, load.batches - load.kill_margin), kills))
     crashed = tmp / "crashed"
     done = -1
     for point in points:
-        run = run_job(crashed, load, load.batches, kill_at=point, rng=rng)
+        run = run_job(crashed, load, load.batches, kill_at=point, rng=rng, base_env=base_env)
         assert run.killed, "\n".join(run.stderr_tail)
         done = max(done, run.last_batch)
     # What is left, counting the batch a kill interrupted (replayed) among the rest.
-    final = run_job(crashed, load, load.batches - done)
+    final = run_job(crashed, load, load.batches - done, base_env=base_env)
     assert final.returncode == 0, "\n".join(final.stderr_tail)
     up_to = min(reference.last_batch, final.last_batch)
     want, got = DeltaTables(tmp / "reference" / "out", "r"), DeltaTables(crashed / "out", "r")
@@ -223,16 +224,15 @@ def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None) -> dict[s
     }
 
 
-@pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.timeout(1_200)  # about 4 minutes on a 2-core machine running the suite; far more on a loaded one
-def test_three_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path):
+@pytest.mark.timeout(2_400)  # about 4 minutes on a 2-core machine running the suite; far more on a loaded one
+def test_three_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path, jvm_process):
     # The suite's size (the full 300 x 5,000 rows/s and five kills are benchmarks/chaos_rss.py): Spark keeps
     # the offset and commit logs of the last `retain` batches, so the folder stops growing after that many;
     # the deferred tables commit every 5 batches (at batches 4, 9 and 14), so the kills (inside batches 4, 7
     # and 10: seed 10 draws 3, 6 and 9) fall around their commits, the first in the batch that creates them.
     load = Load(batches=16, rows_per_second=2_000, batch_ms=200, retain=4, defer_batches=5, kill_margin=4)
-    out = chaos(tmp_path, load, kills=3, seed=10)
+    out = chaos(tmp_path, load, kills=3, seed=10, base_env=jvm_process.env)
     assert out["points"] == [3, 6, 9]
     assert out["up_to"] >= load.batches - 2 and out["rows"] >= (load.batches - 2) * load.rows_per_batch
     assert out["equal"] == dict.fromkeys(TABLES, True)

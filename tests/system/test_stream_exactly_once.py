@@ -1,7 +1,7 @@
 """Exactly once: a job killed with SIGKILL inside its micro-batches and restarted writes the same tables.
 
-Landing files here; the same on a Kafka topic is ``tests/system/test_stream_exactly_once_kafka.py`` (its own file,
-so that the suite's workers run the two at the same time).
+Landing files here; the same on a Kafka topic is ``tests/system/test_stream_exactly_once_kafka.py`` (its
+own file, so that the suite's workers run the two at the same time).
 """
 
 import json
@@ -19,9 +19,8 @@ from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_stream import iot_records, stable
 from tools.feed import feed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 #: 2,000 records in 8 micro-batches of 250 (a file, or 250 Kafka offsets, each).
 RECORDS, PER_BATCH = 2_000, 250
 
@@ -56,15 +55,9 @@ def job_command(tmp: Path, inp: Path | list[str]) -> list[str]:
     ]
 
 
-def env():
-    return os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
-
-
-def run_to_end(tmp: Path, inp: Path | list[str]) -> list[int]:
+def run_to_end(tmp: Path, inp: Path | list[str], env: dict[str, str]) -> list[int]:
     """Run the job until its input is exhausted; the ids of the batches it ran."""
-    proc = subprocess.run(
-        job_command(tmp, inp), env=env(), capture_output=True, text=True, timeout=600, check=False
-    )
+    proc = subprocess.run(job_command(tmp, inp), env=env, capture_output=True, text=True, check=False)
     errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Exception" in line]
     assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the command prints its summary
@@ -77,13 +70,15 @@ def batch_id(progress_line: str) -> int:
     return int(progress_line.split(":", 1)[0].split()[1])
 
 
-def kill_inside_batch(tmp: Path, inp: Path | list[str], after: int, rng: random.Random) -> list[int]:
+def kill_inside_batch(
+    tmp: Path, inp: Path | list[str], after: int, rng: random.Random, env: dict[str, str]
+) -> list[int]:
     """Start the job; once batch ``after`` (or a later one) has completed, SIGKILL it (and its JVM) a random
     moment into what follows (the next batch, or Spark's commit of this one). The ids of the batches it
     completed; an assertion error if it ended before."""
     proc = subprocess.Popen(
         job_command(tmp, inp),
-        env=env(),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -118,18 +113,21 @@ def batches_done(tmp: Path) -> int:
     return max(ids) + 1 if ids else 0
 
 
-def test_sigkill_three_times_then_restart_gives_identical_tables(tmp_path):
+@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
+def test_sigkill_three_times_then_restart_gives_identical_tables(tmp_path, jvm_process):
     records = iot_records(RECORDS)
     inp = tmp_path / "in"
     feed(records, inp, rows_per_file=PER_BATCH)  # 8 files, one per micro-batch
-    killed_three_times_gives_the_tables_of_one_run(tmp_path, inp)
+    killed_three_times_gives_the_tables_of_one_run(tmp_path, inp, jvm_process.env)
 
 
-def killed_three_times_gives_the_tables_of_one_run(tmp_path: Path, inp: Path | list[str]) -> None:
-    """An uninterrupted run, then a run SIGKILLed inside its batches three times and restarted to the end:
-    every table holds the same rows."""
+def killed_three_times_gives_the_tables_of_one_run(
+    tmp_path: Path, inp: Path | list[str], env: dict[str, str]
+) -> None:
+    """An uninterrupted run, then a run SIGKILLed inside its batches three times and restarted to the end
+    (the job as a process with the environment ``env``): every table holds the same rows."""
     reference = tmp_path / "reference"
-    assert run_to_end(reference, inp)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
+    assert run_to_end(reference, inp, env)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
 
     crashed = tmp_path / "crashed"
     rng = random.Random(0)
@@ -138,13 +136,13 @@ def killed_three_times_gives_the_tables_of_one_run(tmp_path: Path, inp: Path | l
     previous = 0
     for point in points:
         before = batches_done(crashed)
-        done = kill_inside_batch(crashed, inp, point, rng)
+        done = kill_inside_batch(crashed, inp, point, rng, env)
         # A restart resumes where the killed run was: at the batch it was in, or the one whose commit it
         # interrupted; never from the start.
         assert done[0] >= previous and done[-1] >= point, (done, previous, point)
         assert batches_done(crashed) >= before  # progress survives the kill
         previous = done[-1]
-    assert run_to_end(crashed, inp)[0] >= previous
+    assert run_to_end(crashed, inp, env)[0] >= previous
 
     want, got = DeltaTables(reference / "out", "r"), DeltaTables(crashed / "out", "r")
     aggregates = stable(want.read("aggregates"), ["window_start_ms", "key", "flushed"])

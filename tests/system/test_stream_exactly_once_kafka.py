@@ -1,17 +1,24 @@
 """Exactly once on Kafka: a job killed with SIGKILL inside its micro-batches and restarted writes the tables
-of an uninterrupted run, on a 4-partition topic of the local broker (``tests/system/test_stream_exactly_once.py``:
-the same on landing files, and the helpers)."""
+of an uninterrupted run, on a 4-partition topic of the local broker
+(``tests/system/test_stream_exactly_once.py``: the same on landing files, and the helpers)."""
 
 import pytest
 
 from tests.integration.spark.test_stream import iot_records
-from tests.system.test_stream_exactly_once import PER_BATCH, RECORDS, killed_three_times_gives_the_tables_of_one_run
+from tests.system.test_stream_exactly_once import (
+    PER_BATCH,
+    RECORDS,
+    killed_three_times_gives_the_tables_of_one_run,
+)
 from tools.feed import feed_kafka
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
-def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_tables(tmp_path, kafka_broker):
+@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
+def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_tables(
+    tmp_path, kafka_broker, jvm_process
+):
     records = iot_records(RECORDS)
     servers = kafka_broker.bootstrap_servers
     kafka_broker.create_topic("killed", 4)
@@ -19,5 +26,5 @@ def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_table
     # 8 micro-batches of 250 offsets; a restart replays the offsets of its batch from Spark's checkpoint.
     source = ["--format", "kafka", "--kafka-bootstrap-servers", servers, "--topic", "killed"]
     killed_three_times_gives_the_tables_of_one_run(
-        tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)]
+        tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)], jvm_process.env
     )

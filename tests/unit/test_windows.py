@@ -8,7 +8,6 @@ import pytest
 
 from jobs.common.schemas import FIRED_SCHEMA, PARTIAL_SCHEMA
 from jobs.common.windows import (
-    assign_windows,
     credit_timeline,
     empty_partials,
     fire,
@@ -178,11 +177,3 @@ def test_replay_and_arrow_windows_follow_the_one_definition(window):
     partials = table_partials(records, window).to_pylist()
     assert sorted((int(r["key"]), r["window_start_ms"]) for r in partials) == expected
     assert all(r["window_end_ms"] == r["window_start_ms"] + window.window_ms for r in partials)
-
-
-@pytest.mark.spark
-def test_the_spark_expression_follows_the_one_definition(spark):
-    frame = spark.createDataFrame([(t,) for t in TRICKY], "event_time_ms long")
-    for window in SPECS:
-        got = sorted((r[0], r[1]) for r in assign_windows(frame, window).collect())
-        assert got == sorted((t, s) for t in TRICKY for s in python_windows(window, t)), window

@@ -12,7 +12,7 @@ from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 from watermark.config import load_config, write_config
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 DAG_IDS = {"awm_late_data_backfill", "awm_watermark_retuning", "awm_data_quality", "awm_table_maintenance"}
@@ -124,9 +124,11 @@ def test_importing_the_dags_starts_no_spark_reads_no_table_and_sets_no_environme
 
 
 @pytest.fixture(scope="module")
-def stream_tables(spark, tmp_path_factory):
+def stream_tables(spark_sessions, tmp_path_factory):
     """A finished run of the streaming job with an aggressive watermark (many late rows)."""
     from jobs.stream.run import run_job
+
+    spark = spark_sessions.get()  # the session of the tests (a fixture of the module's scope)
 
     tmp = tmp_path_factory.mktemp("dags")
     records = one_partition(iot_records(3_000))
@@ -157,6 +159,28 @@ def test_the_backfill_dag_submits_the_spark_job_and_reconciles_exactly(dagbag, s
     report = json.loads(report_file.read_text())
     assert report["run_id"] == run.run_id and report["folded_events"] > 0
     assert table_aggregates(tmp / "out") == batch_aggregation(spark, records)
+
+
+def test_a_manual_data_quality_interval_without_a_zone_is_utc_whatever_the_workers_zone(
+    airflow_home, monkeypatch
+):
+    """The pipeline's one time rule (``watermark.timeparse.instant_ms``): a time without a zone is UTC.
+
+    The DAG used to read a manual interval in the worker's local time zone; now it reads it as the backfill
+    and the streaming job do.
+    """
+    import time
+
+    from dags.data_quality import checked_interval
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        params = {"interval_start": "2026-11-22T10:00:00", "interval_end": "2026-11-22T11:00:00+00:00"}
+        assert checked_interval({"params": params}) == ((1_795_341_600_000, 1_795_345_200_000), None)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_ones(

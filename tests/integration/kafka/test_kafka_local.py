@@ -7,7 +7,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from tools.feed import KafkaFeedError, feed, feed_kafka, kafka_partition_map, main, records_from_synthetic
-from tools.local.kafka import LocalKafka, free_port
+from tools.local.kafka import LocalKafka
 
 ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -32,15 +31,19 @@ IOT_FLAGS = [
 ]
 
 
-def kafka_local(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+#: bin/kafka-local's wait for a start or stop: long enough for any machine (its default, 30 s, is the
+#: command line's; a busy machine once took longer, and how long a start takes is no test's subject).
+WAIT = ["--timeout", "600"]
+
+
+def kafka_local(jvm, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``bin/kafka-local`` (the real script: it sources bin/bootstrap.sh) in a subprocess."""
     return subprocess.run(
         [str(ROOT / "bin" / "kafka-local"), *args],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env={**jvm.env, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=timeout,
         check=False,
     )
 
@@ -69,10 +72,8 @@ def consume_all(bootstrap_servers: str, topic: str, partitions: int) -> dict[int
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     records: dict[int, list] = {p: [] for p in range(partitions)}
     at_end: set[int] = set()
-    deadline = time.monotonic() + 60
     try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"partitions at their end after 60 s: {sorted(at_end)}"
+        while len(at_end) < partitions:  # (a broker that never reports the end: the test's timeout)
             for message in consumer.consume(num_messages=5000, timeout=1.0):
                 error = message.error()
                 if error is not None:
@@ -123,14 +124,12 @@ def check_topic(kafka_broker, topic: str, partitions: int, lines: list[str], rou
 
 
 @pytest.mark.slow
-def test_cli_start_status_stop_on_a_free_port(tmp_path):
+def test_cli_start_status_stop_on_a_free_port(tmp_path, jvm_process):
     from confluent_kafka.admin import AdminClient
 
-    port, home = free_port(), tmp_path / "kafka"
+    port, home = jvm_process.free_port(), tmp_path / "kafka"
     env = {"AWM_KAFKA_PORT": str(port)}  # the variable sets the port; --dir the directory
-    begin = time.monotonic()
-    started = kafka_local("start", "--dir", str(home), env=env)
-    wall = time.monotonic() - begin
+    started = kafka_local(jvm_process, "start", "--dir", str(home), *WAIT, env=env)
     try:
         assert started.returncode == 0, started.stderr
         match = re.fullmatch(
@@ -139,67 +138,43 @@ def test_cli_start_status_stop_on_a_free_port(tmp_path):
         )
         assert match, started.stdout
         seconds, pid = float(match.group(1)), int(match.group(2))
-        print(f"\nbroker start: {seconds:.1f} s ({wall:.1f} s with bin/bootstrap.sh and Python)")
-        assert seconds < 30
+        print(f"\nbroker start: {seconds:.1f} s")
         assert (home / "data" / "meta.properties").exists()
         assert f"listeners=PLAINTEXT://127.0.0.1:{port}," in (home / "server.properties").read_text()
 
-        status = kafka_local("status", "--dir", str(home))
+        status = kafka_local(jvm_process, "status", "--dir", str(home))
         assert status.returncode == 0
         assert status.stdout.startswith(f"kafka: running, pid {pid}, 127.0.0.1:{port} ")
-        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=600)
         assert [b.port for b in metadata.brokers.values()] == [port]
 
-        again = kafka_local("start", "--dir", str(home), env=env)
+        again = kafka_local(jvm_process, "start", "--dir", str(home), *WAIT, env=env)
         assert again.returncode == 1
         assert f"a broker already runs in {home} (pid {pid}" in again.stderr
     finally:
-        stopped = kafka_local("stop", "--dir", str(home))
+        stopped = kafka_local(jvm_process, "stop", "--dir", str(home), *WAIT)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert re.fullmatch(rf"kafka: stopped pid {pid} in [0-9.]+ s\n", stopped.stdout), stopped.stdout
     assert not running(pid)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
-    status = kafka_local("status", "--dir", str(home))
+    status = kafka_local(jvm_process, "status", "--dir", str(home))
     assert status.returncode == 3
     assert status.stdout == f"kafka: not running (dir {home})\n"
-    again = kafka_local("stop", "--dir", str(home))
+    again = kafka_local(jvm_process, "stop", "--dir", str(home), *WAIT)
     assert (again.returncode, again.stdout) == (0, f"kafka: not running (dir {home})\n")
     log = (home / "logs" / "server.log").read_text().splitlines()
     assert any("Kafka Server started" in line for line in log)
     assert len(log) < 40, "the broker's log should hold warnings only"
 
 
-def test_start_refuses_a_busy_port_with_a_clear_message(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "tools.local.kafka", "start", "--port", str(port), "--dir", str(tmp_path)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert done.returncode == 1
-    assert done.stdout == ""
-    assert done.stderr == (
-        f"error: port {port} on 127.0.0.1 is already in use (another broker? see bin/kafka-local status); "
-        "choose another with --port or $AWM_KAFKA_PORT\n"
-    )
-    assert not (tmp_path / "broker.json").exists()
-    assert not (tmp_path / "data").exists()  # refused before formatting anything
-
-
 @pytest.mark.slow
-def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path):
+def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path, jvm_process):
     from tools.local.kafka import KafkaLocalError
 
     kafka = LocalKafka(
-        port=free_port(), dir=tmp_path, start_timeout=0.5
+        port=jvm_process.free_port(), dir=tmp_path, start_timeout=0.5
     )  # a JVM broker never answers this soon
     with pytest.raises(KafkaLocalError, match=r"^the broker did not answer within 0.5 s; ") as error:
         kafka.start()
@@ -209,17 +184,21 @@ def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path):
     assert not any(str(tmp_path) in line for line in java_command_lines())
 
 
-def test_a_hanging_jvm_is_shown_by_where_its_main_thread_is(tmp_path):
+def test_a_hanging_jvm_is_shown_by_where_its_main_thread_is(tmp_path, jvm_process):
     from tools.local.kafka import _main_thread
 
     source = tmp_path / "Hang.java"
-    source.write_text(
-        "class Hang { public static void main(String[] a) throws Exception { Thread.sleep(60000); } }\n"
+    source.write_text(  # sleeps until killed, however long compiling it takes
+        "class Hang { public static void main(String[] a) throws Exception "
+        "{ Thread.sleep(Long.MAX_VALUE); } }\n"
     )
-    jvm = subprocess.Popen(["java", str(source)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jvm = subprocess.Popen(
+        ["java", str(source)], env=jvm_process.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        shown, deadline = "", time.monotonic() + 60
-        while "Thread.sleep" not in shown and time.monotonic() < deadline:  # until it compiled and sleeps
+        shown = ""
+        while "Thread.sleep" not in shown:  # until it compiled and sleeps
+            assert jvm.poll() is None, f"java exited with status {jvm.returncode}"
             time.sleep(0.5)
             shown = _main_thread(jvm.pid)
         assert shown.startswith('\n--- its main thread (jstack) ---\n"main" ')
@@ -244,51 +223,8 @@ def java_command_lines() -> list[str]:
     return found
 
 
-def test_missing_jars_and_bad_arguments_are_clear_errors(tmp_path, capsys):
-    from tools.local.kafka import KafkaLocalError
-    from tools.local.kafka import main as kafka_main
-
-    empty = tmp_path / "no-jars"
-    empty.mkdir()
-    with pytest.raises(KafkaLocalError, match=r"jars are missing .* run bin/bootstrap\.sh"):
-        LocalKafka(port=free_port(), dir=tmp_path / "k", jars=empty).start()
-    assert not (tmp_path / "k" / "broker.json").exists()
-
-    for argv, needle in [
-        (["start", "--port", "abc"], "--port must be an integer in 1..65535, got 'abc'"),
-        (["start", "--port", "70000"], "--port must be an integer in 1..65535"),
-        (["start", "--timeout", "0"], "--timeout must be > 0"),
-    ]:
-        assert kafka_main([*argv, "--dir", str(tmp_path / "k")]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and needle in err and err.count("\n") == 1
-    with pytest.raises(SystemExit) as exit_info:
-        kafka_main(["restart"])
-    assert exit_info.value.code == 2
-    with pytest.raises(ValueError, match="AWM_KAFKA_PORT must be an integer"):
-        os.environ["AWM_KAFKA_PORT"] = "x"
-        try:
-            LocalKafka(dir=tmp_path)
-        finally:
-            del os.environ["AWM_KAFKA_PORT"]
-
-
 # --------------------------------------------------------------------------------------------------
 # tools.feed into Kafka
-
-
-def test_partition_map_is_natural_order_rank_modulo_n():
-    assert kafka_partition_map([str(i) for i in (10, 3, 0, 1, 2, 11)], 4) == {
-        "0": 0,
-        "1": 1,
-        "2": 2,
-        "3": 3,
-        "10": 0,
-        "11": 1,
-    }
-    assert kafka_partition_map(pa.chunked_array([["b", "a", "b"]]), 1) == {"a": 0, "b": 0}
-    with pytest.raises(ValueError, match="partitions must be an integer >= 1"):
-        kafka_partition_map(["a"], 0)
 
 
 @pytest.mark.slow
@@ -409,7 +345,7 @@ def test_topic_checks_and_a_failed_delivery_is_an_error(kafka_broker):
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     resource = ConfigResource(ResourceType.TOPIC, created)
-    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    config = admin.describe_configs([resource])[resource].result(timeout=600)
     assert config["message.timestamp.type"].value == "CreateTime"
 
     # The broker rejects records over the topic's max.message.bytes: the feed fails, it does not drop them.
@@ -433,45 +369,3 @@ def test_topic_checks_and_a_failed_delivery_is_an_error(kafka_broker):
     early = records.set_column(4, "arrival_time_ms", pa.array([0] * 50, pa.int64()))
     with pytest.raises(ValueError, match="timestamps must be >= 1"):
         feed_kafka(early, servers, created)
-
-
-@pytest.mark.parametrize(
-    ("argv", "needle"),
-    [
-        (["--synthetic", "10"], "give --out DIR, or --kafka-bootstrap-servers HOST:PORT --topic NAME"),
-        (["--synthetic", "10", "--topic", "t"], "needs both --kafka-bootstrap-servers"),
-        (["--synthetic", "10", "--kafka-bootstrap-servers", "h:1"], "needs both"),
-        (["--synthetic", "10", "--kafka-bootstrap-servers", "h:1", "--topic", "t", "--out", "d"], "not both"),
-        (
-            ["--synthetic", "10", "--kafka-bootstrap-servers", "h:1", "--topic", "t", "--format", "csv"],
-            "--format",
-        ),
-        (
-            ["--synthetic", "10", "--kafka-bootstrap-servers", "h:1", "--topic", "t", "--max-files", "2"],
-            "--max",
-        ),
-        (["--synthetic", "10", "--kafka-bootstrap-servers", "h", "--topic", "t"], "HOST:PORT"),
-        (
-            ["--synthetic", "10", "--kafka-bootstrap-servers", "h:1", "--topic", "t", "--partitions", "0"],
-            ">= 1",
-        ),
-    ],
-)
-def test_bad_kafka_flags_print_one_line_and_exit_2(capsys, argv, needle):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    assert code == 2
-    assert captured.out == ""
-    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
-    assert needle in captured.err
-
-
-def test_an_unreachable_broker_is_a_kafka_error():
-    port = free_port()  # nothing listens there
-    begin = time.monotonic()
-    with pytest.raises(KafkaFeedError, match=rf"cannot reach Kafka at 127\.0\.0\.1:{port}: "):
-        feed_kafka(records_from_synthetic(5), f"127.0.0.1:{port}", "t", partitions=1, timeout=2)
-    assert time.monotonic() - begin < 10

@@ -14,7 +14,7 @@ from tools.feed import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 PARTITIONS = 4
 PARAMS = {"delay_ms": 100, "period_ms": 50}

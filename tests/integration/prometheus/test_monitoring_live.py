@@ -25,11 +25,11 @@ from monitoring import dashboards, rules
 from monitoring.metrics import JobMetrics
 from monitoring.push import push_outcome
 from monitoring.server import serve
-from tests.unit.test_dashboards import metric_names as dashboard_metric_names
 from tests.integration.spark.test_stream import config
+from tests.unit.test_dashboards import metric_names as dashboard_metric_names
 from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1_200)]
 
 PARTITIONS = ("p0", "p1", "p2", "p3")
 SILENT = "p3"
@@ -85,15 +85,18 @@ class LiveSource:
         self._thread.join(timeout=10)
 
 
-def wait_until(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def wait_until(predicate, what: str, stopped):
+    """Poll ``predicate`` until it holds; fail if ``stopped()`` names something that stopped meanwhile.
+
+    No deadline of its own: how long a scrape, a window or an alert takes on a busy machine is no test's
+    subject (the test's timeout ends a hang)."""
+    while True:
         value = predicate()
         if value:
             return value
+        problem = stopped()
+        assert not problem, f"{problem} while waiting for {what}"
         time.sleep(0.5)
-    msg = f"timed out after {seconds} s waiting for {what}"
-    raise AssertionError(msg)
 
 
 def metric_names(expr: str) -> set[str]:
@@ -114,9 +117,9 @@ def firing(prom) -> set[str]:
 
 
 def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_a_silent_partition(
-    spark, tmp_path
+    spark, tmp_path, local_server
 ):
-    gateway = start_pushgateway(tmp_path / "pushgateway")
+    gateway = start_pushgateway(tmp_path / "pushgateway", port=local_server.free_port())
     servers = [gateway]
     source = LiveSource(tmp_path / "landing", PARTITIONS)
     registry = CollectorRegistry()
@@ -170,7 +173,7 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             rule_files=[recording_file, alert_file],
             interval="1s",
         )
-        prom = start_prometheus(cfg, tmp_path / "prometheus")
+        prom = start_prometheus(cfg, tmp_path / "prometheus", port=local_server.free_port())
         servers.append(prom)
 
         source.start()
@@ -185,11 +188,16 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         worker = threading.Thread(target=run_job, args=(spark, opts, metrics), daemon=True)
         worker.start()
 
+        def stopped() -> str:
+            if not worker.is_alive():
+                return "the job ended"
+            return "" if prom.process.poll() is None else f"Prometheus exited ({prom.process.returncode})"
+
         # Healthy: wait for windows to fire and for the rate windows to fill.
         wait_until(
             lambda: query(prom, "awm_window_emit_latency_seconds_count > 0")["data"]["result"],
-            120,
             "windows to fire",
+            stopped,
         )
         time.sleep(12)
         expressions = {
@@ -229,8 +237,8 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
                 firing(prom) & set(rules.SILENT_PARTITION_ALERTS) == set(rules.SILENT_PARTITION_ALERTS)
                 and firing(prom)
             ),
-            120,
             f"{rules.SILENT_PARTITION_ALERTS} to fire",
+            stopped,
         )
         assert set(rules.SILENT_PARTITION_ALERTS) <= fired
         holding = query(prom, "awm_partition_holds_back == 1")["data"]["result"]
@@ -246,20 +254,25 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             server.stop()
 
 
-def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(spark, tmp_path):
+def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(
+    spark, tmp_path, local_server
+):
     """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
     keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
     from tests.integration.spark.test_stream import iot_records
     from tools.feed import feed
-    from tools.local.prometheus import free_port
 
-    port = free_port()
+    port = local_server.free_port()
     alert_file = tmp_path / "alerts.yml"
     alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=TEST_THRESHOLDS))
     cfg = prometheus_config(
         tmp_path / "prometheus.json", {"awm_job": f"127.0.0.1:{port}"}, rule_files=[alert_file], interval="1s"
     )
-    prom = start_prometheus(cfg, tmp_path / "prometheus")
+    prom = start_prometheus(cfg, tmp_path / "prometheus", port=local_server.free_port())
+
+    def stopped() -> str:
+        return "" if prom.process.poll() is None else f"Prometheus exited ({prom.process.returncode})"
+
     try:
         feed(iot_records(400), tmp_path / "in", rows_per_file=200)
         (tmp_path / "out").write_text("a file where the tables should be\n")
@@ -283,7 +296,9 @@ def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_
             got = query(prom, "max_over_time(awm_query_terminated_with_error_total[5m])")["data"]["result"]
             return [float(r["value"][1]) for r in got]
 
-        assert wait_until(failures_scraped, 30, "the scraped failure in Prometheus's storage") == [1.0]
-        wait_until(lambda: "AwmStreamingQueryFailed" in firing(prom), 60, "AwmStreamingQueryFailed to fire")
+        assert wait_until(failures_scraped, "the scraped failure in Prometheus's storage", stopped) == [1.0]
+        wait_until(
+            lambda: "AwmStreamingQueryFailed" in firing(prom), "AwmStreamingQueryFailed to fire", stopped
+        )
     finally:
         prom.stop()

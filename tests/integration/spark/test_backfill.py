@@ -7,8 +7,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from jobs.batch.backfill import BackfillError, BackfillOptions, corrected_rows, run_backfill
-from jobs.common.schemas import AGGREGATES_SCHEMA
+from jobs.batch.backfill import BackfillError, BackfillOptions, run_backfill
 from jobs.common.session import arrow_frame
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
@@ -17,7 +16,7 @@ from tests.integration.spark.test_stream import config, iot_records, write_lines
 from tools.feed import feed
 from watermark.evaluate import WindowSpec
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01
 AGGRESSIVE = {"delay_ms": 0, "period_ms": 10}  # a watermark at max(te): many late rows
@@ -147,74 +146,6 @@ def test_a_late_row_of_a_window_still_open_waits_for_a_later_run(spark, tmp_path
     report = backfill(spark, out, 0, FAR_FUTURE_MS)
     assert (report.folded_events, report.deferred_events) == (1, 0)
     assert table_aggregates(out)[("k", 2_000)][0] == 2  # the on-time 2_600 and the late 2_500
-
-
-def test_corrected_rows_add_late_partials_and_insert_windows_with_late_rows_only():
-    current = pa.Table.from_pylist(
-        [
-            {
-                "key": "a",
-                "window_start_ms": 0,
-                "window_end_ms": 10,
-                "count": 2,
-                "sum": 4.0,
-                "min": 1.0,
-                "max": 3.0,
-                "revision": 1,
-                "late_count": 1,
-                "reconciled_batch_id": 3,
-                "trigger_watermark_ms": 10,
-                "batch_id": 2,
-                "flushed": False,
-                "config_version": 1,
-                "emitted_at_ms": 5,
-            }
-        ],
-        schema=AGGREGATES_SCHEMA,
-    )
-    partials = pa.Table.from_pylist(
-        [
-            {
-                "key": "a",
-                "window_start_ms": 0,
-                "window_end_ms": 10,
-                "count": 2,
-                "sum": 1.0,
-                "min": 0.0,
-                "max": 1.0,
-                "reconciled_batch_id": 7,
-            },
-            {
-                "key": "b",
-                "window_start_ms": 10,
-                "window_end_ms": 20,
-                "count": 1,
-                "sum": -2.0,
-                "min": -2.0,
-                "max": -2.0,
-                "reconciled_batch_id": 6,
-            },
-        ]
-    )
-    rows = {r["key"]: r for r in corrected_rows(partials, current, now_ms=1_000).to_pylist()}
-    a, b = rows["a"], rows["b"]
-    assert (a["count"], a["sum"], a["min"], a["max"]) == (4, 5.0, 0.0, 3.0)
-    assert (a["revision"], a["late_count"], a["reconciled_batch_id"], a["batch_id"]) == (2, 3, 7, 2)
-    assert (a["trigger_watermark_ms"], a["emitted_at_ms"], a["config_version"]) == (10, 5, 1)
-    assert (b["count"], b["sum"], b["min"], b["max"], b["revision"], b["late_count"]) == (
-        1,
-        -2.0,
-        -2.0,
-        -2.0,
-        1,
-        1,
-    )
-    assert (b["trigger_watermark_ms"], b["flushed"], b["batch_id"], b["emitted_at_ms"]) == (
-        None,
-        False,
-        6,
-        1_000,
-    )
 
 
 def test_a_backfill_before_the_stream_ran_says_what_to_do(spark, tmp_path):

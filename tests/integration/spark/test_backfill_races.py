@@ -24,7 +24,7 @@ from tests.integration.spark.test_backfill import (
 )
 from tools.feed import feed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def run_then_land_the_rest(spark, tmp_path, records, first: int, rows_per_file: int):

@@ -43,7 +43,7 @@ def old_files(path: Path, table: str) -> list[Path]:
 
 
 def test_each_dag_tasks_read_opens_only_the_files_of_its_interval(spark, tmp_path):
-    from jobs.batch.backfill import BackfillOptions, BackfillReport, read_inputs
+    from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, read_inputs
     from jobs.batch.quality import read_interval
     from jobs.batch.retune import read_history
     from watermark.evaluate import WindowSpec

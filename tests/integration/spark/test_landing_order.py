@@ -10,8 +10,6 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from watermark.config import PipelineConfig
 
-pytestmark = pytest.mark.spark
-
 BASE = 1_600_000_000_000
 ARRIVAL = BASE + 100_000  # every record arrives at the same time: only the file order tells them apart
 #: File -> event times. A per-tuple watermark (``te - delay``) after c's records makes a's and b's late.

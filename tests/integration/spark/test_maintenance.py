@@ -13,16 +13,18 @@ from tests.integration.spark.test_backfill import job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
-def streamed(spark, tmp_path_factory):
+def streamed(spark_sessions, tmp_path_factory):
     """The job's tables after many small micro-batches (two 100-row files per trigger), late rows included."""
     from jobs.batch.backfill import BackfillOptions, run_backfill
     from jobs.stream.options import DeferPolicy
     from jobs.stream.run import run_job
     from watermark.evaluate import WindowSpec
+
+    spark = spark_sessions.get()  # the session of the tests (a fixture of the module's scope)
 
     tmp = tmp_path_factory.mktemp("maintenance")
     feed(one_partition(iot_records(1_200)), tmp / "in", rows_per_file=100)

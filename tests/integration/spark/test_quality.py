@@ -10,12 +10,14 @@ from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, 
 from tests.integration.spark.test_stream import iot_records, write_lines
 from tools.feed import feed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def reconciled_tables(spark, tmp_path_factory):
+def reconciled_tables(spark_sessions, tmp_path_factory):
     from jobs.stream.run import run_job
+
+    spark = spark_sessions.get()  # the session of the tests (a fixture of the module's scope)
 
     tmp = tmp_path_factory.mktemp("quality")
     feed(one_partition(iot_records(2_000)), tmp / "in", rows_per_file=500)

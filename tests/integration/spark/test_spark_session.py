@@ -1,6 +1,5 @@
 """build_session under spark-submit: its --conf reaches the session (the UI is not forced off)."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,9 +8,8 @@ import pytest
 
 from jobs.common.session import project_jars
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 from jobs.common.session import build_session
@@ -24,19 +22,14 @@ spark.stop()
 """
 
 
-def test_spark_submit_conf_reaches_the_session_and_a_local_master_gets_a_task_per_core(tmp_path):
+def test_spark_submit_conf_reaches_the_session_and_a_local_master_gets_a_task_per_core(tmp_path, jvm_process):
     script = tmp_path / "probe.py"
     script.write_text(SCRIPT)
     submit = Path(sys.executable).parent / "spark-submit"
-    env = os.environ | {
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
     args = [str(submit), "--master", "local[1]", "--jars", ",".join(project_jars())]
     args += ["--conf", "spark.ui.enabled=true", "--conf", "spark.ui.port=0"]
     args += ["--conf", "spark.sql.shuffle.partitions=3", str(script)]
-    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(args, env=jvm_process.env, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "UI true UTC" in out.stdout, out.stdout + out.stderr[-2000:]
     # a local master gets one task per core (local[1]: 1) for what --conf leaves unset, and keeps the rest

@@ -17,8 +17,6 @@ from tools.feed import feed, records_from_file
 from watermark.config import PipelineConfig
 from watermark.evaluate import WindowSpec, replay
 
-pytestmark = pytest.mark.spark
-
 ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 
@@ -432,52 +430,6 @@ def test_a_batch_with_a_record_to_judge_is_read_by_spark_and_the_others_by_arrow
     assert [(q["reason"], q["line"]) for q in quarantine] == [("bad_event_time", 400)]
     for table, order in [("aggregates", ["window_start_ms", "key"]), ("late_events", ["event_id"])]:
         assert stable(mixed.read(table), order) == stable(plain.read(table), order), table
-
-
-@pytest.mark.parametrize(
-    ("trigger", "ms"),
-    [
-        ("interval=1s", 1_000),
-        ("interval=500ms", 500),
-        ("interval=2 seconds", 2_000),
-        ("interval=1.5min", 90_000),
-    ],
-)
-def test_a_trigger_interval_takes_a_compact_or_spelled_out_duration(trigger, ms):
-    from jobs.stream.options import trigger_interval_ms
-
-    assert trigger_interval_ms(trigger) == ms
-
-
-@pytest.mark.parametrize(
-    "trigger", ["interval=", "interval=5", "interval=5 fortnights", "interval=0s", "every=5s"]
-)
-def test_a_bad_trigger_is_a_clear_error(trigger):
-    from jobs.stream.options import trigger_interval_ms
-
-    with pytest.raises(ValueError, match="--trigger"):
-        trigger_interval_ms(trigger)
-
-
-def test_a_new_checkpoint_gets_its_own_delta_application_id_and_refuses_tables_of_another(tmp_path):
-    from jobs.stream.checkpoint.state import checkpoint_app_id
-
-    out = tmp_path / "out"
-    first = checkpoint_app_id(str(tmp_path / "ck1"), str(out))
-    assert first.startswith("jobs.stream-") and first == checkpoint_app_id(str(tmp_path / "ck1"), str(out))
-    assert checkpoint_app_id(str(tmp_path / "ck2"), str(tmp_path / "other")) != first
-    # Tables written (from ck1) meet a fresh checkpoint: refused with what to do, never batches skipped.
-    log = out / "aggregates" / "_delta_log"
-    log.mkdir(parents=True)
-    (log / "00000000000000000000.json").write_text("{}\n")
-    with pytest.raises(ValueError, match="restart with the checkpoint that wrote them, or write to a new"):
-        checkpoint_app_id(str(tmp_path / "ck3"), str(out))
-    assert checkpoint_app_id(str(tmp_path / "ck1"), str(out)) == first  # its own checkpoint goes on
-    # A checkpoint from before the id file (query offsets, no app-id) keeps the id it wrote with.
-    legacy = tmp_path / "ck4"
-    (legacy / "query" / "offsets").mkdir(parents=True)
-    (legacy / "query" / "offsets" / "0").write_text("v1\n")
-    assert checkpoint_app_id(str(legacy), str(out)) == "jobs.stream"
 
 
 def test_a_checkpoint_reset_against_existing_tables_is_refused_by_the_job(spark, tmp_path):

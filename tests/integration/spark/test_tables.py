@@ -9,9 +9,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.common.schemas import TABLES
-from jobs.common.tables import DeltaTables, conform
-
-pytestmark = pytest.mark.spark
+from jobs.common.tables import DeltaTables
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -108,18 +106,6 @@ def test_a_dataframe_is_appended_as_it_is(spark, tmp_path):
     assert tables.append("counts", frame, 7)  # skipped by Delta
     assert tables.read("counts").to_pylist() == [{"key": "k", "n": 1}]
     assert tables.committed_version("counts") == 7
-
-
-def test_rows_are_conformed_to_the_schema_with_clear_errors():
-    schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
-    out = conform(pa.table({"b": ["x"], "a": pa.array([1], pa.int32())}), schema)
-    assert out.schema == schema
-    with pytest.raises(ValueError, match="missing column.*'b'"):
-        conform(pa.table({"a": [1]}), schema)
-    with pytest.raises(ValueError, match="unexpected column.*'c'"):
-        conform(pa.table({"a": [1], "b": ["x"], "c": [2]}), schema)
-    with pytest.raises(TypeError, match="pyarrow.Table"):
-        conform({"a": [1]}, schema)
 
 
 def test_bad_arguments_are_refused(spark, tmp_path):

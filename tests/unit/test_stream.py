@@ -1,0 +1,50 @@
+"""The streaming job's settings without Spark: trigger intervals, the checkpoint's Delta application id
+(the job itself: tests/integration/spark/test_stream.py)."""
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("trigger", "ms"),
+    [
+        ("interval=1s", 1_000),
+        ("interval=500ms", 500),
+        ("interval=2 seconds", 2_000),
+        ("interval=1.5min", 90_000),
+    ],
+)
+def test_a_trigger_interval_takes_a_compact_or_spelled_out_duration(trigger, ms):
+    from jobs.stream.options import trigger_interval_ms
+
+    assert trigger_interval_ms(trigger) == ms
+
+
+@pytest.mark.parametrize(
+    "trigger", ["interval=", "interval=5", "interval=5 fortnights", "interval=0s", "every=5s"]
+)
+def test_a_bad_trigger_is_a_clear_error(trigger):
+    from jobs.stream.options import trigger_interval_ms
+
+    with pytest.raises(ValueError, match="--trigger"):
+        trigger_interval_ms(trigger)
+
+
+def test_a_new_checkpoint_gets_its_own_delta_application_id_and_refuses_tables_of_another(tmp_path):
+    from jobs.stream.checkpoint.state import checkpoint_app_id
+
+    out = tmp_path / "out"
+    first = checkpoint_app_id(str(tmp_path / "ck1"), str(out))
+    assert first.startswith("jobs.stream-") and first == checkpoint_app_id(str(tmp_path / "ck1"), str(out))
+    assert checkpoint_app_id(str(tmp_path / "ck2"), str(tmp_path / "other")) != first
+    # Tables written (from ck1) meet a fresh checkpoint: refused with what to do, never batches skipped.
+    log = out / "aggregates" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{}\n")
+    with pytest.raises(ValueError, match="restart with the checkpoint that wrote them, or write to a new"):
+        checkpoint_app_id(str(tmp_path / "ck3"), str(out))
+    assert checkpoint_app_id(str(tmp_path / "ck1"), str(out)) == first  # its own checkpoint goes on
+    # A checkpoint from before the id file (query offsets, no app-id) keeps the id it wrote with.
+    legacy = tmp_path / "ck4"
+    (legacy / "query" / "offsets").mkdir(parents=True)
+    (legacy / "query" / "offsets" / "0").write_text("v1\n")
+    assert checkpoint_app_id(str(legacy), str(out)) == "jobs.stream"
