@@ -49,7 +49,7 @@ READERS = {
     ),
     "backfill": (
         "from deltalake import DeltaTable\n"
-        "from jobs.batch.backfill import BackfillOptions, BackfillReport, read_inputs\n"
+        "from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, read_inputs\n"
         "from watermark.evaluate import WindowSpec\n"
         "options = BackfillOptions(TABLES, END - 3_600_000, END, WindowSpec(1_000))\n"
         "agg, late = TABLES + '/aggregates', TABLES + '/late_events'\n"

@@ -9,8 +9,8 @@ change); its log and error list each one with its table, the rule, how many rows
 **Scheduled on the Assets** `awm_aggregates` and `awm_late_events`: it runs when the backfill DAG has
 updated them, and checks **that backfill's data interval only** (named by the Asset events; several
 events: from the earliest start to the latest end), with every read pushed down to the files. A manual run
-checks `interval_start`..`interval_end` (ISO-8601), or the hour before its logical date, or with
-`whole_tables` every row.
+checks `interval_start`..`interval_end` (ISO-8601 or epoch ms; a time without a zone is UTC, as everywhere
+in the pipeline), or the hour before its logical date, or with `whole_tables` every row.
 
 The outcome is pushed as `awm_quality_*` (alert `AwmDataQualityFailing`) by `dags/outcome.py`.
 """
@@ -39,8 +39,8 @@ from dags import pipeline_settings as settings
     doc_md=__doc__,
     params=settings.location_params()
     | {
-        "interval_start": Param("", type="string", description="manual runs: ISO-8601 start"),
-        "interval_end": Param("", type="string", description="manual runs: ISO-8601 end (exclusive)"),
+        "interval_start": Param("", type="string", description="manual runs: start (ISO-8601, no zone: UTC)"),
+        "interval_end": Param("", type="string", description="manual runs: end, exclusive (no zone: UTC)"),
         "whole_tables": Param(False, type="boolean", description="check every row, not one interval"),
     },
 )
@@ -86,6 +86,8 @@ def checked_interval(context: Any) -> tuple[tuple[int, int] | None, str | None]:
     """The interval to check (epoch ms; None: whole tables) and the tables the Asset events name."""
     from datetime import datetime, timedelta
 
+    from watermark.timeparse import instant_ms
+
     params = context["params"]
     if params.get("whole_tables"):
         return None, None
@@ -96,11 +98,9 @@ def checked_interval(context: Any) -> tuple[tuple[int, int] | None, str | None]:
         end = max(int(x["interval_end_ms"]) for x in extras)
         return (start, end), str(extras[-1].get("tables") or "") or None
     if params.get("interval_start") and params.get("interval_end"):
-        start_at = datetime.fromisoformat(params["interval_start"])
-        end_at = datetime.fromisoformat(params["interval_end"])
-    else:
-        end_at = context["logical_date"] or datetime.now().astimezone()
-        start_at = end_at - timedelta(hours=1)
+        return (instant_ms(params["interval_start"]), instant_ms(params["interval_end"])), None
+    end_at = context["logical_date"] or datetime.now().astimezone()
+    start_at = end_at - timedelta(hours=1)
     return (int(start_at.timestamp() * 1000), int(end_at.timestamp() * 1000)), None
 
 

@@ -27,7 +27,9 @@ same regular expressions (:data:`EPOCH_MS_RE`, :data:`ISO_RE`, valid in RE2, whi
 :func:`java_regex` renames the groups, in Java, which Spark uses) and the same calendar arithmetic
 (:func:`civil_ms`, written once over numpy arrays or Spark columns), so it does not depend on Spark's
 timestamp parser or session time zone. :func:`parse_job_text` is its pyarrow/numpy twin
-(``tests/test_timeparse.py`` holds all of them to the same answers on a corpus of texts).
+(``tests/unit/test_timeparse.py`` holds all of them to the same answers on a corpus of texts). One instant
+given as text to a command or a DAG (the backfill's interval, say) has the same syntax and meaning:
+:func:`instant_ms`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "Parsed",
     "civil_ms",
     "group_index",
+    "instant_ms",
     "java_regex",
     "parse_job_text",
     "parse_text",
@@ -298,6 +301,32 @@ def parse_job_text(array: Any) -> Parsed:
     out.bad = np.where(numeric, epoch.bad, iso.bad)
     out.reasons = np.where(numeric, epoch.reasons, iso.reasons)
     return out
+
+
+def instant_ms(text: str) -> int:
+    """Epoch ms of one instant in the job's syntax (:data:`JOB_FORMATS`); an ISO time without a zone is UTC.
+
+    The instants given to commands and DAGs (the backfill's interval, the re-tuning's end, a manual data
+    quality interval) follow this rule, the job's own (:func:`parse_job_text`), so a text means the same
+    instant everywhere: a time without a zone is UTC, never the local time zone.
+
+    >>> instant_ms("2026-11-22T10:00:00+00:00"), instant_ms("2026-11-22T10:00:00"), instant_ms("1500")
+    (1795341600000, 1795341600000, 1500)
+    >>> instant_ms("2026-11-22T11:00:00+01:00") == instant_ms(" 2026-11-22 10:00Z ")
+    True
+    >>> instant_ms("22/11/2026")
+    Traceback (most recent call last):
+    ...
+    ValueError: '22/11/2026' is not a time (not an ISO-8601 time): give epoch milliseconds or ISO-8601
+    """
+    import pyarrow as pa
+
+    parsed = parse_job_text(pa.array([text], pa.string()))
+    rejected = parsed.first()
+    if rejected is not None:
+        msg = f"{text!r} is not a time ({rejected[1]}): give epoch milliseconds or ISO-8601"
+        raise ValueError(msg)
+    return int(parsed.ms[0])
 
 
 # --------------------------------------------------------------------------------------------------

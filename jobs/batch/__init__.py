@@ -1,4 +1,11 @@
 """The batch jobs the Airflow DAGs submit: the backfill, re-tuning, data quality and table maintenance.
 
-Each is a command of its own and imports only :mod:`jobs.common` and the library.
+- :mod:`jobs.batch.backfill`: the late-data backfill, run and command line (``spark-submit`` runs this
+  file); its reads and classification are :mod:`jobs.batch.backfill_plan`, its MERGEs
+  :mod:`jobs.batch.backfill_commit`.
+- :mod:`jobs.batch.retune`: re-tuning the watermark on the arrival history, and publishing a better version.
+- :mod:`jobs.batch.quality`: the Great Expectations suites on the tables.
+- :mod:`jobs.batch.maintenance`: retention, ``OPTIMIZE`` (Z-order) and ``VACUUM``.
+
+Each is a command of its own and imports only :mod:`jobs.common` and the library, never another job.
 """

@@ -18,7 +18,8 @@ exists, in this order:
    warning.
 
 OPTIMIZE and VACUUM commit nothing that changes a row; Delta's conflict checks let them run beside the
-streaming job's blind appends (a conflicting commit is retried). The report (JSON; ``--report``) gives per
+streaming job's blind appends (a conflicting commit is retried, with backoff and jitter:
+:class:`jobs.common.retry.RetryPolicy`). The report (JSON; ``--report``) gives per
 table the data files and rows before and after, the rows deleted and the files vacuumed.
 """
 
@@ -27,10 +28,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import random
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from jobs.common.reads import table_path  # noqa: E402
+from jobs.common.retry import RetryPolicy  # noqa: E402
 from jobs.common.schemas import DAY_MS, TABLES  # noqa: E402
-from jobs.common.tables import table_path  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +133,6 @@ def _snapshot(path: str) -> tuple[int, int]:
     return len(files), int(rows)
 
 
-def _retrying(what: str, action: Callable[[], Any], options: MaintenanceOptions) -> Any:
-    from jobs.batch.backfill import _delta_conflicts
-
-    attempt = 0
-    while True:
-        try:
-            return action()
-        except _delta_conflicts() as err:
-            attempt += 1
-            if attempt > options.max_retries:
-                raise
-            delay = random.uniform(0.0, min(10.0, 0.5 * 2**attempt))
-            log.warning("%s conflicted (%s); retrying in %.2f s", what, str(err).splitlines()[0], delay)
-            time.sleep(delay)
-
-
 def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None = None) -> MaintenanceReport:
     """Retention, OPTIMIZE (Z-order) and VACUUM on every table of ``options.tables`` (module docstring)."""
     from delta.tables import DeltaTable
@@ -156,6 +140,7 @@ def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None 
     started = time.perf_counter()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     report = MaintenanceReport(run_id=options.run_id, retain_hours=options.retain_hours)
+    policy = RetryPolicy(options.max_retries, backoff_s=1.0)
     if options.retain_hours < SAFE_RETAIN_HOURS:
         log.warning(
             "VACUUM retention %.1f h is below Delta's safe %g h: readers older than that may fail",
@@ -174,13 +159,14 @@ def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None 
         if table == "arrivals" and options.arrivals_retain_days is not None:
             cutoff = now - int(options.arrivals_retain_days * DAY_MS)
             report.arrivals_cutoff_ms = cutoff
-            _retrying(f"{table} DELETE", lambda d=delta, c=cutoff: d.delete(f"ingested_at_ms < {c}"), options)
+            delete = f"ingested_at_ms < {cutoff}"
+            policy.call(lambda d=delta, c=delete: d.delete(c), f"{table} DELETE conflicted")
         optimize = delta.optimize()
         if options.zorder and ZORDER.get(table):
             tr.zorder = list(ZORDER[table])
-            _retrying(f"{table} OPTIMIZE", lambda o=optimize, z=tr.zorder: o.executeZOrderBy(*z), options)
+            policy.call(lambda o=optimize, z=tr.zorder: o.executeZOrderBy(*z), f"{table} OPTIMIZE conflicted")
         else:
-            _retrying(f"{table} OPTIMIZE", optimize.executeCompaction, options)
+            policy.call(optimize.executeCompaction, f"{table} OPTIMIZE conflicted")
         delta.vacuum(options.retain_hours)
         tr.files_after, tr.rows_after = _snapshot(path)
         tr.rows_deleted = tr.rows_before - tr.rows_after

@@ -6,7 +6,7 @@ Suites, one per table, plus one on totals across tables:
   counts non-negative, a window (key, start, end) appears once.
 - ``late_events``: keys, event and arrival times not null, the missed watermark above the event time
   (``late_by_ms`` positive), ``reconciled`` set.
-- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.common.tables.QUARANTINE_REASONS`.
+- ``quarantine``: raw record and reason not null, reasons from :data:`jobs.common.schemas.QUARANTINE_REASONS`.
 - ``conservation`` (one row of totals): every late event the streaming job counted is in ``late_events``
   (the sum of ``late`` in ``watermark_log``); every reconciled late event is counted once in the
   aggregates' ``late_count`` (tumbling windows: a late row is in one window); no window holds more on-time
@@ -36,8 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.common.reads import TableReader
 from jobs.common.schemas import QUARANTINE_REASONS
-from jobs.common.tables import DeltaTables
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")
@@ -163,7 +163,7 @@ def read_tables(tables: str, app_id: str = "jobs.stream") -> dict[str, pa.Table]
     and the watermark log are cut at the newest batch both hold (the stream's ``txn`` version of each,
     read before the rows), and their totals compare the same batches.
     """
-    sink = DeltaTables(tables, app_id)  # reads only: the app id names whose batch versions to look up
+    sink = TableReader(tables, app_id)  # reads only: the app id names whose batch versions to look up
     versions = [
         sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
     ]
@@ -184,7 +184,7 @@ def read_interval(
     Returns the checked tables, ``watermark_log`` and ``reconciled_in_windows`` (the reconciled late rows
     falling in the checked aggregates' windows; tumbling windows of ``window_ms``, None: not computed).
     """
-    sink = DeltaTables(tables, app_id)
+    sink = TableReader(tables, app_id)
     versions = [
         sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
     ]
@@ -212,7 +212,7 @@ def read_interval(
     return out
 
 
-def _reconciled_in_windows(sink: DeltaTables, agg: pa.Table, window_ms: int | None) -> pa.Table:
+def _reconciled_in_windows(sink: TableReader, agg: pa.Table, window_ms: int | None) -> pa.Table:
     """Reconciled late rows whose tumbling window (aligned to epoch 0) is one of ``agg``'s windows."""
     late_schema = ["key", "event_time_ms"]
     if window_ms is None or not agg.num_rows:

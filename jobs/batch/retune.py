@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from jobs.common.tables import DeltaTables
+from jobs.common.reads import TableReader
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
 
@@ -99,7 +99,7 @@ class RetuneError(RuntimeError):
 
 def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarray]:
     """Partition, event and arrival times of records ingested in ``[start_ms, end_ms)``."""
-    sink = DeltaTables(tables, "jobs.batch.retune")
+    sink = TableReader(tables, "jobs.batch.retune")
     if not sink.exists("arrivals"):
         msg = (
             f"no arrival history at {sink.path('arrivals')}: the streaming job writes it unless run with "
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", required=True, help="the streaming job's --output")
     p.add_argument("--config", required=True, help="the job's configuration file (updated when published)")
     p.add_argument("--reports", required=True, help="folder for the report and plot")
-    p.add_argument("--end", required=True, help="end of the history (ISO-8601 with zone, or epoch ms)")
+    p.add_argument("--end", required=True, help="end of the history (epoch ms or ISO-8601; UTC)")
     p.add_argument("--history-hours", type=float, default=24.0, help="history length (default 24)")
     p.add_argument("--target-late-pct", type=float, help="default: the configuration's late_slo_pct")
     p.add_argument("--strategies", help="comma-separated strategies to search (default: all)")
@@ -281,13 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jobs.batch.backfill import parse_instant
+    from watermark.timeparse import instant_ms
 
     options = RetuneOptions(
         tables=args.tables,
         config=args.config,
         reports=args.reports,
-        end_ms=parse_instant(args.end),
+        end_ms=instant_ms(args.end),
         history_ms=int(args.history_hours * 3_600_000),
         target_late_pct=args.target_late_pct,
         strategies=tuple(s for s in args.strategies.split(",") if s) if args.strategies else None,

@@ -210,7 +210,7 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "raw": "the line of a malformed record, and of a JSON record with a field of the wrong type; "
         "otherwise the record's fields as JSON; valid UTF-8, invalid bytes replaced by U+FFFD; beyond 1 KiB "
         "its first 1,024 bytes and `…[truncated, N bytes]` with the whole length N; for a file, its path",
-        "reason": "one of `jobs.common.tables.QUARANTINE_REASONS` "
+        "reason": "one of `jobs.common.schemas.QUARANTINE_REASONS` "
         "([the reasons](streaming-job.md#quarantine-reasons))",
         "file": "landing file (on Kafka, `TOPIC/PARTITION`)",
         "line": "0-based record number in the file (on Kafka, the offset); null for a whole file",

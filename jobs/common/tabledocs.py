@@ -1,7 +1,7 @@
-"""The column reference of ``docs/tables.md``, generated from the table schemas of :mod:`jobs.common.tables`.
+"""The column reference of ``docs/tables.md``, generated from the table schemas of :mod:`jobs.common.schemas`.
 
 The reference sits between the markers :data:`BEGIN` and :data:`END` of ``docs/tables.md``;
-``tests/test_docs.py`` fails when it differs from :func:`render_table_reference`. Regenerate it with::
+``tests/unit/test_docs.py`` fails when it differs from :func:`render_table_reference`. Regenerate it with::
 
     python -m jobs.common.tabledocs --write
 
@@ -41,13 +41,13 @@ def _cell(text: str) -> str:
 
 
 def render_table_reference() -> str:
-    """The Markdown between the markers: one section per table of :data:`jobs.common.tables.TABLES`.
+    """The Markdown between the markers: one section per table of :data:`jobs.common.schemas.TABLES`.
 
     Raises
     ------
     KeyError
-        If a table or a column has no description in :data:`jobs.common.tables.TABLE_DOCS` /
-        :data:`jobs.common.tables.COLUMN_DOCS`.
+        If a table or a column has no description in :data:`jobs.common.schemas.TABLE_DOCS` /
+        :data:`jobs.common.schemas.COLUMN_DOCS`.
 
     >>> text = render_table_reference()
     >>> text.splitlines()[0]

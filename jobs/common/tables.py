@@ -1,6 +1,7 @@
-"""The pipeline's Delta tables: every table's schema, and their writes (delta-spark) and light reads.
+"""Writes of the pipeline's Delta tables through delta-spark: idempotent appends, and creating a table.
 
-Five tables live under one root directory, one sub-directory each (:data:`TABLES`):
+Five tables live under one root directory, one sub-directory each (their schemas:
+:data:`jobs.common.schemas.TABLES`):
 
 ================= ==============================================================================
 ``aggregates``    one row per fired (key, window): count, sum, min, max, trigger watermark, latencies
@@ -17,30 +18,26 @@ Each append carries Delta's own idempotency options ``txnAppId`` (the writer's a
 whose version is not above the one it recorded for that application, so a batch replayed after a crash is
 never written twice. A batch with no rows for a table is not written to it: a replay recomputes the same
 (empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
-Each table is created by its first append, with the schema given here.
+Each table is created by its first append, with its schema.
 
 **Few files.** An Arrow batch goes to Spark in at most one partition per :data:`ROWS_PER_PARTITION` rows
 (Spark's own default is one per 10,000), so a micro-batch's append writes few files.
 
 **Layout.** ``aggregates`` and ``late_events`` are partitioned by a UTC date that Delta generates from the
-window start or the event time (:data:`PARTITIONS`: ``window_date``, ``event_date``; generated columns, so
-writers never supply them and the backfill's MERGE inserts without them). Readers prune by it with
-:func:`day_range`. ``aggregates`` has Delta's Change Data Feed on (:data:`PROPERTIES`), so a consumer sees
-the backfill's revisions as update pre- and post-images. Both are created on the first append by
-:func:`create_table`; tables created before this layout keep theirs (readers work on both).
+window start or the event time (:data:`jobs.common.schemas.PARTITIONS`: ``window_date``, ``event_date``;
+generated columns, so writers never supply them and the backfill's MERGE inserts without them). Readers
+prune by it with :func:`jobs.common.reads.day_range`. ``aggregates`` has Delta's Change Data Feed on
+(:data:`jobs.common.schemas.PROPERTIES`), so a consumer sees the backfill's revisions as update pre- and
+post-images. Both are created on the first append by :func:`create_table`; tables created before this
+layout keep theirs (readers work on both).
 
-**Reads without Spark** (Airflow tasks, tests, the job's summary) use ``deltalake`` (delta-rs) through
-pyarrow's local file system, not delta-rs's own file-system handler: with the latter, a process that read a
-table aborts now and then at exit (``terminate called without an active exception``, exit 134; a thread
-teardown race between delta-rs and pyarrow). ``tests/test_tables.py`` runs a reader of every table in a
-fresh process several times and requires exit status 0 each time.
+**Reads** without Spark are :mod:`jobs.common.reads`; :class:`DeltaTables` has them too (it is a
+:class:`jobs.common.reads.TableReader`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import operator
 import os
 import re
 import threading
@@ -48,11 +45,10 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from jobs.common.reads import TableReader
 from jobs.common.schemas import DAY_MS, PARTITIONS, PROPERTIES, TABLES
 from jobs.common.session import arrow_frame
 
@@ -60,20 +56,6 @@ log = logging.getLogger(__name__)
 
 #: Rows per Spark partition of an Arrow batch handed to Spark for an append (files per append: rows / this).
 ROWS_PER_PARTITION = 100_000
-
-
-def table_path(root: str | os.PathLike[str], table: str) -> str:
-    """Directory of ``table`` under ``root``; ``table`` must be a plain directory name."""
-    if (
-        not isinstance(table, str)
-        or table in ("", ".", "..")
-        or "/" in table
-        or os.sep in table
-        or (os.altsep is not None and os.altsep in table)
-    ):
-        msg = f"table must be a plain directory name, got {table!r}"
-        raise ValueError(msg)
-    return os.path.join(os.path.abspath(os.fspath(root)), table)
 
 
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -119,36 +101,6 @@ def _check_batch_id(batch_id: object) -> int:
         msg = f"batch_id must be >= 0, got {batch_id}"
         raise ValueError(msg)
     return int(batch_id)
-
-
-def day_of(ms: int) -> Any:
-    """The UTC date holding the epoch-ms instant ``ms`` (a partition value of :data:`PARTITIONS`).
-
-    >>> day_of(1795341600000), day_of(0)
-    (datetime.date(2026, 11, 22), datetime.date(1970, 1, 1))
-    """
-    import datetime
-
-    return datetime.date(1970, 1, 1) + datetime.timedelta(days=ms // DAY_MS)
-
-
-def day_range(table: str, lo_ms: int | None, hi_ms: int | None) -> Any:
-    """A pyarrow filter on ``table``'s date partition for instants in ``[lo_ms, hi_ms]`` (None: open).
-
-    Tables that are not partitioned (or were created before the layout) get no filter (None): the
-    caller's own predicate on the epoch-ms column still applies.
-    """
-    if table not in PARTITIONS:
-        return None
-    column = pc.field(PARTITIONS[table][0])
-    parts = []
-    if lo_ms is not None:
-        parts.append(column >= pa.scalar(day_of(lo_ms), pa.date32()))
-    if hi_ms is not None:
-        parts.append(column <= pa.scalar(day_of(hi_ms), pa.date32()))
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else parts[0] & parts[1]
 
 
 #: A file of a Delta log that makes a table exist: a commit, a checkpoint, or the checkpoint pointer.
@@ -207,102 +159,7 @@ def create_table(spark: Any, path: str, table: str) -> None:
     builder.execute()
 
 
-def read_delta(
-    dt: Any,
-    path: str,
-    columns: list[str] | None = None,
-    where: Any = None,
-    days: tuple[int | None, int | None] | None = None,
-) -> pa.Table:
-    """Rows of the Delta table ``dt`` (at ``path``, local) read by pyarrow from the snapshot's data files.
-
-    delta-rs lists the files of the snapshot with their Delta statistics; pyarrow reads them through its
-    local file system (not delta-rs's handler, which can abort the process at exit: module docstring).
-    Each file becomes a fragment whose guarantee is what the Delta log says of it (:func:`file_guarantee`:
-    its partition values, and the min/max of its integer columns), so ``where`` skips a file the log rules
-    out before the file is opened, then the Parquet files' own statistics skip row groups. delta-rs's own
-    dataset is not used: for a column delta-spark keeps no min/max of (booleans) it guarantees
-    ``column >= null``, which prunes every file for any filter on that column.
-
-    ``days=(lo_ms, hi_ms)`` (epoch ms, None: open) adds the date-partition filter of :func:`day_range` when
-    the table (named by ``path``'s last component) is partitioned that way; the caller's ``where`` on the
-    epoch-ms column keeps the result exact.
-
-    Raises
-    ------
-    NotImplementedError
-        If the table needs a reader feature this path does not apply (deletion vectors, column mapping).
-
-    """
-    import pyarrow.dataset as pads
-    import pyarrow.fs as pafs
-
-    features = set(dt.protocol().reader_features or [])
-    if features - {"timestampNtz"}:
-        msg = f"{path}: reader features {sorted(features)} are not read by read_delta"
-        raise NotImplementedError(msg)
-    table = os.path.basename(os.path.normpath(path))
-    local = pafs.LocalFileSystem()
-    schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, local)).schema
-    partition_columns = list(dt.metadata().partition_columns)
-    parquet = pads.ParquetFileFormat()
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    root = os.path.abspath(path)
-    fragments = [
-        parquet.make_fragment(
-            os.path.join(root, unquote(action["path"])),
-            filesystem=local,
-            partition_expression=file_guarantee(action, schema, partition_columns),
-            file_size=action.get("size_bytes"),
-        )
-        for action in actions
-    ]
-    dataset = pads.FileSystemDataset(fragments, schema, parquet, local)
-    if days is not None and table in PARTITIONS and PARTITIONS[table][0] in partition_columns:
-        pruning = day_range(table, *days)
-        if pruning is not None:
-            where = pruning if where is None else pruning & where
-    return dataset.to_table(columns=columns, filter=where)
-
-
-def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_columns: list[str]) -> Any:
-    """What the Delta log guarantees of every row of one data file (a flattened add action of delta-rs).
-
-    - each partition column equals the file's partition value (or is null);
-    - each integer column lies within the file's ``min``/``max`` statistics, or is null where the file
-      counts nulls in it (or does not say); it is null when every value is; a column whose statistics are
-      missing is unconstrained.
-
-    Only integer columns are used: delta-spark truncates long strings' max and keeps no min/max for
-    booleans, and a float's statistics say nothing of NaN.
-
-    >>> import datetime
-    >>> schema = pa.schema([("day", pa.date32()), ("batch_id", pa.int64()), ("note", pa.string())])
-    >>> action = {"partition.day": datetime.date(2026, 11, 22), "min.batch_id": 3, "max.batch_id": 9,
-    ...           "null_count.batch_id": 0, "min.note": "a", "max.note": "z"}
-    >>> print(file_guarantee(action, schema, ["day"]))
-    ((day == 2026-11-22) and ((batch_id >= 3) and (batch_id <= 9)))
-    """
-    conditions = []
-    for name in partition_columns:
-        value = action.get(f"partition.{name}")
-        field = pc.field(name)
-        kind = schema.field(name).type
-        conditions.append(field.is_null() if value is None else field == pa.scalar(value).cast(kind))
-    for column in schema:
-        if column.name in partition_columns or not pa.types.is_integer(column.type):
-            continue
-        low, high = action.get(f"min.{column.name}"), action.get(f"max.{column.name}")
-        nulls, field = action.get(f"null_count.{column.name}"), pc.field(column.name)
-        if nulls is not None and nulls == action.get("num_records"):
-            conditions.append(field.is_null())
-        elif low is not None and high is not None:
-            within = (field >= pa.scalar(low, column.type)) & (field <= pa.scalar(high, column.type))
-            conditions.append(within if nulls == 0 else within | field.is_null())
-    return functools.reduce(operator.and_, conditions) if conditions else pc.scalar(True)
-
-
-class DeltaTables:
+class DeltaTables(TableReader):
     """The Delta tables under one root: idempotent per-batch appends through Spark, light reads without.
 
     Parameters
@@ -312,28 +169,16 @@ class DeltaTables:
     app_id : str
         Delta application id (``txnAppId``) of this writer; batch ids are its ``txnVersion``s.
     spark : SparkSession, optional
-        Needed to write; readers leave it out.
+        Needed to write; readers leave it out (or use :class:`jobs.common.reads.TableReader`).
 
     """
 
     def __init__(self, root: str | os.PathLike[str], app_id: str, spark: Any = None) -> None:
-        if not isinstance(app_id, str) or not app_id:
-            msg = f"app_id must be a non-empty string, got {app_id!r}"
-            raise ValueError(msg)
-        self.root = os.path.abspath(os.fspath(root))
-        self.app_id = app_id
+        super().__init__(root, app_id)
         self.spark = spark
         self._created: set[str] = set()
         self._creating = threading.Lock()  # an append and prepare_state may both create a table
 
-    def __repr__(self) -> str:
-        return f"DeltaTables(root={self.root!r}, app_id={self.app_id!r})"
-
-    def path(self, table: str) -> str:
-        """Directory of ``table``: ``root/<table>``."""
-        return table_path(self.root, table)
-
-    # -- writes (delta-spark) ---------------------------------------------------------------------------
     def append(self, table: str, data: Any, batch_id: int, *, schema: pa.Schema | None = None) -> bool:
         """Append ``data`` to ``table`` as batch ``batch_id`` of this writer, exactly once.
 
@@ -434,64 +279,3 @@ class DeltaTables:
             self._created.add(table)
             return True
         return False
-
-    # -- reads (deltalake, no Spark) --------------------------------------------------------------------
-    def _open(self, table: str) -> Any:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            return DeltaTable(self.path(table))
-        except TableNotFoundError:
-            return None
-
-    def exists(self, table: str) -> bool:
-        """Whether ``table`` is a Delta table (it has at least one commit)."""
-        from deltalake import DeltaTable
-
-        return bool(DeltaTable.is_deltatable(self.path(table)))
-
-    def committed_version(self, table: str) -> int | None:
-        """The newest batch id this writer's application id committed to ``table`` (None: none)."""
-        dt = self._open(table)
-        if dt is None:
-            return None
-        version = dt.transaction_version(self.app_id)
-        return None if version is None else int(version)
-
-    def read(
-        self,
-        table: str,
-        columns: list[str] | None = None,
-        filters: Any = None,
-        days: tuple[int | None, int | None] | None = None,
-    ) -> pa.Table:
-        """Rows of ``table`` (optionally some columns, filtered by a pyarrow expression), without Spark.
-
-        A table that does not exist yet (no batch wrote a row to it) reads as no rows with its schema when
-        it is one of :data:`TABLES`. The pipeline's tables read as their :data:`TABLES` schema (the
-        generated date partition column only when named in ``columns``). ``days=(lo_ms, hi_ms)`` prunes
-        the date partitions to instants in that range (:func:`read_delta`).
-
-        Raises
-        ------
-        FileNotFoundError
-            If ``table`` is not a Delta table and not one of the pipeline's tables.
-
-        """
-        path = self.path(table)
-        dt = self._open(table)
-        if dt is None:
-            if table in TABLES:
-                empty = TABLES[table].empty_table()
-                return empty.select(columns) if columns else empty
-            msg = f"Delta table {table!r} does not exist (no Delta log under {path})"
-            raise FileNotFoundError(msg)
-        if columns is None and table in TABLES:
-            columns = list(TABLES[table].names)
-        return read_delta(dt, path, columns, filters, days)
-
-    def version(self, table: str) -> int | None:
-        """The table's newest Delta version, or None when it does not exist."""
-        dt = self._open(table)
-        return None if dt is None else int(dt.version())
