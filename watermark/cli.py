@@ -1,5 +1,7 @@
 """Command line: ``python -m watermark`` (``awm``) ``{replay,compare,tune,synth,strategies} ...``.
 
+The root command ``awm`` (:mod:`awm.cli`) runs these as its subcommands ``awm replay``, ``awm compare``...
+
 Bad input (a missing column, an unparseable time, an empty file, an invalid parameter) prints one line
 ``error: ...`` on standard error and exits with status 2; ``tune`` exits with status 1 when no setting
 meets the target. Logging, ``--log-format`` and the exit statuses are shared with the other commands
@@ -19,6 +21,15 @@ from watermark.clilog import entry_prog, run_main
 from watermark.progress import ProgressReporter
 
 EXIT_BAD_INPUT = 2
+
+#: The subcommands and their one-line help (the root command ``awm`` lists them too).
+COMMANDS = {
+    "replay": "replay a recorded stream through one strategy and report",
+    "compare": "replay a grid of strategies and parameters and print a table",
+    "tune": "choose the strategy and parameters with the lowest emit latency at a late target",
+    "synth": "write a synthetic out-of-order stream (CSV or Parquet)",
+    "strategies": "list the strategies with their parameters and defaults",
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -85,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND", title="commands"
     )
 
-    rp = sub.add_parser("replay", help="replay a recorded stream through one strategy and report")
+    rp = sub.add_parser("replay", help=COMMANDS["replay"])
     _add_input_flags(rp)
     rp.add_argument(
         "--strategy", required=True, help="periodic, adaptive, sliding, percentile, band, ingestion"
@@ -102,16 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--json", action="store_true", help="print one JSON object")
 
-    cp = sub.add_parser("compare", help="replay a grid of strategies and parameters and print a table")
+    cp = sub.add_parser("compare", help=COMMANDS["compare"])
     _add_input_flags(cp)
     cp.add_argument("--window-ms", type=_window_list, required=True, help="window sizes, e.g. 100,1000")
     cp.add_argument("--strategies", help="comma-separated subset of the grid's strategies")
     cp.add_argument("--grid", help='JSON file {"strategy": [{param: value}, ...]} (default: built-in grid)')
     cp.add_argument("--json", action="store_true", help="print the runs as a JSON list")
 
-    tn = sub.add_parser(
-        "tune", help="choose the strategy and parameters with the lowest emit latency at a late target"
-    )
+    tn = sub.add_parser("tune", help=COMMANDS["tune"])
     _add_input_flags(tn)
     tn.add_argument(
         "--target-late-pct", type=float, required=True, help="highest late (dropped) share, in %%"
@@ -128,14 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--json", action="store_true", help="print one JSON object")
     tn.add_argument("--plot", metavar="FILE.png", help="write the trade-off curve with the choice marked")
 
-    sp = sub.add_parser("synth", help="write a synthetic out-of-order stream (CSV or Parquet)")
+    sp = sub.add_parser("synth", help=COMMANDS["synth"])
     sp.add_argument("--events", type=int, default=100_000, help="events to generate (default 100000)")
     sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.add_argument("--partitions", type=int, default=8, help="source partitions (default 8)")
     sp.add_argument("--keys", type=int, default=1_000, help="aggregation keys (default 1000)")
     sp.add_argument("--output", required=True, help="file to write: .parquet or .csv")
 
-    sub.add_parser("strategies", help="list the strategies with their parameters and defaults")
+    sub.add_parser("strategies", help=COMMANDS["strategies"])
     return parser
 
 

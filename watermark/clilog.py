@@ -1,9 +1,11 @@
 """What every command line of the project shares: logging flags and set-up, error mapping, plain help text.
 
-Each entry point (``awm``, ``awm-stream``, ``awm-feed``, ``awm-backfill``, ``awm-retune``, ``awm-quality``,
-``awm-kafka-local``) has the shape ``main(argv) -> exit status`` and delegates it to :func:`run_main`:
+Each command (the subcommands of the root command ``awm``, :mod:`awm.cli`, each also ``python -m MODULE``;
+``bin/kafka-local``) has the shape ``main(argv) -> exit status`` and delegates it to :func:`run_main`:
 
-- the parser gets ``--log-level`` and ``--log-format text|json`` (:func:`add_logging_flags`);
+- the parser gets ``--version`` (``awm <version>``, :func:`version_text`), ``--log-level`` and
+  ``--log-format text|json`` (:func:`add_logging_flags`); its program name is the one the root command
+  runs it under (:func:`command_prog`), else its own ``python -m MODULE``;
 - logging goes through the standard library to standard error (:func:`setup_logging`): ``text`` writes
   ``LEVEL logger: message`` lines, ``json`` one JSON object a line with ``time`` (UTC, ISO-8601), ``level``,
   ``logger``, ``message`` and, for a record with an exception, ``exception`` (the traceback text), for log
@@ -19,13 +21,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
+import importlib.metadata
 import json
 import logging
-import os
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from watermark.progress import PROGRESS_LOGGER
@@ -37,17 +42,26 @@ __all__ = [
     "JsonFormatter",
     "TextFormatter",
     "add_logging_flags",
+    "command_prog",
     "entry_prog",
+    "logging_argv",
+    "package_version",
     "plain_text",
     "run_main",
     "setup_logging",
     "usage_errors",
+    "version_text",
 ]
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_UNEXPECTED = 1
 EXIT_INTERRUPTED = 130
+#: The distribution whose version ``--version`` prints.
+DIST_NAME = "adaptive-watermarks"
+
+#: The program name the root command runs a subcommand under (:func:`command_prog`).
+_PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("awm_prog", default=None)
 
 #: Loggers of libraries that chatter, and the least severe of their records shown (unless --log-level DEBUG).
 _NOISY = {"py4j": logging.WARNING, "great_expectations": logging.ERROR}
@@ -138,16 +152,75 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> logging.Handler:
     return handler
 
 
-def add_logging_flags(parser: argparse.ArgumentParser, default_level: str = "INFO") -> None:
-    """Add ``--log-level`` and ``--log-format`` to ``parser`` and to its subcommands (idempotent)."""
+def add_logging_flags(
+    parser: argparse.ArgumentParser, default_level: str = "INFO", *, passthrough: bool = False
+) -> None:
+    """Add ``--version``, ``--log-level`` and ``--log-format`` to ``parser`` and its subcommands (idempotent).
+
+    With ``passthrough`` the logging flags have no default: only those given are in the parsed namespace,
+    for a command that hands them on to another (:func:`logging_argv`).
+    """
     if "--log-format" in parser._option_string_actions:
         return
-    _logging_group(parser, default_level, argparse.SUPPRESS if _is_sub(parser) else None)
+    if "--version" not in parser._option_string_actions:
+        parser.add_argument("--version", action=_VersionAction)
+    sub = _is_sub(parser)
+    _logging_group(parser, default_level, argparse.SUPPRESS if sub or passthrough else None)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                sub._awm_sub = True
-                add_logging_flags(sub, default_level)
+            for child in action.choices.values():
+                child._awm_sub = True
+                add_logging_flags(child, default_level)
+
+
+def logging_argv(args: argparse.Namespace) -> list[str]:
+    """The logging flags ``args`` holds, as arguments to hand on (see ``passthrough`` above).
+
+    >>> logging_argv(argparse.Namespace(log_format="json"))
+    ['--log-format', 'json']
+    """
+    pairs = (("--log-level", "log_level"), ("--log-format", "log_format"))
+    return [item for flag, dest in pairs if hasattr(args, dest) for item in (flag, getattr(args, dest))]
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` on standard output and exit 0.
+
+    Like argparse's own ``version`` action, but the version is looked up only when asked for.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version (awm VERSION) and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_text(), flush=True)
+        parser.exit()
+
+
+def version_text() -> str:
+    """``awm <version>``: what every command's ``--version`` prints."""
+    return f"awm {package_version()}"
+
+
+def package_version() -> str:
+    """The version: the installed metadata, else this source tree's ``pyproject.toml``, else ``unknown``.
+
+    A source tree that is not installed (``PYTHONPATH=.``, ``spark-submit`` of a shipped file) has no
+    metadata; its ``pyproject.toml``, when it is there, still names the version.
+    """
+    try:
+        return importlib.metadata.version(DIST_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        if project["name"] == DIST_NAME:
+            return str(project["version"])
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        pass
+    return "unknown"
 
 
 def _is_sub(parser: argparse.ArgumentParser) -> bool:
@@ -185,7 +258,8 @@ def run_main(
     Parameters
     ----------
     parser : argparse.ArgumentParser
-        The command's parser; :func:`add_logging_flags` is applied to it.
+        The command's parser; :func:`add_logging_flags` is applied to it, and its description made plain
+        text (:func:`plain_text`).
     handler : callable
         Does the work; returns the exit status.
     argv : sequence of str, optional
@@ -198,11 +272,17 @@ def run_main(
         The default of ``--log-level``.
 
     """
+    prog = _PROG.get()
+    if prog is not None:  # run by the root command: its name, also for a parser that set its own
+        parser.prog = prog
+    if parser.description:  # often a docstring's first line
+        parser.description = plain_text(parser.description)
     add_logging_flags(parser, default_level)
     args = parser.parse_args(argv)
     fmt = getattr(args, "log_format", "text")
     setup_logging(getattr(args, "log_level", default_level), fmt)
     mapping: ErrorMap = {ValueError: 2} if errors is None else errors
+    token = _PROG.set(None)  # a command the handler runs in turn has its own name
     try:
         return handler(args)
     except CliError as exc:
@@ -217,6 +297,8 @@ def run_main(
             raise
         log.critical("error: %s: %s", type(exc).__name__, exc, exc_info=exc)
         return EXIT_UNEXPECTED
+    finally:
+        _PROG.reset(token)
 
 
 @contextlib.contextmanager
@@ -254,7 +336,27 @@ def plain_text(text: str) -> str:
     return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
 
 
+@contextlib.contextmanager
+def command_prog(prog: str) -> Iterator[None]:
+    """Run a command's ``main`` in the block under the program name ``prog`` (``awm stream``).
+
+    Its help, usage line and usage errors show ``prog`` (:func:`entry_prog`, :func:`run_main`); the root
+    command :mod:`awm.cli` runs each subcommand so.
+    """
+    token = _PROG.set(prog)
+    try:
+        yield
+    finally:
+        _PROG.reset(token)
+
+
 def entry_prog(default: str) -> str:
-    """The program name for help: the ``awm*`` entry point that runs, else ``default``."""
-    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return name if name.startswith("awm") else default
+    """The program name for a parser: the one :func:`command_prog` set, else ``default`` (``python -m X``).
+
+    >>> entry_prog("python -m tools.feed")
+    'python -m tools.feed'
+    >>> with command_prog("awm feed"):
+    ...     entry_prog("python -m tools.feed")
+    'awm feed'
+    """
+    return _PROG.get() or default

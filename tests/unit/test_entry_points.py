@@ -1,4 +1,5 @@
-"""The command lines as packaged: entry points, complete --help, logging formats, progress output."""
+"""The command lines as packaged: the entry point awm and its subcommands, complete --help, logging formats,
+progress output (the root command itself: tests/unit/test_awm_cli.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from awm.cli import COMMANDS
 from watermark.clilog import (
     CliError,
     add_logging_flags,
+    command_prog,
     plain_text,
     run_main,
     setup_logging,
@@ -36,16 +39,8 @@ IOT_FLAGS = [
     "S.Message.received.time.ms",
 ]
 
-#: Entry point -> the module whose build_parser() it parses with.
-ENTRY_POINTS = {
-    "awm": "watermark.cli",
-    "awm-stream": "jobs.stream.cli",
-    "awm-feed": "tools.feed",
-    "awm-backfill": "jobs.batch.backfill",
-    "awm-retune": "jobs.batch.retune",
-    "awm-quality": "jobs.batch.quality",
-    "awm-kafka-local": "tools.local.kafka",
-}
+#: The command lines: the root command, each subcommand's module, and bin/kafka-local's.
+CLI_MODULES = sorted({"awm.cli", "tools.local.kafka", *(command.module for command in COMMANDS.values())})
 RST = re.compile(r"``|:[a-z]+:`")
 
 
@@ -71,13 +66,23 @@ def squeeze(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def test_the_scripts_in_pyproject_are_the_entry_points_tested_here():
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser whose help ``awm NAME --help`` prints."""
+    command = COMMANDS[name]
+    with command_prog("awm" if command.named else f"awm {name}"):
+        parser = parser_of(command.module)
+    if not command.named:
+        return parser
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subs.choices[name]
+
+
+def test_the_one_script_in_pyproject_is_the_root_command():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert {name: target.split(":")[0] for name, target in scripts.items()} == ENTRY_POINTS
-    assert all(target.endswith(":main") for target in scripts.values())
+    assert scripts == {"awm": "awm.cli:main"}
 
 
-@pytest.mark.parametrize("module", sorted(set(ENTRY_POINTS.values())))
+@pytest.mark.parametrize("module", CLI_MODULES)
 def test_every_flag_has_help(module):
     missing = [
         f"{path}{where}"
@@ -89,28 +94,31 @@ def test_every_flag_has_help(module):
 
 
 @pytest.mark.slow
-def test_each_entry_point_is_installed_and_its_help_lists_every_flag():
-    missing = [name for name in ENTRY_POINTS if not (BIN / name).exists()]
-    assert missing == [], f"not installed in {BIN}: run bin/bootstrap.sh (pip install -e .)"
+def test_awm_is_installed_and_each_subcommand_help_lists_every_flag():
+    assert (BIN / "awm").exists(), f"awm is not installed in {BIN}: run bin/bootstrap.sh (pip install -e .)"
+    root = subprocess.run([str(BIN / "awm"), "--help"], capture_output=True, text=True, check=False)
+    assert root.returncode == 0, root.stderr
+    for name, command in COMMANDS.items():
+        assert re.search(rf"^\s+{name}\s+{re.escape(command.help[:20])}", root.stdout, re.M), name
     runs = {
         name: subprocess.Popen(
-            [str(BIN / name), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [str(BIN / "awm"), name, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        for name in ENTRY_POINTS
+        for name in COMMANDS
     }
     for name, proc in runs.items():
         out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{name}: {err}"
-        assert out.startswith(f"usage: {name} ")
-        assert not RST.search(out), f"{name} --help shows reStructuredText"
+        assert proc.returncode == 0, f"awm {name}: {err}"
+        assert out.startswith(f"usage: awm {name} ")
+        assert not RST.search(out), f"awm {name} --help shows reStructuredText"
         flat = squeeze(out)
-        for path, where, action in walk(parser_of(ENTRY_POINTS[name])):
+        for path, where, action in walk(command_parser(name)):
             if path:  # a subcommand's own flags: in its own --help
                 continue
             for flag in action.option_strings:
-                assert flag in out, f"{name} --help lacks {flag}"
+                assert flag in out, f"awm {name} --help lacks {flag}"
             if action.help and action.help != argparse.SUPPRESS:
-                assert squeeze(action.help.replace("%%", "%")) in flat, f"{name}: help of {where}"
+                assert squeeze(action.help.replace("%%", "%")) in flat, f"awm {name}: help of {where}"
 
 
 def test_python_m_watermark_help_lists_tune_in_plain_text():
