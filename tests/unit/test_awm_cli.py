@@ -75,10 +75,8 @@ print(json.dumps(seen))
     )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
-    assert seen["--help"] == [
-        "usage: awm [-h] [--version] [--log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}]",
-        [],
-    ]
+    usage, loaded = seen["--help"]
+    assert usage.startswith("usage: awm [-h] [--version]") and loaded == []
     for name in COMMANDS:
         usage, loaded = seen[f"{name} --help"]
         assert usage.startswith(f"usage: awm {name} "), usage
