@@ -30,9 +30,10 @@ This package re-exports the names other code imports from ``jobs.stream``.
 """
 
 from jobs.common.windows import assign_windows, window_partials
+from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.checkpoint.state import SavedStage, StageStore
 from jobs.stream.cli import build_parser, main, options_from_args, summarize
-from jobs.stream.handler import ArrowRows, BatchHandler, BatchReport, SparkRows, aggregate_rows, observation
+from jobs.stream.handler import BatchHandler
 from jobs.stream.options import (
     DEFAULT_METRICS_PORT,
     FORMATS,
@@ -42,7 +43,11 @@ from jobs.stream.options import (
     KafkaOptions,
     RateOptions,
 )
+from jobs.stream.report import BatchReport
 from jobs.stream.run import clear_interrupted_log_writes, flush_open_windows, run_job, serve_metrics
+from jobs.stream.sinks.observation import observation
+from jobs.stream.sinks.rows import aggregate_rows
+from jobs.stream.sources.arrow_reader import ArrowRows
 from jobs.stream.sources.readers import (
     RecordNumbers,
     csv_columns,
@@ -54,6 +59,7 @@ from jobs.stream.sources.readers import (
     rate_stream,
     source_stream,
 )
+from jobs.stream.sources.spark_rows import SparkRows
 from jobs.stream.sources.validate import (
     QUARANTINE_REASONS,
     SOURCE_COLUMNS,
@@ -74,6 +80,7 @@ __all__ = [
     "ArrowRows",
     "BatchHandler",
     "BatchReport",
+    "CheckpointLayout",
     "Fields",
     "JobOptions",
     "KafkaOptions",

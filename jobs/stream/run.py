@@ -10,9 +10,12 @@ from typing import Any
 from jobs.common.session import ship_code
 from jobs.common.tables import DeltaTables
 from jobs.common.windows import empty_partials, flush, merge_partials
+from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.checkpoint.state import StageStore, checkpoint_app_id
-from jobs.stream.handler import BatchHandler, BatchReport, aggregate_rows
+from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions, trigger_interval_ms
+from jobs.stream.report import BatchReport
+from jobs.stream.sinks.rows import aggregate_rows
 from jobs.stream.sources.readers import source_stream
 from jobs.stream.stage.executors import read_open_windows
 from monitoring.metrics import JobMetrics
@@ -20,7 +23,7 @@ from monitoring.metrics import JobMetrics
 log = logging.getLogger("jobs.stream")
 
 
-def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
+def clear_interrupted_log_writes(checkpoint: str) -> list[Path]:
     """Remove the temporary files a killed query left in its offset and commit logs; returns them.
 
     Spark writes a log entry to ``.N.<uuid>.tmp`` and renames it into place, so such a file is never
@@ -28,8 +31,7 @@ def clear_interrupted_log_writes(query_checkpoint: Path) -> list[Path]:
     offset log has a file but no batch 0 (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``).
     """
     removed = []
-    for log_dir in ("offsets", "commits"):
-        folder = query_checkpoint / log_dir
+    for folder in CheckpointLayout(checkpoint).spark_logs():
         if not folder.is_dir():
             continue
         for path in folder.iterdir():
@@ -79,7 +81,7 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
 def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
     if options.format not in ("rate", "kafka"):
         Path(options.input).mkdir(parents=True, exist_ok=True)
-    for path in clear_interrupted_log_writes(Path(options.checkpoint) / "query"):
+    for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)
     files = source_stream(spark, options)
     if options.format == "json" and options.reader == "arrow":
@@ -89,12 +91,13 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
     if metrics is not None:
         from monitoring.listener import MetricsListener
 
-        config = handler.watcher.current if handler.watcher is not None else options.config
+        watcher = handler.states.watcher
+        config = watcher.current if watcher is not None else options.config
         metrics.config_applied(config.version, config.strategy, config.late_slo_pct, config.idle_timeout_ms)
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(
-        "checkpointLocation", str(Path(options.checkpoint) / "query")
+        "checkpointLocation", str(CheckpointLayout(options.checkpoint).query)
     )
     interval_ms = trigger_interval_ms(options.trigger)
     if interval_ms is None:

@@ -11,6 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.common.windows import table_partials
+from jobs.stream.sources import arrow_reader
+from jobs.stream.sources.arrow_reader import late_thresholds, narrow_of, plan_splits, spill_dir
 from jobs.stream.stage.driver import label_thresholds, run_stage
 from jobs.stream.workers import arrow_path
 from jobs.stream.workers.arrow_path import (
@@ -20,11 +22,8 @@ from jobs.stream.workers.arrow_path import (
     aggregate_pass,
     collect_pass,
     from_blobs,
-    narrow_of,
     parse_clean,
-    plan_splits,
     read_split,
-    spill_dir,
 )
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import WindowSpec
@@ -163,7 +162,7 @@ def test_thresholds_evaluated_per_split_give_exactly_the_stage_labels(seed, stra
     params = {"periodic": {"delay_ms": 50, "period_ms": 20}, "ingestion": {"max_event_time_lag_ms": 60}}
     result = run_stage(PartitionedWatermark(strategy, params.get(strategy, {})), narrow, 100)
     th = label_thresholds(te[result.order], result.late[result.order], result.wm_at_arrival)
-    thresholds = LateThresholds.from_stage(narrow, result.order, th.starts, th.values)
+    thresholds = late_thresholds(narrow, result.order, th.starts, th.values)
     # Each executor sees only its split's rows, in any order.
     for rows in np.array_split(rng.permutation(n), 3):
         got = thresholds.late(te[rows], tp[rows], file[rows].astype(np.int64), ids[rows])
@@ -296,10 +295,10 @@ def test_each_run_gets_its_own_unpredictable_private_spill_folder_under_spark_s_
     monkeypatch.delenv("SPARK_LOCAL_DIRS")
     import tempfile
 
-    assert arrow_path.local_dir(None) == Path(tempfile.gettempdir())
+    assert arrow_reader.local_dir(None) == Path(tempfile.gettempdir())
     # A folder someone else made (or a loose mode) is not used: splits are then parsed again.
     loose = local / "wm-arrow-loose"
     loose.mkdir(mode=0o755)
     os.chmod(loose, 0o755)
     with pytest.raises(OSError, match="not a folder private"):
-        arrow_path._private(loose)
+        arrow_path.private_folder(loose)

@@ -208,12 +208,12 @@ def test_a_version_that_fails_to_apply_is_refused_and_rolled_back(tmp_path, monk
         config_path=str(path),
     )
     handler = BatchHandler(None, options, metrics)
-    run_batches(handler.store, 1)
+    run_batches(handler.states.store, 1)
     v2 = V1.with_version(2, params={"delay_ms": 300})
     write_config(path, v2)
-    _, config = handler.store.batch_meta(1, handler._config())
+    _, config = handler.states.store.batch_meta(1, handler.states.config())
     assert config.version == 2
-    saved = handler.store.load_before(1)
+    saved = handler.states.store.load_before(1)
     assert saved is not None
 
     def broken(self, *args, **kwargs):
@@ -222,12 +222,12 @@ def test_a_version_that_fails_to_apply_is_refused_and_rolled_back(tmp_path, monk
 
     monkeypatch.setattr(PartitionedWatermark, "reconfigured", broken)
     with caplog.at_level(logging.WARNING, logger="jobs.stream"):
-        watermark, config = handler._reconfigure(1, saved, config)
+        watermark, config = handler.states.reconfigure(1, saved, config)
     assert config == V1 and watermark is saved.watermark
     assert any("version 2 failed to apply" in r.getMessage() for r in caplog.records)
     assert metrics.registry.get_sample_value("awm_config_refused_total") == 1
-    assert handler.watcher is not None and handler.watcher.current == V1
-    assert handler._config() == V1  # the failing file is not applied again until it changes
-    assert handler.store.batch_meta(1, v2)[1] == V1  # a replay of the batch runs version 1 too
-    handler.store.save(1, watermark, empty_partials(), config.version)
-    assert handler.store.load_before(2) is not None  # and its state matches its pinned version
+    assert handler.states.watcher is not None and handler.states.watcher.current == V1
+    assert handler.states.config() == V1  # the failing file is not applied again until it changes
+    assert handler.states.store.batch_meta(1, v2)[1] == V1  # a replay of the batch runs version 1 too
+    handler.states.store.save(1, watermark, empty_partials(), config.version)
+    assert handler.states.store.load_before(2) is not None  # and its state matches its pinned version

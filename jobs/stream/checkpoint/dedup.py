@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.stream.checkpoint.layout import CheckpointLayout
+
 #: The ids kept between batches.
 IDS_SCHEMA = pa.schema([("event_id", pa.string()), ("arrival_time_ms", pa.int64())])
 DUPLICATE = "duplicate_event_id"
@@ -38,21 +40,15 @@ class SeenIds:
         if horizon_ms < 0:
             msg = f"--dedup-horizon-ms must be 0 or more, got {horizon_ms}"
             raise ValueError(msg)
-        self.root = Path(checkpoint) / "dedup"
+        self.layout = CheckpointLayout(checkpoint)
+        self.root = self.layout.dedup
         self.horizon_ms = horizon_ms
 
     def _path(self, batch_id: int) -> Path:
-        return self.root / f"ids-{batch_id:012d}.arrow"
+        return self.layout.seen_ids(batch_id)
 
     def _batches(self) -> list[int]:
-        if not self.root.is_dir():
-            return []
-        found = []
-        for path in self.root.glob("ids-*.arrow"):
-            stem = path.name[len("ids-") : -len(".arrow")]
-            if stem.isdigit():
-                found.append(int(stem))
-        return sorted(found)
+        return self.layout.seen_ids_batches()
 
     def before(self, batch_id: int) -> pa.Table:
         """The ids known before batch ``batch_id`` (empty for the first)."""
@@ -79,7 +75,7 @@ class SeenIds:
             ids = ids.filter(pc.greater_equal(ids.column("arrival_time_ms"), clock - self.horizon_ms))
         self.root.mkdir(parents=True, exist_ok=True)
         target = self._path(batch_id)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary = self.layout.seen_ids_tmp(batch_id)
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, IDS_SCHEMA) as writer:
             writer.write_table(ids.combine_chunks())
         os.replace(temporary, target)

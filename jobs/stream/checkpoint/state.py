@@ -2,10 +2,11 @@
 
 A state folder ``state-N/`` holds ``wm.json`` (generator snapshots), ``open.parquet`` (open windows),
 ``owners.parquet`` (partition-scoped mode) and, written last, ``manifest.json``: the SHA-256 and size of
-every other file. The folder is built under a temporary name (every file fsynced) and renamed into place, so
-a SIGKILL during a save leaves only the temporary folder, which is discarded (Spark replays the batch). A
-``state-N`` folder that does not match its manifest, or is missing while batch ``N + 1`` runs, is damage:
-the job refuses to go on (:class:`CheckpointError`) instead of falling back to older state.
+every other file (the names are :mod:`jobs.stream.checkpoint.layout`'s). The folder is built under a
+temporary name (every file fsynced) and renamed into place, so a SIGKILL during a save leaves only the
+temporary folder, which is discarded (Spark replays the batch). A ``state-N`` folder that does not match its
+manifest, or is missing while batch ``N + 1`` runs, is damage: the job refuses to go on
+(:class:`CheckpointError`) instead of falling back to older state.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.common.schemas import PARTIAL_SCHEMA
+from jobs.stream.checkpoint.durable import fsync_dir, fsync_file, write_durably
+from jobs.stream.checkpoint.layout import (
+    MANIFEST,
+    OPEN_FILE,
+    OWNERS_FILE,
+    WM_FILE,
+    CheckpointLayout,
+    spark_done,
+)
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
@@ -34,7 +44,6 @@ log = logging.getLogger("jobs.stream")
 
 #: ``wm.json``'s ``format``: 2 = the folder has a ``manifest.json`` (folders without the field predate it).
 STATE_FORMAT = 2
-MANIFEST = "manifest.json"
 RECOVERY = (
     "the checkpoint is damaged. To recover, restore the whole checkpoint folder from a backup taken while "
     "the job was stopped, or start over with a new --checkpoint and a new --output (a new checkpoint reads "
@@ -64,21 +73,6 @@ class SavedStage:
     batch_id: int = -1  # the batch the state is the result of
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    with path.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -97,27 +91,24 @@ class StageStore:
     keep = 3
 
     def __init__(self, checkpoint: str) -> None:
-        self.checkpoint = Path(checkpoint)
-        self.root = self.checkpoint / "stage"
+        self.layout = CheckpointLayout(checkpoint)
+        self.root = self.layout.stage
         self.root.mkdir(parents=True, exist_ok=True)
         self._recover_interrupted_saves()
 
     def _recover_interrupted_saves(self) -> None:
         """Undo what a save killed half-way left: a temporary folder, or a replaced state set aside."""
-        for path in self.root.glob(".state-*"):
-            name = path.name
-            if name.endswith(".old"):
-                final = self.root / name[1:-4]
-                if final.exists():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:  # killed between setting the old state aside and renaming the new one in
-                    os.replace(path, final)
-                    log.warning("restored %s, set aside by an interrupted save", final)
-            elif name.endswith(".tmp"):
-                shutil.rmtree(path, ignore_errors=True)  # never renamed in: its batch runs again
+        for path, final in self.layout.states_set_aside():
+            if final.exists():
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # killed between setting the old state aside and renaming the new one in
+                os.replace(path, final)
+                log.warning("restored %s, set aside by an interrupted save", final)
+        for path in self.layout.states_unfinished():
+            shutil.rmtree(path, ignore_errors=True)  # never renamed in: its batch runs again
 
     def _meta_path(self, batch_id: int) -> Path:
-        return self.root / f"batch-{batch_id:012d}.json"
+        return self.layout.batch_meta(batch_id)
 
     def _read_meta(self, path: Path) -> tuple[int, PipelineConfig]:
         try:
@@ -129,8 +120,8 @@ class StageStore:
 
     def _write_meta(self, batch_id: int, ingest_ms: int, config: PipelineConfig) -> None:
         path = self._meta_path(batch_id)
-        tmp = path.with_name("." + path.name)
-        _write_durably(tmp, json.dumps({"ingest_ms": ingest_ms, "config": config.to_dict()}).encode())
+        tmp = self.layout.batch_meta_tmp(batch_id)
+        write_durably(tmp, json.dumps({"ingest_ms": ingest_ms, "config": config.to_dict()}).encode())
         os.replace(tmp, path)
 
     def batch_meta(self, batch_id: int, config: PipelineConfig) -> tuple[int, PipelineConfig]:
@@ -148,12 +139,7 @@ class StageStore:
         self._write_meta(batch_id, ingest_ms, config)
 
     def _folders(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.root.glob("state-*"):
-            number = p.name.split("-", 1)[1]
-            if p.is_dir() and number.isdigit():
-                out.append((int(number), p))
-        return sorted(out)
+        return self.layout.states()
 
     def latest_batch(self) -> int | None:
         """Batch id of the newest saved state."""
@@ -163,13 +149,12 @@ class StageStore:
     def _committed_before(self, batch_id: int) -> bool:
         """Whether batch ``batch_id - 1`` ran to its end: Spark committed it, or its metadata exists."""
         previous = batch_id - 1
-        commit = self.checkpoint / "query" / "commits" / str(previous)
+        commit = self.layout.commit(previous)
         return previous >= 0 and (commit.exists() or self._meta_path(previous).exists())
 
     def check(self) -> None:
         """Verify the state the next batch starts from (at start); raises :class:`CheckpointError`."""
-        commits = self.checkpoint / "query" / "commits"
-        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+        done = self.layout.committed_batches()
         if done:
             self.load_before(max(done) + 1)
         elif self._folders():
@@ -185,7 +170,7 @@ class StageStore:
         folders = [(b, p) for b, p in self._folders() if b < batch_id]
         if not folders:
             if self._committed_before(batch_id):
-                missing = self.root / f"state-{batch_id - 1:012d}"
+                missing = self.layout.state(batch_id - 1)
                 msg = (
                     f"{missing} is missing (the state of batch {batch_id - 1}, which batch {batch_id} "
                     f"continues from): {RECOVERY}"
@@ -194,7 +179,7 @@ class StageStore:
             return None
         number, path = folders[-1]
         if number != batch_id - 1:
-            missing = self.root / f"state-{batch_id - 1:012d}"
+            missing = self.layout.state(batch_id - 1)
             msg = (
                 f"{missing} is missing (the state of batch {batch_id - 1}, which batch {batch_id} continues "
                 f"from; the newest older one is {path.name}): {RECOVERY}"
@@ -204,7 +189,7 @@ class StageStore:
 
     def _load(self, number: int, path: Path) -> SavedStage:
         self._verify(path)
-        wm_file = path / "wm.json"
+        wm_file = path / WM_FILE
         try:
             snap = json.loads(wm_file.read_text(encoding="utf-8"))
             watermark = PartitionedWatermark.from_snapshot(snap["watermark"])
@@ -212,17 +197,17 @@ class StageStore:
             closed = int(snap.get("closed_until_ms", NO_WATERMARK))
             open_dir = snap.get("open_dir")
             if open_dir is not None:
-                open_dir = str(self.root / str(open_dir))
-                if not (Path(open_dir) / "_SUCCESS").exists():  # Spark writes it last
+                open_dir = str(self.layout.open_windows_at(str(open_dir)))
+                if not spark_done(open_dir).exists():  # Spark writes it last
                     msg = f"{open_dir}: the open windows of this state are missing or incomplete"
                     raise ValueError(msg)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             msg = f"{wm_file}: unreadable stage state ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
         tables: dict[str, pa.Table | None] = {}
-        for name, schema in (("open.parquet", PARTIAL_SCHEMA), ("owners.parquet", OWNERS_SCHEMA)):
+        for name, schema in ((OPEN_FILE, PARTIAL_SCHEMA), (OWNERS_FILE, OWNERS_SCHEMA)):
             file = path / name
-            if name == "owners.parquet" and not file.exists():
+            if name == OWNERS_FILE and not file.exists():
                 tables[name] = None
                 continue
             try:
@@ -235,17 +220,17 @@ class StageStore:
         if meta.exists():
             _, config = self._read_meta(meta)
             check_state_config(wm_file, watermark, version, config)
-        open_windows = tables["open.parquet"]
+        open_windows = tables[OPEN_FILE]
         assert open_windows is not None
         return SavedStage(
-            watermark, open_windows, version, closed, tables["owners.parquet"], open_dir, config, number
+            watermark, open_windows, version, closed, tables[OWNERS_FILE], open_dir, config, number
         )
 
     def _verify(self, path: Path) -> None:
         """Check the folder against its manifest (the sizes and SHA-256 of its files)."""
         manifest = path / MANIFEST
         if not manifest.exists():
-            wm_file = path / "wm.json"
+            wm_file = path / WM_FILE
             legacy = False
             if wm_file.exists():
                 try:
@@ -259,7 +244,7 @@ class StageStore:
         try:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
             files = dict(doc["files"])
-            if doc.get("format") != STATE_FORMAT or not {"wm.json", "open.parquet"} <= set(files):
+            if doc.get("format") != STATE_FORMAT or not {WM_FILE, OPEN_FILE} <= set(files):
                 msg = "not a state manifest"
                 raise ValueError(msg)
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -299,8 +284,8 @@ class StageStore:
         renamed into place (a state already there, when a batch's state is rewritten, is set aside first
         and restored by the next start if the save is killed in between).
         """
-        final = self.root / f"state-{batch_id:012d}"
-        tmp = self.root / f".state-{batch_id:012d}.tmp"
+        final = self.layout.state(batch_id)
+        tmp = self.layout.state_tmp(batch_id)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         doc = {
@@ -310,30 +295,29 @@ class StageStore:
             "config_version": version,
             "closed_until_ms": closed_until_ms,
             # relative to the stage folder, so that a checkpoint can move
-            "open_dir": None if open_dir is None else os.path.relpath(open_dir, self.root),
+            "open_dir": None if open_dir is None else self.layout.open_windows_ref(open_dir),
         }
-        _write_durably(tmp / "wm.json", json.dumps(doc).encode())
-        pq.write_table(open_windows, tmp / "open.parquet")
-        names = ["wm.json", "open.parquet"]
+        write_durably(tmp / WM_FILE, json.dumps(doc).encode())
+        pq.write_table(open_windows, tmp / OPEN_FILE)
+        names = [WM_FILE, OPEN_FILE]
         if owners is not None:
-            pq.write_table(owners, tmp / "owners.parquet")
-            names.append("owners.parquet")
+            pq.write_table(owners, tmp / OWNERS_FILE)
+            names.append(OWNERS_FILE)
         files: dict[str, Any] = {}
         for name in names:
             file = tmp / name
             if name.endswith(".parquet"):
-                with file.open("rb+") as fh:
-                    os.fsync(fh.fileno())
+                fsync_file(file)
             files[name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
         manifest = {"format": STATE_FORMAT, "batch_id": batch_id, "files": files}
-        _write_durably(tmp / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
-        _fsync_dir(tmp)
-        old = self.root / f".state-{batch_id:012d}.old"
+        write_durably(tmp / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+        fsync_dir(tmp)
+        old = self.layout.state_set_aside(batch_id)
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         os.replace(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         shutil.rmtree(old, ignore_errors=True)
         self._prune()
 
@@ -344,9 +328,8 @@ class StageStore:
         # A restart replays batches after the newest state; a meta file older than the oldest kept state is
         # never read again (one file per batch would otherwise grow without bound).
         oldest = states[-self.keep :][0][0]
-        for meta in self.root.glob("batch-*.json"):
-            number = meta.stem.split("-", 1)[1]
-            if number.isdigit() and int(number) < oldest:
+        for number, meta in self.layout.batch_metas():
+            if number < oldest:
                 meta.unlink(missing_ok=True)
 
 
@@ -368,9 +351,6 @@ def check_state_config(
         raise CheckpointError(msg)
 
 
-APP_ID_FILE = "app-id"
-
-
 def checkpoint_app_id(checkpoint: str, output: str) -> str:
     """The Delta application id (``txnAppId``) of the job writing ``output`` from ``checkpoint``.
 
@@ -387,16 +367,15 @@ def checkpoint_app_id(checkpoint: str, output: str) -> str:
         another checkpoint, and starting over would write its input a second time.
 
     """
-    root = Path(checkpoint)
-    path = root / APP_ID_FILE
+    layout = CheckpointLayout(checkpoint)
+    path = layout.app_id
     if path.exists():
         text = path.read_text(encoding="utf-8").strip()
         if not text or len(text) > 200 or not text.isprintable():
             msg = f"{path}: not an application id; restore it from a backup, or start a new checkpoint"
             raise ValueError(msg)
         return text
-    offsets = root / "query" / "offsets"
-    if offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir()):
+    if layout.has_offsets():
         app_id = "jobs.stream"
     else:
         written = sorted(p.parent.name for p in Path(output).glob("*/_delta_log") if any(p.iterdir()))
@@ -408,8 +387,8 @@ def checkpoint_app_id(checkpoint: str, output: str) -> str:
             )
             raise ValueError(msg)
         app_id = f"jobs.stream-{uuid.uuid4().hex}"
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{APP_ID_FILE}.tmp"
+    layout.root.mkdir(parents=True, exist_ok=True)
+    tmp = layout.app_id_tmp
     tmp.write_text(app_id + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return app_id

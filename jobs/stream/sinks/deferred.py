@@ -38,14 +38,15 @@ import pyarrow.parquet as pq
 
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables, conform
-from jobs.stream.checkpoint.state import RECOVERY, CheckpointError, _fsync_dir, _write_durably
+from jobs.stream.checkpoint.durable import fsync_dir, fsync_file, write_durably
+from jobs.stream.checkpoint.layout import PENDING_META, CheckpointLayout, spark_done
+from jobs.stream.checkpoint.state import RECOVERY, CheckpointError
 from jobs.stream.options import DeferPolicy
 
 log = logging.getLogger("jobs.stream")
 
 #: The tables whose rows wait in the checkpoint for a commit of several batches.
 DEFERRED_TABLES = ("late_events", "watermark_log", "arrivals")
-META = "meta.json"
 
 
 @dataclass(frozen=True)
@@ -64,25 +65,20 @@ class PendingRows:
     """The deferred rows under ``CHECKPOINT/stage/pending``: one folder per batch."""
 
     def __init__(self, checkpoint: str) -> None:
-        self.root = Path(checkpoint) / "stage" / "pending"
+        self.layout = CheckpointLayout(checkpoint)
+        self.root = self.layout.pending
         self.root.mkdir(parents=True, exist_ok=True)
-        for tmp in self.root.glob(".batch-*"):  # a put killed half-way: its batch runs again
+        for tmp in self.layout.pending_unfinished():  # a put killed half-way: its batch runs again
             shutil.rmtree(tmp, ignore_errors=True)
-
-    def _folder(self, batch_id: int) -> Path:
-        return self.root / f"batch-{batch_id:012d}"
 
     def batches(self) -> list[Pending]:
         """The pending batches, oldest first."""
         out = []
-        for folder in sorted(self.root.glob("batch-*")):
-            number = folder.name.split("-", 1)[1]
-            if not number.isdigit():
-                continue
-            meta = folder / META
+        for number, folder in self.layout.pending_batches():
+            meta = folder / PENDING_META
             try:
                 doc = json.loads(meta.read_text(encoding="utf-8"))
-                out.append(Pending(int(number), int(doc["ingest_ms"]), folder, dict(doc["tables"])))
+                out.append(Pending(number, int(doc["ingest_ms"]), folder, dict(doc["tables"])))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 msg = f"{meta}: unreadable pending rows ({type(exc).__name__}: {exc}); {RECOVERY}"
                 raise CheckpointError(msg) from None
@@ -95,8 +91,8 @@ class PendingRows:
         folder; either way the commit reads them back with Spark's reader in the executors, so the rows of
         many batches never pass through the driver again. A batch run again replaces its folder.
         """
-        final = self._folder(batch_id)
-        tmp = self.root / f".batch-{batch_id:012d}.tmp"
+        final = self.layout.pending_batch(batch_id)
+        tmp = self.layout.pending_batch_tmp(batch_id)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         kinds: dict[str, str] = {}
@@ -105,20 +101,19 @@ class PendingRows:
                 if not data.num_rows:
                     continue
                 data = conform(data, TABLES[table])
-                file = tmp / f"{table}.parquet"
+                file = self.layout.pending_table(tmp, table, "parquet_file")
                 pq.write_table(data, str(file))
-                with file.open("rb+") as fh:
-                    os.fsync(fh.fileno())
+                fsync_file(file)
                 kinds[table] = "parquet_file"
             else:  # a Spark DataFrame (the stage in the executors): written by the executors
-                data.write.mode("overwrite").parquet(str(tmp / table))
+                data.write.mode("overwrite").parquet(str(self.layout.pending_table(tmp, table, "parquet")))
                 kinds[table] = "parquet"
-        _write_durably(tmp / META, json.dumps({"ingest_ms": ingest_ms, "tables": kinds}).encode())
-        _fsync_dir(tmp)
+        write_durably(tmp / PENDING_META, json.dumps({"ingest_ms": ingest_ms, "tables": kinds}).encode())
+        fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def due(self, batch_id: int, ingest_ms: int, policy: DeferPolicy) -> bool:
         """Whether batch ``batch_id`` (pending already) commits the deferred tables."""
@@ -158,8 +153,7 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
     arrow, parquet = [], []
     for p in parts:
         kind = p.tables[table]
-        name = {"arrow": f"{table}.arrow", "parquet_file": f"{table}.parquet"}.get(kind, table)
-        path = p.folder / name
+        path = CheckpointLayout.pending_table(p.folder, table, kind)
         try:
             if kind == "arrow":
                 arrow.append(feather.read_table(str(path), memory_map=True))
@@ -167,7 +161,7 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
                 pq.read_metadata(str(path))  # a whole file (its footer is last)
                 parquet.append(str(path))
             else:
-                if not (path / "_SUCCESS").exists():  # Spark writes it last
+                if not spark_done(path).exists():  # Spark writes it last
                     msg = "the Parquet folder is incomplete (no _SUCCESS)"
                     raise ValueError(msg)
                 parquet.append(str(path))

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.common.schemas import QUARANTINE_SCHEMA
+from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 
@@ -68,14 +69,12 @@ def logged_batch_files(checkpoint: str, batch_id: int) -> list[str] | None:
     """The landing files of micro-batch ``batch_id`` from the file source's log, or None when not found.
 
     The log (``query/sources/0``) has one file per batch (``N``, JSON lines after a version line) until
-    Spark compacts it into ``N.compact`` files that hold every earlier entry with its ``batchId``.
+    Spark compacts it into ``N.compact`` files that hold every earlier entry with its ``batchId``
+    (:class:`jobs.stream.checkpoint.layout.CheckpointLayout` names them).
     """
-    root = Path(checkpoint) / "query" / "sources" / "0"
-    candidates = [root / str(batch_id)]
-    compacts = sorted(
-        (int(p.name.split(".")[0]), p) for p in root.glob("*.compact") if p.name.split(".")[0].isdigit()
-    )
-    candidates += [p for n, p in compacts if n >= batch_id][:1]
+    layout = CheckpointLayout(checkpoint)
+    candidates = [layout.source_log_entry(batch_id)]
+    candidates += [p for n, p in layout.source_log_compactions() if n >= batch_id][:1]
     for path in candidates:
         if not path.exists():
             continue

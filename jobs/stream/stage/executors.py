@@ -5,8 +5,9 @@ The code that runs in the workers is :mod:`jobs.stream.workers.executor_stage`.
 Used in partition-scoped mode on the Kafka source, where a Kafka partition is a Spark partition. The
 driver collects one summary per partition; rows, late rows, partial aggregates and open windows stay in
 Spark. Open windows live as Parquet under ``CHECKPOINT/stage/open/batch-N`` (one folder per batch, written
-by the executors; a replayed batch overwrites its own folder), with the column ``owner`` (the partition
-that owns the key).
+by the executors; a replayed batch overwrites its own folder; :mod:`jobs.stream.checkpoint.layout`), with
+the column ``owner`` (the partition that owns the key). The driver's reading of the executors' summaries is
+:mod:`jobs.stream.stage.summaries`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 import shutil
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -23,17 +23,10 @@ import pyarrow as pa
 from jobs.common.schemas import AGGREGATES_SCHEMA, ARRIVALS_SCHEMA, LATE_SCHEMA, PARTIAL_SCHEMA
 from jobs.common.session import arrow_frame
 from jobs.common.windows import assign_windows
+from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
-from jobs.stream.workers.executor_stage import (
-    LABELLED_DDL,
-    ROW_COLUMNS,
-    Settled,
-    StagePlan,
-    judge_partitions,
-    segment_rows,
-    segments_table,
-    settle,
-)
+from jobs.stream.stage.summaries import Settled, segment_rows, segments_table, settle
+from jobs.stream.workers.executor_stage import LABELLED_DDL, ROW_COLUMNS, StagePlan, judge_partitions
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
 from watermark.evaluate import LATE, STRAGGLER
@@ -42,19 +35,10 @@ from watermark.timeutil import NO_WATERMARK
 OPEN_COLUMNS = [*PARTIAL_SCHEMA.names, "owner"]
 
 
-def open_dir(checkpoint: str, batch_id: int) -> Path:
-    """Where the open windows after batch ``batch_id`` live when the stage ran in the executors."""
-    return Path(checkpoint) / "stage" / "open" / f"batch-{batch_id:012d}"
-
-
 def prune_open_dirs(checkpoint: str, keep_from: int) -> None:
     """Delete the open-window folders of batches before ``keep_from`` (their stage state is gone too)."""
-    root = Path(checkpoint) / "stage" / "open"
-    if not root.is_dir():
-        return
-    for folder in root.glob("batch-*"):
-        number = folder.name.split("-", 1)[1]
-        if number.isdigit() and int(number) < keep_from:
+    for number, folder in CheckpointLayout(checkpoint).open_windows_dirs():
+        if number < keep_from:
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -123,8 +107,49 @@ def run_in_executors(
         phases[phase] = phases.get(phase, 0.0) + now - tick
         tick = now
 
+    plan = _stage_plan(watermark, owners, config, floor_ms)
+    labelled, summaries, settled, resplit = _judge(parsed.select(*ROW_COLUMNS, "reason"), plan)
+    mark("stage")
+    out = ExecutorOutcome(rows_out={}, owners=owners, open_folder="", resplit=resplit)
+    out.invalid = settled.invalid
+    out.driver_bytes = summaries.nbytes
+    _absorb(watermark, settled)
+    at_boundary = _advance_to_boundary(watermark, boundary_ms)
+    out.owners = _claim(owners, settled)
+    data = labelled.filter(F.col("summary").isNull()).drop("summary")
+    counts = _partition_counts(settled)
+    if settled.losers:
+        data = _relabel_losers(spark, data, settled, counts)
+    _count_rows(out, settled, counts)
+    if out.late:  # late rows, written by the executors
+        out.rows_out["late_events"] = _late_rows(data, files, batch_id, ingest_ms)
+    # On-time rows into the open windows; the fire table decides which close.
+    merged = _merged_windows(spark, data, config, open_before, open_before_dir, out.owners)
+    fire_table = pa.concat_tables([segments_table(settled.summaries), at_boundary])
+    joined = _fire_join(spark, merged, fire_table).persist()
+    mark("label")
+    folder = CheckpointLayout(checkpoint).open_windows(batch_id)
+    joined.filter(F.col("trigger_watermark_ms").isNull()).select(*OPEN_COLUMNS).write.mode(
+        "overwrite"
+    ).parquet(str(folder))
+    out.open_folder = str(folder)
+    _window_stats(joined, out)
+    mark("windows")
+    if out.fired:
+        fired = joined.filter(F.col("trigger_watermark_ms").isNotNull())
+        out.rows_out["aggregates"] = _aggregate_rows(fired, batch_id, config.version)
+    if arrival_history and out.valid:
+        out.rows_out["arrivals"] = _arrival_rows(data, batch_id, ingest_ms)
+    out.cached = [labelled, joined]
+    return out
+
+
+def _stage_plan(
+    watermark: PartitionedWatermark, owners: pa.Table, config: PipelineConfig, floor_ms: int
+) -> StagePlan:
+    """What every task of the pass needs: the generators' snapshots, the settings and the key owners."""
     window = config.window
-    plan = StagePlan(
+    return StagePlan(
         strategy=config.strategy,
         params=dict(config.params),
         snapshots={str(k): json.dumps(g.snapshot()) for k, g in watermark.generators.items()},
@@ -135,27 +160,35 @@ def run_in_executors(
         owner_keys=tuple(owners.column("key").to_pylist()),
         owner_partitions=tuple(owners.column("partition").to_pylist()),
     )
-    source = parsed.select(*ROW_COLUMNS, "reason")
+
+
+def _judge(source: Any, plan: StagePlan) -> tuple[Any, pa.Table, Settled, bool]:
+    """The pass over the batch: labelled rows (kept by Spark), the summaries, their reading, and resplit.
+
+    When a source partition was read by several tasks, each partition's rows are brought together first
+    and the pass runs again (``resplit``).
+    """
+    from pyspark.sql import functions as F
+
+    labelled, summaries, settled = _judge_once(source, plan)
+    resplit = settled.split
+    if resplit:
+        labelled.unpersist()
+        labelled, summaries, settled = _judge_once(source.repartition(F.col("partition")), plan)
+    return labelled, summaries, settled, resplit
+
+
+def _judge_once(source: Any, plan: StagePlan) -> tuple[Any, pa.Table, Settled]:
+    from pyspark.sql import functions as F
+
     labelled = source.mapInArrow(judge_partitions(plan), LABELLED_DDL).persist()
     summaries = labelled.filter(F.col("summary").isNotNull()).select("summary").toArrow()
-    settled = settle(summaries.column("summary").to_pylist())
-    resplit = settled.split
-    if resplit:  # a source partition read by several tasks: bring each partition's rows together first
-        labelled.unpersist()
-        regrouped = source.repartition(F.col("partition"))
-        labelled = regrouped.mapInArrow(judge_partitions(plan), LABELLED_DDL).persist()
-        summaries = labelled.filter(F.col("summary").isNotNull()).select("summary").toArrow()
-        settled = settle(summaries.column("summary").to_pylist())
-    driver_bytes = summaries.nbytes
-    mark("stage")
-    out = ExecutorOutcome(rows_out={}, owners=owners, open_folder="", resplit=resplit)
-    out.invalid = settled.invalid
-    out.driver_bytes = driver_bytes
-    _absorb(watermark, settled)
-    at_boundary = _advance_to_boundary(watermark, boundary_ms)
-    out.owners = _claim(owners, settled)
-    data = labelled.filter(F.col("summary").isNull()).drop("summary")
-    counts = {
+    return labelled, summaries, settle(summaries.column("summary").to_pylist())
+
+
+def _partition_counts(settled: Settled) -> dict[str, dict[str, int]]:
+    """Each partition's rows of the batch: events, late, stragglers, max event time."""
+    return {
         s.partition: {
             "events": s.rows,
             "late": s.late,
@@ -164,8 +197,9 @@ def run_in_executors(
         }
         for s in settled.summaries
     }
-    if settled.losers:
-        data = _relabel_losers(spark, data, settled, counts)
+
+
+def _count_rows(out: ExecutorOutcome, settled: Settled, counts: dict[str, dict[str, int]]) -> None:
     out.per_partition = counts
     out.valid = sum(s.rows for s in settled.summaries)
     out.late = sum(c["late"] for c in counts.values())
@@ -173,7 +207,11 @@ def run_in_executors(
     if settled.summaries:
         out.ingestion_clock_ms = max(s.last[0] for s in settled.summaries)
 
-    # Late rows, written by the executors.
+
+def _late_rows(data: Any, files: list[str], batch_id: int, ingest_ms: int) -> Any:
+    """The ``late_events`` rows of the labelled rows (with the batch's file paths)."""
+    from pyspark.sql import functions as F
+
     paths = F.array(*[F.lit(f) for f in files]) if files else F.array().cast("array<string>")
     late = data.filter(F.col("class") == LATE).select(
         *[F.col(c) for c in ROW_COLUMNS[:6]],
@@ -185,10 +223,21 @@ def run_in_executors(
         F.lit(False).alias("reconciled"),
         F.lit(ingest_ms).cast("long").alias("ingested_at_ms"),
     )
-    if out.late:
-        out.rows_out["late_events"] = conform_frame(late, LATE_SCHEMA)
+    return conform_frame(late, LATE_SCHEMA)
 
-    # On-time rows into the open windows; the fire table decides which close.
+
+def _merged_windows(
+    spark: Any,
+    data: Any,
+    config: PipelineConfig,
+    open_before: pa.Table | None,
+    open_before_dir: str | None,
+    owners: pa.Table,
+) -> Any:
+    """The open windows before the batch merged with the partials of its on-time rows (with owners)."""
+    from pyspark.sql import functions as F
+
+    window = config.window
     on_time = data.filter(F.col("class") != LATE)
     fresh = assign_windows(on_time, window).select(
         "key",
@@ -204,45 +253,46 @@ def run_in_executors(
     if open_before_dir is not None:
         parts.append(spark.read.parquet(open_before_dir).select(*OPEN_COLUMNS))
     if open_before is not None and open_before.num_rows:
-        parts.append(_owned_frame(spark, open_before, out.owners))
+        parts.append(_owned_frame(spark, open_before, owners))
     merged_rows = parts[0]
     for extra in parts[1:]:
         merged_rows = merged_rows.unionByName(extra)
-    merged = merged_rows.groupBy("key", "window_start_ms", "window_end_ms", "owner").agg(
+    return merged_rows.groupBy("key", "window_start_ms", "window_end_ms", "owner").agg(
         F.sum("count").alias("count"),
         F.sum("sum").alias("sum"),
         F.min("min").alias("min"),
         F.max("max").alias("max"),
     )
-    fire_table = pa.concat_tables([segments_table(settled.summaries), at_boundary])
-    segments = arrow_frame(spark, fire_table) if fire_table.num_rows else None
-    if segments is not None:
-        s = segments.alias("s")
-        joined = (
-            merged.alias("m")
-            .join(
-                F.broadcast(s),
-                (F.col("m.owner") == F.col("s.owner"))
-                & (F.col("m.window_end_ms") > F.col("s.lo"))
-                & (F.col("m.window_end_ms") <= F.col("s.hi")),
-                "left",
-            )
-            .select("m.*", *_fire_instant(F.col("m.window_end_ms")))
-        )
-    else:
-        joined = merged.select(
+
+
+def _fire_join(spark: Any, merged: Any, fire_table: pa.Table) -> Any:
+    """Every merged window with its trigger watermark and fire instant (both null: it stays open)."""
+    from pyspark.sql import functions as F
+
+    if not fire_table.num_rows:
+        return merged.select(
             "*",
             F.lit(None).cast("long").alias("trigger_watermark_ms"),
             F.lit(None).cast("long").alias("fire_arrival_ms"),
         )
-    joined = joined.persist()
-    mark("label")
-    folder = open_dir(checkpoint, batch_id)
-    joined.filter(F.col("trigger_watermark_ms").isNull()).select(*OPEN_COLUMNS).write.mode(
-        "overwrite"
-    ).parquet(str(folder))
-    out.open_folder = str(folder)
-    fired = joined.filter(F.col("trigger_watermark_ms").isNotNull())
+    s = arrow_frame(spark, fire_table).alias("s")
+    return (
+        merged.alias("m")
+        .join(
+            F.broadcast(s),
+            (F.col("m.owner") == F.col("s.owner"))
+            & (F.col("m.window_end_ms") > F.col("s.lo"))
+            & (F.col("m.window_end_ms") <= F.col("s.hi")),
+            "left",
+        )
+        .select("m.*", *_fire_instant(F.col("m.window_end_ms")))
+    )
+
+
+def _window_stats(joined: Any, out: ExecutorOutcome) -> None:
+    """Windows fired and still open, and the fired ones' latencies, into ``out`` (one small collect)."""
+    from pyspark.sql import functions as F
+
     stats = (
         joined.groupBy(F.col("trigger_watermark_ms").isNull().alias("open"))
         .agg(
@@ -260,35 +310,42 @@ def run_in_executors(
             out.fired = int(row["n"])
             out.emit_latency_ms = [int(v) for v in row["latency"]]
             out.trigger_delay_ms = [int(v) for v in row["delay"]]
-    mark("windows")
-    if out.fired:
-        now = int(time.time() * 1000)
-        aggregates = fired.select(
-            *PARTIAL_SCHEMA.names,
-            "trigger_watermark_ms",
-            "fire_arrival_ms",
-            (F.col("trigger_watermark_ms") - F.col("window_end_ms")).alias("trigger_delay_ms"),
-            (F.col("fire_arrival_ms") - F.col("window_end_ms")).alias("emit_latency_ms"),
-            F.lit(False).alias("flushed"),
-            F.lit(0).cast("long").alias("revision"),
-            F.lit(0).cast("long").alias("late_count"),
-            F.lit(None).cast("long").alias("reconciled_batch_id"),
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.lit(config.version).cast("long").alias("config_version"),
-            F.lit(now).cast("long").alias("emitted_at_ms"),
-        )
-        out.rows_out["aggregates"] = conform_frame(aggregates, AGGREGATES_SCHEMA)
-    if arrival_history and out.valid:
-        arrivals = data.select(
-            "partition",
-            "event_time_ms",
-            "arrival_time_ms",
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.lit(ingest_ms).cast("long").alias("ingested_at_ms"),
-        )
-        out.rows_out["arrivals"] = conform_frame(arrivals, ARRIVALS_SCHEMA)
-    out.cached = [labelled, joined]
-    return out
+
+
+def _aggregate_rows(fired: Any, batch_id: int, version: int) -> Any:
+    """The ``aggregates`` rows of the fired windows."""
+    from pyspark.sql import functions as F
+
+    now = int(time.time() * 1000)
+    aggregates = fired.select(
+        *PARTIAL_SCHEMA.names,
+        "trigger_watermark_ms",
+        "fire_arrival_ms",
+        (F.col("trigger_watermark_ms") - F.col("window_end_ms")).alias("trigger_delay_ms"),
+        (F.col("fire_arrival_ms") - F.col("window_end_ms")).alias("emit_latency_ms"),
+        F.lit(False).alias("flushed"),
+        F.lit(0).cast("long").alias("revision"),
+        F.lit(0).cast("long").alias("late_count"),
+        F.lit(None).cast("long").alias("reconciled_batch_id"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.lit(version).cast("long").alias("config_version"),
+        F.lit(now).cast("long").alias("emitted_at_ms"),
+    )
+    return conform_frame(aggregates, AGGREGATES_SCHEMA)
+
+
+def _arrival_rows(data: Any, batch_id: int, ingest_ms: int) -> Any:
+    """The ``arrivals`` rows of the batch's valid rows."""
+    from pyspark.sql import functions as F
+
+    arrivals = data.select(
+        "partition",
+        "event_time_ms",
+        "arrival_time_ms",
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.lit(ingest_ms).cast("long").alias("ingested_at_ms"),
+    )
+    return conform_frame(arrivals, ARRIVALS_SCHEMA)
 
 
 def release(outcome: ExecutorOutcome) -> None:

@@ -1,38 +1,25 @@
-"""The Arrow path: a micro-batch of JSON-lines landing files parsed with pyarrow in Spark's executors.
+"""The Arrow path in Spark's Python workers: its two passes over a batch's splits of JSON-lines files.
 
-Spark's JSON reader parses a record about three times slower than pyarrow's, and the job reads a batch twice
-(once for the narrow columns the watermark stage needs, once to aggregate the labelled rows). On this path
-the batch's files are cut into byte-range *splits* and two Spark jobs run Python over them in the executors
-(``mapPartitions`` over an RDD with one split per partition, so the work scales out with the cluster; an RDD
-job costs about half the fixed overhead of a DataFrame's ``mapInArrow``, 0.12 s against 0.24 s locally):
+The driver side (planning the splits, running the passes, building the lateness thresholds) is
+:mod:`jobs.stream.sources.arrow_reader`, which also explains the path as a whole. Here:
 
-1. :func:`collect_pass` parses each split, checks that every record is valid exactly as the Spark path would
-   judge it (:func:`parse_clean`), and returns the narrow columns (partition, event time, arrival time) as
-   one Arrow IPC blob per split; the driver rebuilds file and record ids from the split and its row count.
-   The parsed split stays in the worker's memory.
-2. The driver runs the watermark stage on the narrow columns, as on the Spark path, and compresses its
-   labels into lateness thresholds over the arrival key (:class:`LateThresholds`).
-3. :func:`aggregate_pass` labels each split's rows with the thresholds (vectorised, no row-id join), and
-   returns the partial aggregates of its on-time rows per (key, window) and its late rows in full. The
-   driver merges the partials into the open windows, as it merges Spark's.
+* :func:`collect_pass` (first pass) reads each split (:func:`read_split`), checks that every record is
+  valid exactly as the Spark path would judge it (:func:`parse_clean`), keeps the parsed split for the
+  second pass (in the worker's memory and as a node-local file) and returns its narrow columns;
+* :func:`aggregate_pass` (second pass) labels each split's rows with the :class:`LateThresholds` and
+  returns the partial aggregates of its on-time rows and its late rows in full.
 
-A batch whose records are not all plainly valid (a quarantine reason, a blank line, a string where a number
-belongs, ISO-8601 times, anything pyarrow will not parse with the typed schema) is reported unclean by the
-first pass, and the job reads that batch with Spark's reader instead: quarantine reasons, tolerant typing
-and every other rule live in one place, the Spark path, and the Arrow path only ever takes batches whose
-result it reproduces exactly (``tests/test_arrow_path.py`` holds it to that).
+What both sides share: :class:`Split`, :class:`RecordChecks`, :class:`LateThresholds`, the record ids and the
+Arrow IPC blobs the passes return. It imports pyarrow, numpy and the light parts of the library.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,22 +31,6 @@ from jobs.common.windows import table_partials
 from jobs.stream.workers.frozen_imports import freeze_imports
 from watermark.windowspec import WindowSpec
 
-#: Late rows as the second pass returns them: the record plus its file index and record id.
-LATE_ROWS_SCHEMA = pa.schema([*RECORD_SCHEMA, ("file", pa.int32()), ("line", pa.int64())])
-#: The narrow columns the first pass returns (plus ``valid``, all true, as the handler reads them).
-NARROW_SCHEMA = pa.schema(
-    [
-        ("file", pa.int32()),
-        ("line", pa.int64()),
-        ("valid", pa.bool_()),
-        ("partition", pa.string()),
-        ("event_time_ms", pa.int64()),
-        ("arrival_time_ms", pa.int64()),
-    ]
-)
-
-MIN_SPLIT_BYTES = 4 << 20
-MAX_SPLIT_BYTES = 128 << 20
 #: Parsed splits a worker keeps between the two passes, in rows (beyond it the second pass parses again).
 CACHE_MAX_ROWS = 20_000_000
 
@@ -89,47 +60,9 @@ class RecordChecks:
     ingest_ms: int
     future_bound_ms: int
     max_field_bytes: int
-    spill: str = ""  # the run's private folder for parsed splits (spill_dir); empty: kept in memory only
-
-
-def local_path(uri: str) -> str | None:
-    """The local path of a landing file as Spark's source log spells it, or None for a remote URI.
-
-    >>> local_path("file:///data/in/a.json"), local_path("file:/data/in/a.json"), local_path("s3a://b/a.json")
-    ('/data/in/a.json', '/data/in/a.json', None)
-    """
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
-    if uri.startswith("file:/"):
-        return uri[len("file:") :]
-    if "://" in uri or uri.startswith(("s3a:", "s3:", "hdfs:", "gs:", "abfs:")):
-        return None
-    return uri
-
-
-def plan_splits(
-    paths: list[str],
-    sizes: list[int],
-    parallelism: int,
-    *,
-    min_bytes: int = MIN_SPLIT_BYTES,
-    max_bytes: int = MAX_SPLIT_BYTES,
-) -> list[Split]:
-    """Cut files into byte ranges of about ``total / parallelism`` bytes (within the bounds).
-
-    >>> [(s.file, s.start, s.end) for s in plan_splits(["a", "b"], [10, 25], 2, min_bytes=8, max_bytes=20)]
-    [(0, 0, 10), (1, 0, 18), (1, 18, 25)]
-    """
-    total = sum(sizes)
-    size = max(min_bytes, min(max_bytes, -(-total // max(parallelism, 1))))
-    splits: list[Split] = []
-    for index, (path, length) in enumerate(zip(paths, sizes, strict=True)):
-        start = 0
-        while start < length:
-            end = min(length, start + size)
-            splits.append(Split(len(splits), index, path, start, end, length))
-            start = end
-    return splits
+    #: The run's private folder for parsed splits (:func:`jobs.stream.sources.arrow_reader.spill_dir`);
+    #: empty: kept in memory only.
+    spill: str = ""
 
 
 def read_split(split: Split) -> bytes:
@@ -297,19 +230,6 @@ class LateThresholds:
     values: NDArray[np.int64]
     tie: NDArray[np.bool_]
 
-    @classmethod
-    def from_stage(
-        cls, narrow: pa.Table, order: NDArray[np.intp], starts: NDArray[np.intp], values: NDArray[np.int64]
-    ) -> LateThresholds:
-        """From :func:`jobs.stream.stage.driver.label_thresholds` pieces over the narrow rows."""
-        tp = narrow.column("arrival_time_ms").to_numpy()[order]
-        file = narrow.column("file").to_numpy().astype(np.int64)[order]
-        line = narrow.column("line").to_numpy()[order]
-        tie = np.zeros(starts.size, bool)
-        inner = starts > 0
-        tie[inner] = tp[starts[inner] - 1] == tp[starts[inner]]
-        return cls(tp[starts], file[starts], line[starts], values.astype(np.int64), tie)
-
     def late(
         self, te: NDArray[np.int64], tp: NDArray[np.int64], file: NDArray[np.int64], line: NDArray[np.int64]
     ) -> NDArray[np.bool_]:
@@ -343,37 +263,12 @@ class LateThresholds:
 _CACHE: dict[tuple[str, int, int], pa.Table] = {}
 
 
-def local_dir(spark_local_dir: str | None = None) -> Path:
-    """Spark's node-local scratch folder: ``SPARK_LOCAL_DIRS``, else ``spark.local.dir``, else the temp dir.
+def private_folder(folder: Path) -> Path:
+    """``folder`` (created 0700 if missing), or OSError when it is not a folder of ours alone.
 
-    Of a comma-separated list, the first.
+    The driver makes the run's spill folder with it, and the passes check the folder with it before every
+    write and read of a kept split.
     """
-    for value in (os.environ.get("SPARK_LOCAL_DIRS"), spark_local_dir):
-        first = (value or "").split(",")[0].strip()
-        if first:
-            return Path(first)
-    return Path(tempfile.gettempdir())
-
-
-def spill_dir(spark_local_dir: str | None = None) -> Path:
-    """A new node-local folder, private to one run, where the first pass leaves parsed splits for the second.
-
-    It is created under Spark's local folder (:func:`local_dir`) with an unpredictable name
-    (``wm-arrow-<128 random bits>``) and mode 0700, and must not exist before: another local user can
-    neither read the parsed rows nor plant files the second pass would take for them (:func:`_private`
-    checks owner and mode before every write and read; the executors of another machine create it there
-    the same way). The run passes it to the executors in :attr:`RecordChecks.spill` and removes it at its
-    end.
-    """
-    base = local_dir(spark_local_dir)
-    base.mkdir(parents=True, exist_ok=True)
-    folder = base / f"wm-arrow-{secrets.token_hex(16)}"
-    folder.mkdir(mode=0o700)  # FileExistsError rather than take a folder someone else made
-    return _private(folder)
-
-
-def _private(folder: Path) -> Path:
-    """``folder`` (created 0700 if missing), or OSError when it is not a folder of ours alone."""
     folder.mkdir(mode=0o700, exist_ok=True)
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -405,7 +300,7 @@ def _keep(job: str, batch_id: int, split: Split, records: pa.Table, folder: str 
     if not folder:
         return
     try:
-        for old in _private(Path(folder)).glob("b*-s*.arrow"):
+        for old in private_folder(Path(folder)).glob("b*-s*.arrow"):
             if not old.name.startswith(f"b{batch_id}-"):
                 old.unlink(missing_ok=True)
         target = _spill_path(folder, batch_id, sid)
@@ -430,7 +325,7 @@ def _take(job: str, batch_id: int, split: Split, folder: str = "") -> pa.Table |
     path = _spill_path(folder, batch_id, split.sid)
     try:
         if records is None and path.exists():
-            _private(Path(folder))
+            private_folder(Path(folder))
             with pa.OSFile(str(path), "rb") as source:
                 kept = pa.ipc.open_file(source).read_all()
             if kept.schema.metadata == _split_tag(split):
@@ -517,75 +412,3 @@ def aggregate_pass(
             "file", pa.array(np.full(late_rows.num_rows, split.file, np.int32))
         ).append_column("line", pa.array(ids[late]))
         yield SplitAggregated(split.sid, reparsed, to_blob(partials), to_blob(late_rows))
-
-
-# -- driver side -------------------------------------------------------------------------------------------
-@dataclass
-class Collected:
-    """What the first pass returned for a batch."""
-
-    clean: bool
-    why: str
-    narrow: pa.Table | None  # file, line, partition, event_time_ms, arrival_time_ms (all rows; all valid)
-
-
-def splits_rdd(spark: Any, splits: list[Split]) -> Any:
-    """An RDD with one split per partition (both passes run over it)."""
-    return spark.sparkContext.parallelize(splits, max(len(splits), 1))
-
-
-def narrow_of(splits: list[Split], collected: list[SplitCollected]) -> pa.Table | None:
-    """The batch's narrow columns (file, line, partition, event and arrival time) in split order."""
-    by_sid = {s.sid: s for s in splits}
-    tables = []
-    for c in sorted(collected, key=lambda c: c.sid):
-        (table,) = from_blobs([c.narrow])
-        split = by_sid[c.sid]
-        tables.append(
-            table.add_column(0, "file", pa.array(np.full(c.rows, split.file, np.int32))).add_column(
-                1, "line", pa.array(record_ids(split, c.rows))
-            )
-        )
-    return pa.concat_tables(tables) if tables else None
-
-
-def run_collect(rdd: Any, splits: list[Split], checks: RecordChecks, job: str, batch_id: int) -> Collected:
-    """First pass over the splits."""
-    from functools import partial
-
-    result: list[SplitCollected] = rdd.mapPartitions(
-        partial(collect_pass, checks=checks, job=job, batch_id=batch_id)
-    ).collect()
-    unclean = [c.why for c in result if not c.clean]
-    if unclean:
-        return Collected(False, unclean[0], None)
-    return Collected(True, "", narrow_of(splits, result))
-
-
-def run_aggregate(
-    rdd: Any,
-    checks: RecordChecks,
-    job: str,
-    batch_id: int,
-    thresholds: LateThresholds,
-    window: WindowSpec,
-) -> tuple[list[pa.Table], pa.Table, int]:
-    """Second pass: the splits' partials (to merge), the batch's late rows, and the splits parsed again.
-
-    A split is parsed again when the worker that runs it in this pass is not the one that kept it.
-    """
-    from functools import partial
-
-    fn = partial(
-        aggregate_pass,
-        checks=checks,
-        job=job,
-        batch_id=batch_id,
-        thresholds=thresholds,
-        window=window,
-    )
-    result: list[SplitAggregated] = sorted(rdd.mapPartitions(fn).collect(), key=lambda a: a.sid)
-    partials = from_blobs(a.partials for a in result)
-    late = from_blobs(a.late for a in result)
-    late_rows = pa.concat_tables(late) if late else LATE_ROWS_SCHEMA.empty_table()
-    return partials, late_rows, sum(a.reparsed for a in result)

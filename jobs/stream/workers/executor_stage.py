@@ -11,9 +11,10 @@ the driver:
    the watermark at its arrival, exactly as :func:`jobs.stream.stage.driver.run_stage` does on the driver. It
    returns the labelled rows (kept by Spark for the batch) and one *summary* per partition: the generator's
    new snapshot, counts, the keys it met that have no owner yet, and the watermark's *fire segments*.
-2. The driver reads the summaries only: it settles key ownership (a key claimed by two partitions in one
-   batch goes to its first arrival; the other partition's rows of it are relabelled late, in Spark),
-   installs the snapshots in its :class:`watermark.combine.PartitionedWatermark` and builds the fire table.
+2. The driver reads the summaries only (:mod:`jobs.stream.stage.summaries`): it settles key ownership (a
+   key claimed by two partitions in one batch goes to its first arrival; the other partition's rows of it
+   are relabelled late, in Spark), installs the snapshots in its
+   :class:`watermark.combine.PartitionedWatermark` and builds the fire table.
 3. Spark merges the on-time rows into the open windows (kept as Parquet under the checkpoint, never on the
    driver), fires the windows whose owner partition's watermark passed their end (a broadcast join with the
    fire segments), and writes the late rows, the fired windows and the open windows.
@@ -72,19 +73,6 @@ LABELLED_SCHEMA = pa.schema(
 LABELLED_DDL = (
     "event_id string, key string, partition string, event_time_ms bigint, arrival_time_ms bigint, "
     "value double, file int, line bigint, class tinyint, wm_missed bigint, summary string"
-)
-
-#: The fire table the driver broadcasts back: per owner partition, which window ends fire where.
-SEGMENTS_SCHEMA = pa.schema(
-    [
-        ("owner", pa.string()),
-        ("lo", pa.int64()),  # exclusive
-        ("hi", pa.int64()),  # inclusive
-        ("trigger_watermark_ms", pa.int64()),
-        ("fire_arrival_ms", pa.int64()),
-        ("ramp_offset_ms", pa.int64()),  # null: a step at fire_arrival_ms; else W(t) = t - offset
-        ("cap_ms", pa.int64()),  # a ramp's gap ends at this arrival, where W is the trigger
-    ]
 )
 
 
@@ -316,62 +304,3 @@ def _summary_batch(partition: str | None, text: str) -> pa.RecordBatch:
     columns[LABELLED_SCHEMA.get_field_index("partition")] = pa.array([partition], pa.string())
     columns[LABELLED_SCHEMA.get_field_index("summary")] = pa.array([text], pa.string())
     return pa.RecordBatch.from_arrays(columns, schema=LABELLED_SCHEMA)
-
-
-@dataclass
-class Settled:
-    """The driver's reading of a batch's summaries."""
-
-    summaries: list[PartitionSummary]  # in order of each partition's first arrival
-    invalid: int
-    claims: list[tuple[str, str]]  # (key, partition) newly owned, in arrival order of the first rows
-    losers: list[tuple[str, str]]  # (key, partition) whose rows are foreign after all
-    split: bool  # a source partition was judged by more than one task: the pass must be redone
-
-
-def settle(texts: list[str]) -> Settled:
-    """Read the summaries: order partitions, check one task per partition, settle new keys' owners.
-
-    A key that no partition owned before the batch goes to the partition of its first arrival (arrival
-    time, file, line); any other partition that met it in the same batch labelled its rows as its own, and
-    those rows are foreign after all (``losers``).
-    """
-    summaries: list[PartitionSummary] = []
-    invalid = 0
-    for text in texts:
-        data = json.loads(text)
-        if "invalid" in data:
-            invalid += int(data["invalid"])
-        else:
-            summaries.append(PartitionSummary.from_json(text))
-    seen: set[str] = set()
-    split = False
-    for s in summaries:
-        split |= s.partition in seen
-        seen.add(s.partition)
-    summaries.sort(key=lambda s: s.first)
-    firsts: dict[str, tuple[tuple[int, int, int], str]] = {}
-    met: dict[str, list[str]] = {}
-    for s in summaries:
-        for key, tp, file, line in s.new_keys:
-            at = (tp, file, line)
-            met.setdefault(key, []).append(s.partition)
-            if key not in firsts or at < firsts[key][0]:
-                firsts[key] = (at, s.partition)
-    claims = [(key, part) for key, (_, part) in sorted(firsts.items(), key=lambda kv: kv[1][0])]
-    losers = [(key, p) for key, parts in met.items() for p in parts if p != firsts[key][1]]
-    return Settled(summaries, invalid, claims, losers, split)
-
-
-def segments_table(summaries: list[PartitionSummary]) -> pa.Table:
-    """The fire table the driver broadcasts: every partition's fire segments."""
-    return segment_rows([(s.partition, *seg) for s in summaries for seg in s.segments])
-
-
-def segment_rows(rows: list[tuple[str, int, int, int, int, int | None, int | None]]) -> pa.Table:
-    """:data:`SEGMENTS_SCHEMA` rows ``(owner, *segment)`` (:data:`Segment`) as a table."""
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in SEGMENTS_SCHEMA]
-    return pa.Table.from_arrays(
-        [pa.array(list(c), f.type) for c, f in zip(columns, SEGMENTS_SCHEMA, strict=True)],
-        schema=SEGMENTS_SCHEMA,
-    )

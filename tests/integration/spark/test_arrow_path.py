@@ -1,7 +1,7 @@
 """The Arrow path in PySpark's Python workers (its pure parts: tests/unit/test_arrow_path.py)."""
 
-from jobs.stream.workers import arrow_path
-from jobs.stream.workers.arrow_path import plan_splits
+from jobs.stream.sources import arrow_reader
+from jobs.stream.sources.arrow_reader import plan_splits
 from tests.unit.test_arrow_path import CHECKS, line
 
 
@@ -12,8 +12,8 @@ def test_python_workers_leave_the_job_imports_out_of_the_collection_after_each_t
     rows = [line(event_id=str(i), key="k", event_time_ms=1_700_000_000_000 + i, value=1.0) for i in range(20)]
     path.write_text("\n".join(rows) + "\n")
     splits = plan_splits([str(path)], [path.stat().st_size], 2, min_bytes=1)
-    rdd = arrow_path.splits_rdd(spark, splits)
-    assert arrow_path.run_collect(rdd, splits, CHECKS, str(tmp_path / "ck"), 0).clean
+    rdd = arrow_reader.splits_rdd(spark, splits)
+    assert arrow_reader.run_collect(rdd, splits, CHECKS, str(tmp_path / "ck"), 0).clean
 
     def frozen(_):
         import gc

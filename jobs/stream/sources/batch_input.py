@@ -1,0 +1,84 @@
+"""A micro-batch's input: the files (or Kafka partitions) it read, then its records numbered and validated.
+
+Landing files are the ones the file source logged for the batch (:func:`logged_batch_files`), in landing
+order, less those that cannot be read (quarantined as files, :func:`screen_files`); Kafka's are its
+``TOPIC/PARTITION`` names, the rate source's one name. The records are read from exactly those files
+(:class:`jobs.stream.sources.readers.ListedFiles`), numbered, validated
+(:mod:`jobs.stream.sources.validate`) and, with ``--dedup-horizon-ms``, their repeated ids marked
+(:mod:`jobs.stream.checkpoint.dedup`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
+from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
+from jobs.stream.sources.readers import (
+    ListedFiles,
+    kafka_batch_files,
+    landing_order,
+    logged_batch_files,
+    modified_ms,
+    number_records,
+    screen_files,
+)
+from jobs.stream.sources.validate import validate
+
+
+class BatchInput:
+    """The input of each micro-batch of one run."""
+
+    def __init__(self, spark: Any, options: JobOptions) -> None:
+        self.spark, self.options = spark, options
+        # Landing files: read exactly the files the source listed; set aside those that cannot be read.
+        self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
+        self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
+        horizon = options.dedup_horizon_ms
+        #: The event ids of the horizon (``--dedup-horizon-ms``), or None: ids are not deduplicated.
+        self.seen = SeenIds(options.checkpoint, horizon) if horizon is not None else None
+
+    def files(self, batch: Any, batch_id: int) -> tuple[Any, list[str] | None, pa.Table]:
+        """The batch (without the timer's row), its files, and the files set aside (quarantined as files).
+
+        The files are None when the source log does not name them (another source layout):
+        :meth:`listed_by_spark` asks Spark.
+        """
+        opts = self.options
+        unread = screen_files([])[1]
+        if opts.format == "rate":
+            files: list[str] | None = [RATE_FILE]
+        elif opts.format == "kafka":
+            if opts.timer:  # the timer source's row: it made the batch, it is not a record
+                batch = batch.filter(batch["file"] != TIMER_FILE)
+            files = kafka_batch_files(batch)
+        else:
+            files, unread = screen_files(logged_batch_files(opts.checkpoint, batch_id))
+        return batch, files, unread
+
+    def listed_by_spark(self, batch: Any) -> tuple[list[str] | None, pa.Table]:
+        """The batch's files as Spark's micro-batch names them (one more action), and those set aside."""
+        uris = [r[0] for r in batch.select("file").distinct().collect()]
+        return screen_files(landing_order((uri, modified_ms(uri)) for uri in uris))
+
+    def records(self, batch: Any, files: list[str], batch_id: int, ingest_ms: int) -> Any:
+        """The batch's records, numbered and validated (``reason`` null for a valid one)."""
+        opts = self.options
+        if self._listed is not None:
+            batch = self._listed.frame(batch, files)
+        records = number_records(batch, files)
+        rows = validate(
+            records,
+            opts.fields,
+            ingest_ms=ingest_ms,
+            future_bound_ms=opts.future_bound_ms,
+            max_field_bytes=opts.max_field_bytes,
+            malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
+            reread_corrupt=opts.format in ("json", "kafka"),
+            plans=self._plans,
+        )
+        if self.seen is not None:  # repeated event ids: duplicate_event_id
+            rows = mark_duplicates(self.spark, rows, self.seen, batch_id)
+        return rows
