@@ -86,6 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=entry_prog("python -m jobs.stream"), description=plain_text(package.__doc__.splitlines()[0])
     )
+    for add_flags in (
+        _source_flags,
+        _run_flags,
+        _watermark_flags,
+        _execution_flags,
+        _validation_flags,
+        _metrics_flags,
+        _table_flags,
+        _reader_flags,
+    ):
+        add_flags(p)
+    return p
+
+
+def _source_flags(p: argparse.ArgumentParser) -> None:
+    """The input: landing files, a Kafka topic, or Spark's rate source."""
     p.add_argument("--input", help="landing directory (not with --format rate or kafka)")
     p.add_argument(
         "--format",
@@ -125,9 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rate-max-delay-ms", type=int, default=RateOptions.max_delay_ms, help="event time = arrival - delay"
     )
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """How many batches, and where the tables and the checkpoint go."""
     p.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
     p.add_argument("--output", required=True, help="directory of the Delta tables")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (query offsets and stage state)")
+
+
+def _watermark_flags(p: argparse.ArgumentParser) -> None:
+    """The watermark configuration (or the flags it is created from)."""
     p.add_argument(
         "--config", help="versioned watermark configuration (JSON); created from the flags if absent"
     )
@@ -154,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="ingestion time without arrivals after which a partition stops holding the watermark back "
         "(default: max(10 windows, 60 s); none: never, so a silent partition stalls the watermark)",
     )
+
+
+def _execution_flags(p: argparse.ArgumentParser) -> None:
+    """Where the stage runs, the ingestion clock, and the trigger."""
     p.add_argument(
         "--stage-in",
         choices=("auto", "executors", "driver"),
@@ -185,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-files-per-trigger", type=int, help="landing files per micro-batch at most")
     p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
+
+
+def _validation_flags(p: argparse.ArgumentParser) -> None:
+    """What validation quarantines."""
     p.add_argument(
         "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
     )
@@ -201,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="quarantine a repeated event_id (duplicate_event_id) within a batch and this far back in "
         "arrival time (default: ids are not deduplicated)",
     )
+
+
+def _metrics_flags(p: argparse.ArgumentParser) -> None:
+    """The Prometheus metrics server."""
     p.add_argument(
         "--metrics-port",
         type=int,
@@ -211,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-host", default="127.0.0.1", help="address the metrics server binds (default 127.0.0.1)"
     )
+
+
+def _table_flags(p: argparse.ArgumentParser) -> None:
+    """What the deferred tables hold, and when they are committed."""
     p.add_argument(
         "--no-arrival-history",
         action="store_true",
@@ -231,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="commit the deferred tables sooner when their oldest batch is this old (ingestion time; "
         f"default {DeferPolicy.max_delay_ms})",
     )
+
+
+def _reader_flags(p: argparse.ArgumentParser) -> None:
+    """How JSON is read, and the input's field names."""
     p.add_argument(
         "--reader",
         choices=("arrow", "spark"),
@@ -242,7 +286,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             f"--{name.replace('_', '-')}-field", default=default, help=f"input field (default {default})"
         )
-    return p
 
 
 def options_from_args(args: argparse.Namespace) -> JobOptions:

@@ -1,4 +1,4 @@
-"""A batch read by Spark's reader, as the driver path takes it (the Arrow reader's is :class:`ArrowRows`).
+"""A batch read by Spark's reader, as the driver path takes it (the Arrow reader gives an ``ArrowRows``).
 
 Validated in Spark (:mod:`jobs.stream.sources.validate`); the driver collects its narrow columns, and once
 the stage has judged them, Spark labels the late rows with a short ``CASE``

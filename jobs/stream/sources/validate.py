@@ -124,140 +124,196 @@ def validation_steps(
 
     ``types`` maps each column to its type's simple string; the ingestion time is the column ``_ingest_ms``.
     """
-    from pyspark.sql import functions as F
+    steps = _Steps(types, fields, reread_corrupt)
+    return [
+        *([steps.reread()] if reread_corrupt else []),
+        steps.texts(max_field_bytes),
+        steps.typed(),
+        steps.judged(future_bound_ms, malformed),
+    ]
 
-    names = list(dict.fromkeys(vars(fields).values()))
-    slots = {
-        "event_id": fields.event_id,
-        "key": fields.key,
-        "partition": fields.partition,
-        "te": fields.event_time,
-        "tp": fields.arrival_time,
-        "value": fields.value,
-    }
-    integral = ("tinyint", "smallint", "int", "bigint")
-    typed_ok = {"te": integral, "tp": integral, "value": (*integral, "float", "double", "decimal")}
-    # Slots the source itself gives (Kafka: the partition and the record timestamp), whatever the record says.
-    sourced = {slot: column for slot, column in SOURCE_COLUMNS.items() if column in types}
 
-    def is_text(name: str) -> bool:
-        return types.get(name) == "string"
+#: Spark's integral types, and the types a typed read may give each typed slot.
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_TYPED_OK = {"te": _INTEGRAL, "tp": _INTEGRAL, "value": (*_INTEGRAL, "float", "double", "decimal")}
 
-    def is_typed(slot: str) -> bool:
-        return types.get(slots[slot], "").split("(")[0] in typed_ok.get(slot, ())
 
-    def col(name: str) -> Any:
+class _Steps:
+    """The projections of :func:`validation_steps` for one input's column types and options."""
+
+    def __init__(self, types: dict[str, str], fields: Fields, reread_corrupt: bool) -> None:
+        self.types = types
+        self.reread_corrupt = reread_corrupt
+        self.names = list(dict.fromkeys(vars(fields).values()))
+        self.slots = {
+            "event_id": fields.event_id,
+            "key": fields.key,
+            "partition": fields.partition,
+            "te": fields.event_time,
+            "tp": fields.arrival_time,
+            "value": fields.value,
+        }
+        # Slots the source itself gives (Kafka: the partition and the record timestamp), whatever the record
+        # says.
+        self.sourced = {slot: column for slot, column in SOURCE_COLUMNS.items() if column in types}
+        # Slots read typed (or given by the source): their value as read, their text when re-read.
+        self.fast_slots = [slot for slot in _TYPED_OK if self._is_typed(slot) or slot in self.sourced]
+
+    def _is_text(self, name: str) -> bool:
+        return self.types.get(name) == "string"
+
+    def _is_typed(self, slot: str) -> bool:
+        return self.types.get(self.slots[slot], "").split("(")[0] in _TYPED_OK.get(slot, ())
+
+    @staticmethod
+    def _col(name: str) -> Any:
+        from pyspark.sql import functions as F
+
         return F.col(f"`{name}`")
 
-    steps: list[list[Any]] = []
-    retyped = F.col(CORRUPT).isNotNull()
-    if reread_corrupt:
+    @staticmethod
+    def _retyped() -> Any:
+        """The record did not fit the typed read: it is in the corrupt-record column."""
+        from pyspark.sql import functions as F
+
+        return F.col(CORRUPT).isNotNull()
+
+    def reread(self) -> list[Any]:
+        """Re-read a record that did not fit the typed read, with every field as text (``_again``)."""
+        from pyspark.sql import functions as F
+
         options = {"columnNameOfCorruptRecord": CORRUPT}
-        again = F.when(retyped, F.from_json(F.col(CORRUPT), text_schema(names), options))
-        steps.append([*[col(n) for n in types], F.col("_ingest_ms"), again.alias("_again")])
+        again = F.when(self._retyped(), F.from_json(F.col(CORRUPT), text_schema(self.names), options))
+        return [*[self._col(n) for n in self.types], F.col("_ingest_ms"), again.alias("_again")]
 
-    def source_text(name: str) -> Any:
+    def _source_text(self, name: str) -> Any:
         """The field as text, when there is a text form (None for a typed field of a plain read)."""
-        if not reread_corrupt:
-            return col(name) if is_text(name) else None
+        from pyspark.sql import functions as F
+
+        if not self.reread_corrupt:
+            return self._col(name) if self._is_text(name) else None
         again = F.col("_again").getField(name)
-        return F.when(retyped, again).otherwise(col(name)) if is_text(name) else again
+        return F.when(self._retyped(), again).otherwise(self._col(name)) if self._is_text(name) else again
 
-    def text(value: Any) -> Any:
-        value = F.trim(value)
-        return F.when(value != "", value)
+    def texts(self, max_field_bytes: int) -> list[Any]:
+        """``raw``, the record-wide checks (length, encoding, corrupt) and every slot's trimmed text."""
+        from pyspark.sql import functions as F
 
-    lengths = [F.coalesce(F.octet_length(c), F.lit(0)) for c in map(source_text, names) if c is not None]
-    too_long = (F.greatest(*lengths) if len(lengths) > 1 else lengths[0] if lengths else F.lit(0)) > F.lit(
-        max_field_bytes
-    )
-    corrupt = F.col("_again").getField(CORRUPT).isNotNull() if reread_corrupt else retyped
-    # Invalid UTF-8 would become U+FFFD (so different bad keys collide): a text field as read, or the
-    # record's raw text (JSON's parser sets such a record aside whole, and its re-read would replace them).
-    texts = [col(n) for n in names if is_text(n)]
-    invalid = [F.coalesce(~F.is_valid_utf8(c), F.lit(False)) for c in [*texts, F.col(CORRUPT)]]
-    bad_encoding = invalid[0] if len(invalid) == 1 else F.greatest(*invalid)
-    projected = [
-        F.col("file"),
-        F.col("line"),
-        F.col("_ingest_ms"),
-        capped_raw(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))).alias("raw"),
-        too_long.alias("_too_long"),
-        bad_encoding.alias("_bad_encoding"),
-        F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
-    ]
-    fast_slots = [slot for slot in typed_ok if is_typed(slot) or slot in sourced]
-    for slot, name in slots.items():
-        if slot in sourced:
-            given_col = col(sourced[slot])
-            projected.append(given_col.alias(f"_{slot}_v" if slot in fast_slots else f"_{slot}"))
-            if slot in fast_slots:
-                projected.append(F.lit(None).cast("string").alias(f"_{slot}"))
-            continue
-        source = source_text(name)
-        if slot in fast_slots:
-            projected.append(
-                (F.when(~retyped, col(name)) if reread_corrupt else col(name)).alias(f"_{slot}_v")
-            )
+        names, col = self.names, self._col
+        texts = [c for c in map(self._source_text, names) if c is not None]
+        lengths = [F.coalesce(F.octet_length(c), F.lit(0)) for c in texts]
+        longest = F.greatest(*lengths) if len(lengths) > 1 else lengths[0] if lengths else F.lit(0)
+        too_long = longest > F.lit(max_field_bytes)
+        corrupt = F.col("_again").getField(CORRUPT).isNotNull() if self.reread_corrupt else self._retyped()
+        # Invalid UTF-8 would become U+FFFD (so different bad keys collide): a text field as read, or the
+        # record's raw text (JSON's parser sets such a record aside whole, and its re-read would replace
+        # them).
+        as_read = [col(n) for n in names if self._is_text(n)]
+        invalid = [F.coalesce(~F.is_valid_utf8(c), F.lit(False)) for c in [*as_read, F.col(CORRUPT)]]
+        bad_encoding = invalid[0] if len(invalid) == 1 else F.greatest(*invalid)
+        projected = [
+            F.col("file"),
+            F.col("line"),
+            F.col("_ingest_ms"),
+            capped_raw(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))).alias(
+                "raw"
+            ),
+            too_long.alias("_too_long"),
+            bad_encoding.alias("_bad_encoding"),
+            F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
+        ]
+        for slot, name in self.slots.items():
+            projected.extend(self._slot_columns(slot, name))
+        return projected
+
+    def _slot_columns(self, slot: str, name: str) -> list[Any]:
+        """``_<slot>`` (the trimmed text, null when blank) and, for a fast slot, ``_<slot>_v`` (as read)."""
+        from pyspark.sql import functions as F
+
+        fast = slot in self.fast_slots
+        if slot in self.sourced:
+            given_col = self._col(self.sourced[slot])
+            columns = [given_col.alias(f"_{slot}_v" if fast else f"_{slot}")]
+            if fast:
+                columns.append(F.lit(None).cast("string").alias(f"_{slot}"))
+            return columns
+        columns = []
+        source = self._source_text(name)
+        if fast:
+            read = F.when(~self._retyped(), self._col(name)) if self.reread_corrupt else self._col(name)
+            columns.append(read.alias(f"_{slot}_v"))
         elif source is None:
-            source = col(name).cast("string")
-        text_value = text(source) if source is not None else F.lit(None).cast("string")
-        projected.append(text_value.alias(f"_{slot}"))
-    steps.append(projected)
+            source = self._col(name).cast("string")
+        if source is not None:
+            trimmed = F.trim(source)
+            text_value = F.when(trimmed != "", trimmed)
+        else:
+            text_value = F.lit(None).cast("string")
+        columns.append(text_value.alias(f"_{slot}"))
+        return columns
 
-    def epoch_ms(value: Any) -> Any:
-        """Epoch milliseconds from text, in the job's time syntax and meaning (:mod:`watermark.timeparse`)."""
-        return spark_epoch_ms(value)
-
-    def typed_value(slot: str, parse: Any) -> Any:
+    def _typed_value(self, slot: str, parse: Any) -> Any:
         """The typed value of ``slot``: as read when typed, else parsed from its text."""
+        from pyspark.sql import functions as F
+
         parsed = parse(F.col(f"_{slot}"))
-        if slot not in fast_slots:
+        if slot not in self.fast_slots:
             return parsed
         return F.coalesce(F.col(f"_{slot}_v").cast("double" if slot == "value" else "long"), parsed)
 
-    def given(slot: str) -> Any:
+    def _given(self, slot: str) -> Any:
         """The field is there (not absent, null or blank)."""
-        has_text = F.col(f"_{slot}").isNotNull()
-        return has_text | F.col(f"_{slot}_v").isNotNull() if slot in fast_slots else has_text
+        from pyspark.sql import functions as F
 
-    carried = [
-        *["file", "line", "_ingest_ms", "raw", "_too_long", "_bad_encoding", "_corrupt"],
-        *[f"_{s}" for s in slots],
-    ]
-    steps.append(
-        [
-            *[F.col(c) for c in carried],
-            typed_value("te", epoch_ms).alias("event_time_ms"),
-            F.coalesce(typed_value("tp", epoch_ms), F.when(~given("tp"), F.col("_ingest_ms"))).alias(
-                "arrival_time_ms"
-            ),
-            typed_value("value", lambda v: v.try_cast("double")).alias("value"),
-            given("te").alias("_te_given"),
-            given("value").alias("_value_given"),
+        has_text = F.col(f"_{slot}").isNotNull()
+        return has_text | F.col(f"_{slot}_v").isNotNull() if slot in self.fast_slots else has_text
+
+    def typed(self) -> list[Any]:
+        """The typed event time, arrival time (the ingestion time when not given) and value."""
+        from pyspark.sql import functions as F
+
+        carried = [
+            *["file", "line", "_ingest_ms", "raw", "_too_long", "_bad_encoding", "_corrupt"],
+            *[f"_{s}" for s in self.slots],
         ]
-    )
-    te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
-    finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
-    reason = F.coalesce(
-        F.when(F.col("_too_long"), F.lit("record_too_long")),
-        F.when(F.col("_bad_encoding"), F.lit("bad_encoding")),
-        F.when(F.col("_corrupt"), F.lit(malformed)),
-        F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
-        F.when(F.col("_key").isNull(), F.lit("missing_key")),
-        F.when(~F.col("_te_given"), F.lit("missing_event_time")),
-        F.when(te.isNull(), F.lit("bad_event_time")),
-        F.when(te < 0, F.lit("event_time_before_1970")),
-        F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
-        F.when(tp.isNull(), F.lit("bad_arrival_time")),
-        F.when(tp < 0, F.lit("arrival_time_before_1970")),
-        # One arrival far ahead would move the ingestion clock for good (no window would fire again).
-        F.when(tp > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("arrival_time_in_future")),
-        F.when(~F.col("_value_given"), F.lit("missing_value")),
-        F.when(~finite, F.lit("bad_value")),
-    )
-    steps.append(
-        [
+        # Times in the job's time syntax and meaning (:mod:`watermark.timeparse`).
+        event = self._typed_value("te", spark_epoch_ms)
+        arrival = F.coalesce(
+            self._typed_value("tp", spark_epoch_ms), F.when(~self._given("tp"), F.col("_ingest_ms"))
+        )
+        return [
+            *[F.col(c) for c in carried],
+            event.alias("event_time_ms"),
+            arrival.alias("arrival_time_ms"),
+            self._typed_value("value", lambda v: v.try_cast("double")).alias("value"),
+            self._given("te").alias("_te_given"),
+            self._given("value").alias("_value_given"),
+        ]
+
+    def judged(self, future_bound_ms: int, malformed: str) -> list[Any]:
+        """The valid row's columns and its ``reason``: the first of the quarantine reasons that applies."""
+        from pyspark.sql import functions as F
+
+        te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
+        finite = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != float("inf"))
+        reason = F.coalesce(
+            F.when(F.col("_too_long"), F.lit("record_too_long")),
+            F.when(F.col("_bad_encoding"), F.lit("bad_encoding")),
+            F.when(F.col("_corrupt"), F.lit(malformed)),
+            F.when(F.col("_event_id").isNull(), F.lit("missing_event_id")),
+            F.when(F.col("_key").isNull(), F.lit("missing_key")),
+            F.when(~F.col("_te_given"), F.lit("missing_event_time")),
+            F.when(te.isNull(), F.lit("bad_event_time")),
+            F.when(te < 0, F.lit("event_time_before_1970")),
+            F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
+            F.when(tp.isNull(), F.lit("bad_arrival_time")),
+            F.when(tp < 0, F.lit("arrival_time_before_1970")),
+            # One arrival far ahead would move the ingestion clock for good (no window would fire again).
+            F.when(tp > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("arrival_time_in_future")),
+            F.when(~F.col("_value_given"), F.lit("missing_value")),
+            F.when(~finite, F.lit("bad_value")),
+        )
+        return [
             F.col("file"),
             F.col("line"),
             F.col("raw"),
@@ -269,8 +325,6 @@ def validation_steps(
             value,
             reason.alias("reason"),
         ]
-    )
-    return steps
 
 
 def capped_raw(raw: Any) -> Any:

@@ -1,5 +1,9 @@
-"""The watermark stage on the driver.
+"""The watermark stage, as the driver runs it.
 
-Running the generators, combining partitions, key ownership (partition scope), the lateness labels as a Spark
-expression, and the driver side of the stage in the executors.
+* :mod:`~jobs.stream.stage.states`: the configuration in force and the state each batch starts from;
+* :mod:`~jobs.stream.stage.driver`: the generators over a batch's narrow columns, the lateness thresholds;
+* :mod:`~jobs.stream.stage.labelling`: the late rows as a Spark ``CASE``;
+* :mod:`~jobs.stream.stage.scoped`: key ownership between partitions (partition-scoped mode);
+* :mod:`~jobs.stream.stage.executors`: the Spark side of the stage in the executors;
+* :mod:`~jobs.stream.stage.summaries`: the driver's reading of the executors' partition summaries.
 """
