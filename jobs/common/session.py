@@ -1,4 +1,4 @@
-"""One place that builds the SparkSession for the project's jobs."""
+"""The SparkSession of the jobs: building it, shipping the code to the executors, running a batch command."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Windows of the streaming job: per-batch partials, and the open windows they merge into, fire and flush.
+"""Windows: per-batch partials (Spark, Arrow), and the open windows they merge into, fire and flush.
 
 Each micro-batch's on-time rows are aggregated into *partials* (one row per key and window: count, sum,
 min, max), by Spark (:func:`window_partials`) or, on the Arrow path, by pyarrow in the executors
@@ -6,7 +6,8 @@ min, max), by Spark (:func:`window_partials`) or, on the Arrow path, by pyarrow 
 replay's own definition. The driver merges the partials into the open windows (pure pyarrow/numpy) and
 fires every window whose end the watermark has reached. A window fires at the first arrival after which
 ``W >= end`` (the same rule as the replay evaluation, :mod:`watermark.evaluate`), so its trigger
-watermark and emit latency do not depend on how the input was cut into micro-batches.
+watermark and emit latency do not depend on how the input was cut into micro-batches. The backfill puts
+late rows in their windows with the same :func:`assign_windows`.
 """
 
 from __future__ import annotations
