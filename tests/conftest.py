@@ -14,11 +14,13 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +49,7 @@ TESTS = ROOT / "tests"
 
 #: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, Kafka
 #: streams, backfill races), largest first, relative to tests/. They are collected first, so that bin/test's
-#: three workers (``--dist loadfile``) start them first and the suite does not end on one of them running alone.
+#: three workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
 SLOW_FILES = (
     "system/test_stream_chaos.py",
     "system/test_stream_exactly_once.py",
@@ -107,23 +109,24 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Markers from fixtures; unit tests need none; ``--fast`` deselects the others; slow files first."""
+    """Markers from fixtures; unit tests have none, integration tests one at least (system tests: end-to-end
+    runs, which may start nothing heavy, as the wheel's); ``--fast`` deselects them; slow files first."""
     wrong = []
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         derived = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
         by_hand = {m.name for m in item.iter_markers() if m.name in HEAVY_MARKERS} - derived
         if by_hand:
-            wrong.append(f"{item.nodeid}: marker {sorted(by_hand)} without its fixture (markers come from fixtures)")
+            wrong.append(f"{item.nodeid}: marker {sorted(by_hand)} by hand (markers come from fixtures)")
         for marker in sorted(derived):
             item.add_marker(marker)
         tier = _tier(item)
         if tier == "unit" and derived:
             fixtures = sorted(f for f, m in FIXTURE_MARKERS.items() if m in derived)
-            wrong.append(f"{item.nodeid}: a unit test using {fixtures}: move it to tests/integration or tests/system")
-        elif tier in ("integration", "system") and not derived:
+            wrong.append(f"{item.nodeid}: a unit test using {fixtures}: move it to integration or system")
+        elif tier == "integration" and not derived:
             wrong.append(
-                f"{item.nodeid}: a {tier} test that uses none of the fixtures {sorted(FIXTURE_MARKERS)}: "
+                f"{item.nodeid}: an integration test using none of the fixtures {sorted(FIXTURE_MARKERS)}: "
                 "move it to tests/unit (or request the fixture of what it starts)"
             )
     if wrong:
@@ -164,8 +167,8 @@ def _guard_processes(shims: Path) -> None:
     """
     message = (
         "{program}: the fast tier (bin/test --fast, pytest --fast) runs tests that start no JVM, broker or "
-        "server; request the fixture of what the test starts (spark, kafka_broker, airflow_home, jvm_process, "
-        "local_server) and move it to tests/integration or tests/system"
+        "server; request the fixture of what the test starts (spark, kafka_broker, airflow_home, "
+        "jvm_process, local_server) and move it to tests/integration or tests/system"
     )
     (shims / "bin").mkdir(parents=True, exist_ok=True)
     for program in GUARDED_PROGRAMS:
@@ -196,16 +199,22 @@ def _guard_processes(shims: Path) -> None:
 class SparkSessions:
     """The worker's local Spark session: built when first needed, built again when found dead.
 
-    A test that pytest-timeout interrupts in the middle of a Spark call, or one that stops the session or
-    loses its JVM, must not break the tests after it on the same worker: before each use the session is
-    checked (its context not stopped, its JVM answering) and, after a failed test, a trivial job must run.
+    A test that pytest-timeout interrupts in the middle of a Spark call, one that stops the session or loses
+    its JVM, must not break the tests after it on the worker. After each test the thread's connection to the
+    JVM is dropped if a call on it was interrupted (its answer, unread, would be taken by the next call for
+    its own), and the streaming queries and jobs the test left running are stopped. Before each use the
+    session's context must not be stopped and its JVM must answer, and after a failed test or fixture a
+    trivial job must run; a session failing these is stopped and a new one built (in a new JVM if the old
+    one died).
     """
 
     def __init__(self) -> None:
         self.session = None
-        self.suspect = False  # the last test that used it failed: check with a job too
+        self.suspect = False
 
     def get(self):
+        if self.suspect:
+            self.settle()
         if self.session is not None and not self._alive(self.session, job=self.suspect):
             self.discard()
         self.suspect = False
@@ -225,10 +234,23 @@ class SparkSessions:
         except Exception:  # a dead gateway or JVM: py4j errors of every kind
             return False
 
-    def clean_up(self) -> None:
-        """After a test: stop the streaming queries and jobs it left running (a failed or interrupted one)."""
+    @staticmethod
+    def reconnect(always: bool = False) -> None:
+        """Close this thread's connection to the JVM (the next call opens a new one) if a call on it was
+        interrupted, which leaves it out of py4j's pool with its answer unread, or ``always``."""
+        from pyspark import SparkContext
+
+        client = getattr(SparkContext._gateway, "_gateway_client", None)
+        connection = client.get_thread_connection() if hasattr(client, "get_thread_connection") else None
+        if connection is not None and (always or connection not in client.deque):
+            connection.close(reset=True)
+
+    def settle(self) -> None:
+        """After a test: stop the streaming queries and jobs it left running (a failed or interrupted one),
+        on a new connection to the JVM if it failed."""
         if self.session is None:
             return
+        self.reconnect(always=self.suspect)
         try:
             for query in self.session.streams.active:
                 query.stop()
@@ -263,30 +285,58 @@ class SparkSessions:
             self.session = None
 
 
+SPARK_SESSIONS = SparkSessions()
+
+
 @pytest.fixture(scope="session")
 def spark_sessions():
     """The worker's :class:`SparkSessions` (fixtures of a module scope call ``spark_sessions.get()``)."""
-    sessions = SparkSessions()
-    yield sessions
-    sessions.stop()
+    yield SPARK_SESSIONS
+    SPARK_SESSIONS.stop()
 
 
 @pytest.fixture
-def spark(request, spark_sessions):
+def spark(spark_sessions):
     """The worker's local Spark session (one for every Spark test of the worker), checked working."""
-    session = spark_sessions.get()
-    yield session
-    report = getattr(request.node, "rep_call", None)
-    if report is None or report.failed:
-        spark_sessions.suspect = True
-    spark_sessions.clean_up()
+    yield spark_sessions.get()
+    spark_sessions.settle()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's signal method, made safe for a test in the middle of a Spark call.
+
+    Its exception, raised while the test's thread waits for the JVM's answer, leaves that answer unread on
+    the thread's connection to the JVM, and pyspark's next call there (its own clean-up in the same ``with``)
+    would wait for it for ever: the handler closes that connection first (the next call opens a new one),
+    so the test fails, and the ``spark`` fixture cancels the job and hands the next test a working session.
+    The thread method (and a test not on the main thread) is pytest-timeout's own.
+    """
+    if settings.method != "signal" or threading.current_thread() is not threading.main_thread():
+        return None
+    from pytest_timeout import timeout_sigalrm
+
+    def handler(signum, frame):
+        __tracebackhide__ = True
+        SparkSessions.reconnect()
+        timeout_sigalrm(item, settings)
+
+    def cancel():
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    item.cancel_timeout = cancel
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    return True
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
-    """Keep each phase's report on the item (the ``spark`` fixture checks the session after a failure)."""
+    """A failed test or fixture that used the Spark session makes its next use check it thoroughly."""
     report = yield
-    setattr(item, f"rep_{report.when}", report)
+    if report.failed and "spark_sessions" in getattr(item, "fixturenames", ()):
+        SPARK_SESSIONS.suspect = True
     return report
 
 

@@ -26,7 +26,6 @@ def test_start_refuses_a_busy_port_with_a_clear_message(tmp_path):
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=60,
             check=False,
         )
     assert done.returncode == 1

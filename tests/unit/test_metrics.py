@@ -1,4 +1,5 @@
-"""The job's Prometheus metrics, a fresh registry per test (over a real run: tests/integration/spark/test_metrics.py)."""
+"""The job's Prometheus metrics, a fresh registry per test (over a real run of the job:
+tests/integration/spark/test_metrics.py)."""
 
 import socket
 import urllib.request

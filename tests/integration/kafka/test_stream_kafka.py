@@ -47,7 +47,7 @@ def produce_raw(servers, topic, values, partition, timestamp_ms):
     producer = Producer({"bootstrap.servers": servers, "message.max.bytes": 8_000_000})
     for value in values:
         producer.produce(topic, value=value, partition=partition, timestamp=timestamp_ms)
-    assert producer.flush(30) == 0
+    assert producer.flush() == 0  # every record delivered (however long a busy broker takes)
 
 
 def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(spark, tmp_path, kafka_broker):
@@ -304,9 +304,8 @@ def test_on_the_wall_clock_a_window_fires_on_the_triggers_timer_when_no_record_c
     worker = threading.Thread(target=lambda: reports.extend(run_job(spark, opts)), daemon=True)
     worker.start()
     commits = tmp_path / "ck" / "query" / "commits"
-    deadline = time.monotonic() + 300
     while not (commits.exists() and len(list(commits.glob("[0-9]*"))) >= 2):  # two batches of timer rows
-        assert time.monotonic() < deadline and worker.is_alive(), "the query ran no batch"
+        assert worker.is_alive(), "the query ended before its second batch"
         time.sleep(0.2)
     now = int(time.time() * 1000)
     events = [
@@ -315,19 +314,21 @@ def test_on_the_wall_clock_a_window_fires_on_the_triggers_timer_when_no_record_c
     ]
     for partition in (0, 1):
         produce_raw(servers, topic, [e.encode() for e in events[partition::2]], partition, now)
-    worker.join(timeout=600)
-    assert not worker.is_alive() and len(reports) == 16
+    worker.join()  # the query stops after its 16 batches (a hang: the test's timeout)
+    assert len(reports) == 16
     assert reports[0].rows == 0 and sum(r.rows for r in reports) == 10  # timer rows are no records
     assert reports[-1].stage_in == ("executors" if stage_in == "auto" else "driver")
     fired = DeltaTables(opts.output, "test-reader").read("aggregates").to_pylist()
     window_ends = {(now - 100 + i) // 1_000 * 1_000 + 1_000 for i in range(10)}
     assert {r["window_end_ms"] for r in fired} == window_ends
     assert sum(r["count"] for r in fired) == 10 and not any(r["flushed"] for r in fired)
+    watermarks = {r.batch_id: r.watermark_ms for r in reports}
     for r in fired:
-        # Fired by time at a batch boundary after the records (no arrival came after them), at about the
-        # first boundary at which the watermark (boundary - 1 - lag, once idle) reaches the window's end.
+        # Fired by time at a batch boundary after the records (no arrival came after them), in the first
+        # batch whose watermark (boundary - 1 - lag, once idle) reached the window's end. Checked on the job's
+        # own clock, its batches: how long they take on a busy machine moves the boundaries, not this.
         assert r["fire_arrival_ms"] > now
         assert r["trigger_watermark_ms"] >= r["window_end_ms"]
-        assert (
-            lag_ms < r["emit_latency_ms"] <= lag_ms + idle_ms + margin_ms + 10_000
-        )  # slack: a loaded machine
+        batch = r["batch_id"]
+        assert watermarks[batch] >= r["window_end_ms"] > watermarks[batch - 1], (r, watermarks)
+        assert r["emit_latency_ms"] > lag_ms  # the watermark trails the clock by the lag

@@ -3,8 +3,6 @@
 import json
 import os
 
-import pytest
-
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job

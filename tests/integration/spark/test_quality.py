@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from jobs.batch.quality import check_tables, conservation_totals
-from jobs.common.schemas import AGGREGATES_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA, WATERMARK_LOG_SCHEMA
+from jobs.batch.quality import check_tables
+from jobs.common.schemas import AGGREGATES_SCHEMA, QUARANTINE_SCHEMA
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
@@ -81,24 +81,3 @@ def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(
     # The stray window breaks conservation too: more counted on time than the job accepted.
     assert not any("conservation" in x for x in lines)  # count 0 keeps the totals balanced
     assert len(lines) == len(report.failures) == 4
-
-
-def test_conservation_totals_compare_the_late_table_the_log_and_the_aggregates():
-    agg = pa.Table.from_pylist(
-        [{"key": "k", "window_start_ms": 0, "window_end_ms": 1, "count": 5, "late_count": 2}],
-        schema=AGGREGATES_SCHEMA,
-    )
-    late = pa.Table.from_pylist(
-        [{"reconciled": True}, {"reconciled": True}, {"reconciled": False}], schema=LATE_SCHEMA
-    )
-    log = pa.Table.from_pylist([{"events": 7, "late": 3}], schema=WATERMARK_LOG_SCHEMA)
-    totals = conservation_totals({"aggregates": agg, "late_events": late, "watermark_log": log}).to_pylist()[
-        0
-    ]
-    assert totals == {
-        "late_events": 3,
-        "late_in_log": 3,
-        "reconciled_events": 2,
-        "late_count_total": 2,
-        "on_time_slack": 1,
-    }
