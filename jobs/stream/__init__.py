@@ -35,49 +35,63 @@ Modules here: :mod:`~jobs.stream.handler` (the ``foreachBatch`` handler: orchest
 Python workers), ``checkpoint`` (the checkpoint's layout and state), ``sinks`` (the tables' rows, their
 commit, the metrics' view).
 
-This package re-exports the names other code imports from ``jobs.stream``.
+This package re-exports the names other code imports from ``jobs.stream``, each imported on first use.
 """
 
-from jobs.common.windows import assign_windows, window_partials
-from jobs.stream.checkpoint.layout import CheckpointLayout
-from jobs.stream.checkpoint.state import SavedStage, StageStore
-from jobs.stream.cli import build_parser, main, options_from_args, summarize
-from jobs.stream.handler import BatchHandler
-from jobs.stream.options import (
-    DEFAULT_METRICS_PORT,
-    FORMATS,
-    RATE_FILE,
-    Fields,
-    JobOptions,
-    KafkaOptions,
-    RateOptions,
-)
-from jobs.stream.report import BatchReport
-from jobs.stream.run import clear_interrupted_log_writes, flush_open_windows, run_job, serve_metrics
-from jobs.stream.sinks.observation import observation
-from jobs.stream.sinks.rows import aggregate_rows
-from jobs.stream.sources.arrow_reader import ArrowRows
-from jobs.stream.sources.readers import (
-    RecordNumbers,
-    csv_columns,
-    kafka_batch_files,
-    kafka_stream,
-    logged_batch_files,
-    number_records,
-    oldest_input_ms,
-    rate_stream,
-    source_stream,
-)
-from jobs.stream.sources.spark_rows import SparkRows
-from jobs.stream.sources.validate import (
-    QUARANTINE_REASONS,
-    SOURCE_COLUMNS,
-    text_schema,
-    typed_json_schema,
-    validate,
-    validation_steps,
-)
-from jobs.stream.stage.labelling import MAX_THRESHOLD_PIECES, late_expression
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Where each re-exported name lives. Imported on first use (PEP 562), so that a Spark Python worker that
+#: imports one module under ``jobs.stream.workers`` does not import the whole job (numba, river, scipy,
+#: prometheus_client) through this package.
+_HOMES = {
+    "assign_windows": "jobs.common.windows",
+    "window_partials": "jobs.common.windows",
+    "CheckpointLayout": "jobs.stream.checkpoint.layout",
+    "SavedStage": "jobs.stream.checkpoint.state",
+    "StageStore": "jobs.stream.checkpoint.state",
+    "build_parser": "jobs.stream.cli",
+    "main": "jobs.stream.cli",
+    "options_from_args": "jobs.stream.cli",
+    "summarize": "jobs.stream.cli",
+    "BatchHandler": "jobs.stream.handler",
+    "DEFAULT_METRICS_PORT": "jobs.stream.options",
+    "FORMATS": "jobs.stream.options",
+    "RATE_FILE": "jobs.stream.options",
+    "Fields": "jobs.stream.options",
+    "JobOptions": "jobs.stream.options",
+    "KafkaOptions": "jobs.stream.options",
+    "RateOptions": "jobs.stream.options",
+    "BatchReport": "jobs.stream.report",
+    "clear_interrupted_log_writes": "jobs.stream.run",
+    "flush_open_windows": "jobs.stream.run",
+    "run_job": "jobs.stream.run",
+    "serve_metrics": "jobs.stream.run",
+    "observation": "jobs.stream.sinks.observation",
+    "aggregate_rows": "jobs.stream.sinks.rows",
+    "ArrowRows": "jobs.stream.sources.arrow_reader",
+    "RecordNumbers": "jobs.stream.sources.readers",
+    "csv_columns": "jobs.stream.sources.readers",
+    "kafka_batch_files": "jobs.stream.sources.readers",
+    "kafka_stream": "jobs.stream.sources.readers",
+    "logged_batch_files": "jobs.stream.sources.readers",
+    "number_records": "jobs.stream.sources.readers",
+    "oldest_input_ms": "jobs.stream.sources.readers",
+    "rate_stream": "jobs.stream.sources.readers",
+    "source_stream": "jobs.stream.sources.readers",
+    "SparkRows": "jobs.stream.sources.spark_rows",
+    "QUARANTINE_REASONS": "jobs.stream.sources.validate",
+    "SOURCE_COLUMNS": "jobs.stream.sources.validate",
+    "text_schema": "jobs.stream.sources.validate",
+    "typed_json_schema": "jobs.stream.sources.validate",
+    "validate": "jobs.stream.sources.validate",
+    "validation_steps": "jobs.stream.sources.validate",
+    "MAX_THRESHOLD_PIECES": "jobs.stream.stage.labelling",
+    "late_expression": "jobs.stream.stage.labelling",
+}
+
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
@@ -124,3 +138,14 @@ __all__ = [
     "validation_steps",
     "window_partials",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a re-exported name from its home module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
