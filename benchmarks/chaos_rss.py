@@ -4,13 +4,12 @@
 
 Runs the job uninterrupted on Spark's deterministic rate source (``--rate-rows-per-batch``), then again
 SIGKILLed at ``--kills`` random points and restarted (``tests/system/test_stream_chaos.py``, which runs a
-smaller load in the suite), and prints: whether every table equals the uninterrupted run's, the checkpoint folder's
-file count and size over the last 100 batches, and the driver's RSS (the Python driver and its JVM) over the
-last 200 batches of the uninterrupted run, with the ratio of its highest to its lowest value (the target is
-within 1.3x; printed, not asserted) and the batch of its highest; Spark's Python workers (forked by the JVM
-into the same process group for the executors' Python work, coming and going with the tasks) and the
-processes the JVM spawns for a moment (``chmod``: :func:`group_rss_bytes`) apart.
-"""
+smaller load in the suite), and prints: whether every table equals the uninterrupted run's, the checkpoint
+folder's file count and size over the last 100 batches, and the driver's RSS (the Python driver and its JVM)
+over the last 200 batches of the uninterrupted run, with the ratio of its highest to its lowest value (the
+target is within 1.3x; printed, not asserted) and the batch of its highest; Spark's Python workers (forked by
+the JVM into the same process group for the executors' Python work, coming and going with the tasks) and the
+processes the JVM spawns for a moment (``chmod``: :func:`group_rss_bytes`) apart."""
 
 from __future__ import annotations
 

@@ -34,6 +34,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
+#: pytest --fast's (unless HYPOTHESIS_PROFILE names one): the property tests with a third of the examples.
+settings.register_profile("fast", parent=settings.get_profile("default"), max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Every Spark JVM of the suite (each worker's session, the jobs tests start as processes, spark-submit under
@@ -99,13 +101,15 @@ def pytest_addoption(parser):
         action="store_true",
         help="run only the tests with none of the markers " + ", ".join(sorted(HEAVY_MARKERS)) + " (no JVM, "
         "broker or server), and fail a test that starts java, spark-submit, prometheus, promtool, PostgreSQL "
-        "or airflow anyway",
+        "or airflow anyway; property tests draw 20 examples (hypothesis profile 'fast'), not 60",
     )
 
 
 def pytest_configure(config):
     if config.getoption("--fast", default=False):
         _guard_processes(Path(tempfile.mkdtemp(prefix="awm-fast-guard-")))
+        if "HYPOTHESIS_PROFILE" not in os.environ:
+            settings.load_profile("fast")
 
 
 def pytest_collection_modifyitems(config, items):
