@@ -4,9 +4,9 @@ Tiers are folders: ``tests/unit`` (no JVM, broker or server), ``tests/integratio
 prometheus}`` (a real Spark, Kafka broker, Airflow or Prometheus) and ``tests/system`` (end-to-end runs:
 SIGKILLs, chaos, fuzzing the job, a real Airflow scheduler). The markers that say what a test needs are not
 written by hand: :func:`pytest_collection_modifyitems` derives them from the fixtures the test uses (directly
-or through other fixtures), so they cannot go stale, and it refuses a unit test that needs one of them.
-``pytest --fast`` (``bin/test --fast``) runs only the tests with none of them and fails a test that starts a
-JVM, Spark, Prometheus or PostgreSQL anyway.
+or through other fixtures), so they cannot go stale; it refuses a unit test that has one of them and an
+integration test that has none. ``pytest --fast`` (``bin/test --fast``) runs only the tests with none of them
+and fails a test that starts a JVM, Spark, Prometheus or PostgreSQL anyway.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ SLOW_FILES = (
     "integration/airflow/test_dags.py",
     "system/test_airflow_scheduler.py",
     "integration/kafka/test_stream_kafka.py",
+    "integration/prometheus/test_monitoring_live.py",
     "integration/spark/test_backfill_races.py",
     "integration/spark/test_backfill.py",
     "integration/spark/test_maintenance.py",
@@ -78,8 +79,8 @@ FIXTURE_MARKERS = {
 }
 HEAVY_MARKERS = frozenset(FIXTURE_MARKERS.values())
 
-#: Programs a test of the fast tier may not start (the first word of a command line, or the target of
-#: ``java``'s place on PATH / JAVA_HOME for the processes of those processes).
+#: Programs a test of the fast tier may not start: refused by name in the test's process (the command's
+#: first word), and shadowed by a failing shim first on PATH and as $JAVA_HOME/bin/java for its children.
 GUARDED_PROGRAMS = (
     "java",
     "spark-submit",
