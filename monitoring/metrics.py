@@ -77,7 +77,7 @@ class BatchObservation:
     straggler: int = 0
     late: int = 0
     quarantined: int = 0
-    #: Quarantine rows by reason (``jobs.common.tables.QUARANTINE_REASONS``); a whole landing file
+    #: Quarantine rows by reason (``jobs.common.schemas.QUARANTINE_REASONS``); a whole landing file
     #: quarantined as a file (``file_missing``, ``unreadable_file_name``) is one row.
     quarantine_reasons: Mapping[str, int] = field(default_factory=dict)
     watermark_ms: int = NO_WATERMARK  # global event-time watermark after the batch
