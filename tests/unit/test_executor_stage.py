@@ -175,7 +175,10 @@ def test_fire_segments_fire_every_window_when_the_partitions_timeline_does(
     floor_ms = NO_WATERMARK if floor is None else floor
     segments = fire_segments(timeline, floor_ms, window_ms, step_ms)
     low = max(timeline.before, floor_ms)
-    ends = np.arange(-2_000 // step_ms, 20_000 // step_ms, dtype=np.int64) * step_ms + window_ms
+    # Every window end the timeline can cross: the history's event times reach 3,000 ms below the first
+    # arrival and a strategy's initial delay lowers the watermark further (slo: 2,000 ms), so the grid starts
+    # well below; a grid starting at -1,000 left crossed ends out of ``crossed`` below.
+    ends = np.arange(-10_000 // step_ms, 20_000 // step_ms, dtype=np.int64) * step_ms + window_ms
     ends = ends[ends > low]
     fired, t, w = timeline.fire(ends)
     for end, ok, at, wm in zip(ends.tolist(), fired.tolist(), t.tolist(), w.tolist(), strict=True):
