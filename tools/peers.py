@@ -160,7 +160,11 @@ def run_native(
 
 
 def guessed_delay(landing: Path, work: Path, *, files_per_batch: int, window_ms: int, delay_ms: int) -> Any:
-    """The job's options with ``periodic`` at ``delay_ms``: the fixed delay a user would guess."""
+    """The job's options with ``periodic`` at ``delay_ms``: the fixed delay a user would guess.
+
+    The comparison reads its ``aggregates`` and ``late_events`` only, so it keeps no arrival history (the
+    ``arrivals`` table, which changes no other table).
+    """
     from jobs.stream import JobOptions
     from watermark.config import PipelineConfig
 
@@ -179,6 +183,7 @@ def guessed_delay(landing: Path, work: Path, *, files_per_batch: int, window_ms:
         config=guessed,
         max_files_per_trigger=files_per_batch,
         progress=False,
+        arrival_history=False,
     )
 
 
