@@ -54,7 +54,7 @@ def source_files() -> list[str]:
 def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
     """(the built wheel, a fresh virtualenv with it installed)."""
     if not UV.exists():
-        pytest.skip(f"uv is not in {UV.parent}: run bin/bootstrap.sh")
+        pytest.fail(f"uv is not in {UV.parent}: run bin/bootstrap.sh, which installs it")
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     for name in source_files():
