@@ -527,14 +527,16 @@ def _check_bootstrap_servers(servers: str) -> str:
     return servers
 
 
-def _check_topic_timestamps(bootstrap_servers: str, topic: str, timeout: float) -> None:
+def _check_topic_timestamps(
+    bootstrap_servers: str, topic: str, timeout: float, client_config: dict[str, Any] | None = None
+) -> None:
     """Refuse an existing topic whose record timestamps are the broker's (LogAppendTime)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     from tools.local.kafka import QUIET
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **QUIET})
+    admin = AdminClient({**QUIET, **(client_config or {}), "bootstrap.servers": bootstrap_servers})
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
@@ -590,7 +592,11 @@ def feed_kafka(
         Called with one line per 10,000 records, e.g. ``"records 20,000/97,000: arrival 2014-11-10T13:55Z"``,
         and once at the end.
     producer_config : dict, optional
-        Extra confluent-kafka producer settings (e.g. ``{"message.max.bytes": 4000000}``).
+        More confluent-kafka (librdkafka) settings, ``--producer-option``s: for the producer and the admin
+        client that creates or checks the topic (security: ``security.protocol``, ``sasl.mechanism``,
+        ``sasl.username``, ``sasl.password``, ``ssl.*``; or ``{"message.max.bytes": 4000000}``). Java's
+        spelling is taken too (:func:`jobs.stream.options.librdkafka_config`: a ``kafka.`` prefix, a
+        SCRAM or PLAIN ``sasl.jaas.config``). Secret values never appear in an error or the summary.
     timeout : float, default 30.0
         Seconds for the final flush (a record's delivery), and at most 10 s for each admin request.
 
@@ -606,9 +612,47 @@ def feed_kafka(
         If an option or the records are invalid, an arrival time is < 1 ms, or the topic exists with
         another partition count or with ``LogAppendTime`` timestamps.
     KafkaFeedError
-        If the broker cannot be reached or a record is not delivered.
+        If the broker cannot be reached (or refuses the credentials) or a record is not delivered.
 
     """
+    from jobs.stream.options import librdkafka_config, redact_text, secret_values
+
+    given = dict(producer_config or {})
+    secrets = secret_values({k: str(v) for k, v in given.items()})
+    try:
+        client = librdkafka_config(given)
+        return _feed_kafka(
+            records,
+            bootstrap_servers,
+            topic,
+            partitions=partitions,
+            pace=pace,
+            speed=speed,
+            arrival_time=arrival_time,
+            progress=progress,
+            client_config=client,
+            timeout=timeout,
+        )
+    except (ValueError, KafkaFeedError) as exc:  # a client's error may quote a setting: never a secret
+        if not secrets:
+            raise
+        raise type(exc)(redact_text(str(exc), secrets)) from None
+
+
+def _feed_kafka(
+    records: pa.Table,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partitions: int | None,
+    pace: str,
+    speed: float,
+    arrival_time: bool,
+    progress: Progress | None,
+    client_config: dict[str, Any],
+    timeout: float,
+) -> dict[str, Any]:
+    """:func:`feed_kafka` with the client settings in librdkafka's spelling."""
     from confluent_kafka import KafkaException, Producer
 
     from tools.local.kafka import QUIET, KafkaLocalError, ensure_topic
@@ -634,12 +678,33 @@ def feed_kafka(
     route = table.column("partition" if "partition" in table.column_names else "key")
     admin_timeout = min(timeout, 10.0)
 
+    settings = {
+        "bootstrap.servers": bootstrap_servers,
+        "enable.idempotence": True,  # acks=all, no duplicates, order kept across retries
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "message.timeout.ms": int(timeout * 1000),
+        **QUIET,
+    }
+    settings.update(client_config)
+    settings["bootstrap.servers"] = bootstrap_servers
+    try:  # before any request: a setting librdkafka refuses is bad input, not a broker's failure
+        producer = Producer(settings)
+    except KafkaException as exc:
+        msg = f"cannot configure the Kafka producer: {exc.args[0].str()}"
+        raise ValueError(msg) from None
+
     create = partitions
     if create is None:
         create = max(1, pc.count_distinct(route).as_py()) if "partition" in table.column_names else 1
     try:
         count, created = ensure_topic(
-            bootstrap_servers, topic, partitions, config=REPLAY_TOPIC_CONFIG, timeout=admin_timeout
+            bootstrap_servers,
+            topic,
+            partitions,
+            config=REPLAY_TOPIC_CONFIG,
+            timeout=admin_timeout,
+            client_config=client_config,
         )
     except ValueError:
         if partitions is not None:
@@ -656,12 +721,17 @@ def feed_kafka(
             raise ValueError(msg)
         try:
             count, created = ensure_topic(
-                bootstrap_servers, topic, create, config=REPLAY_TOPIC_CONFIG, timeout=admin_timeout
+                bootstrap_servers,
+                topic,
+                create,
+                config=REPLAY_TOPIC_CONFIG,
+                timeout=admin_timeout,
+                client_config=client_config,
             )
         except KafkaLocalError as exc:
             raise KafkaFeedError(str(exc)) from None
     if not created:
-        _check_topic_timestamps(bootstrap_servers, topic, admin_timeout)
+        _check_topic_timestamps(bootstrap_servers, topic, admin_timeout, client_config)
 
     mapping = kafka_partition_map(route, count)
     ranked = list(mapping)
@@ -682,21 +752,6 @@ def feed_kafka(
             failures.append(f"partition {message.partition()}: {error.str()}")
         else:
             delivered[message.partition()] += 1
-
-    settings = {
-        "bootstrap.servers": bootstrap_servers,
-        "enable.idempotence": True,  # acks=all, no duplicates, order kept across retries
-        "linger.ms": 20,
-        "compression.type": "lz4",
-        "message.timeout.ms": int(timeout * 1000),
-        **QUIET,
-    }
-    settings.update(producer_config or {})
-    try:
-        producer = Producer(settings)
-    except KafkaException as exc:
-        msg = f"cannot configure the Kafka producer: {exc.args[0].str()}"
-        raise ValueError(msg) from None
 
     partition_list = kafka_partition.tolist()
     timestamps = tp_ms.tolist()
@@ -911,6 +966,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     output.add_argument("--topic", metavar="NAME", help="Kafka topic (created if missing, see --partitions)")
     output.add_argument(
+        "--producer-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a confluent-kafka (librdkafka) setting of the producer and of the admin client that creates "
+        "the topic (repeatable): security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.*, "
+        "...; the job's Java spelling is taken too (a kafka. prefix; a SCRAM or PLAIN sasl.jaas.config); "
+        "secret values are never printed",
+    )
+    output.add_argument(
         "--pace",
         choices=PACES,
         default="fast",
@@ -1001,6 +1066,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _feed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    from jobs.stream.options import librdkafka_config, parse_key_values
+
     kafka = _check_output(parser, args)
     options = {
         "fmt": args.format or "json",
@@ -1010,8 +1077,10 @@ def _feed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str
         "speed": args.speed,
     }
     check_options(**options)  # before loading, so a bad option fails fast
+    producer_options = parse_key_values(args.producer_option, "--producer-option")
     if kafka:
         _check_bootstrap_servers(args.kafka_bootstrap_servers)
+        librdkafka_config(dict(producer_options))  # a JAAS line it cannot take: before loading
     if args.partitions is not None and args.partitions < 1:
         msg = f"--partitions must be >= 1, got {args.partitions}"
         raise ValueError(msg)
@@ -1027,6 +1096,7 @@ def _feed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str
                 speed=args.speed,
                 arrival_time=not args.no_arrival_time,
                 progress=progress,
+                producer_config=dict(producer_options),
             )
         return feed(records, args.out, **options, arrival_time=not args.no_arrival_time, progress=progress)
 
@@ -1037,6 +1107,8 @@ def _check_output(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if servers is None and topic is None:
         if args.out is None:
             parser.error("give --out DIR, or --kafka-bootstrap-servers HOST:PORT --topic NAME")
+        if args.producer_option:
+            parser.error("--producer-option applies only to Kafka output (--topic)")
         return False
     if args.out is not None:
         parser.error("give either --out or --kafka-bootstrap-servers/--topic, not both")

@@ -122,6 +122,19 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
         "--max-offsets-per-trigger", type=int, metavar="N", help="Kafka records per micro-batch at most"
     )
     p.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of Spark's Kafka source (repeatable): any kafka.<consumer setting> "
+        "(kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.jaas.config, kafka.ssl.*, "
+        "kafka.group.id, ...) or failOnDataLoss (default true), startingTimestamp, "
+        "startingOffsetsByTimestamp[Strategy], groupIdPrefix, kafkaConsumer.pollTimeoutMs, "
+        "fetchOffset.numRetries, fetchOffset.retryIntervalMs; options that would split a Kafka partition "
+        "(minPartitions, maxRecordsPerPartition) or replace a flag are refused; secret values are never "
+        "logged",
+    )
+    p.add_argument(
         "--rate-rows-per-second",
         type=int,
         default=RateOptions.rows_per_second,
@@ -290,8 +303,17 @@ def _reader_flags(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> JobOptions:
     """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
+    from jobs.stream.options import parse_key_values
     from watermark.registry import parse_settings
 
+    # The Kafka source's options first: one refused fails the run before anything is written.
+    kafka = KafkaOptions(
+        bootstrap_servers=args.kafka_bootstrap_servers or "",
+        topic=args.topic or "",
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        options=tuple(parse_key_values(args.kafka_option, "--kafka-option")),
+    )
     doc: dict[str, Any] = {
         "version": 1,
         "strategy": args.strategy,
@@ -324,8 +346,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     if args.format == "kafka" and not (args.kafka_bootstrap_servers and args.topic):
         msg = "--format kafka needs --kafka-bootstrap-servers HOST:PORT and --topic NAME"
         raise ValueError(msg)
-    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic):
-        msg = "--kafka-bootstrap-servers and --topic are for --format kafka"
+    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic or args.kafka_option):
+        msg = "--kafka-bootstrap-servers, --topic and --kafka-option are for --format kafka"
         raise ValueError(msg)
     if trigger_interval_ms(args.trigger) is None and args.format == "rate":  # a bad --trigger: its error
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
@@ -354,12 +376,6 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         partitions=args.rate_partitions,
         max_delay_ms=args.rate_max_delay_ms,
         rows_per_batch=args.rate_rows_per_batch,
-    )
-    kafka = KafkaOptions(
-        bootstrap_servers=args.kafka_bootstrap_servers or "",
-        topic=args.topic or "",
-        starting_offsets=args.starting_offsets,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
     app_id = checkpoint_app_id(args.checkpoint, args.output)  # a reset checkpoint is refused here
     StageStore(args.checkpoint).check()  # so is a missing or damaged newest state (CheckpointError)
@@ -399,6 +415,43 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(build_parser(), _run, argv, errors={})
 
 
+#: Kafka client errors that mean the broker refused the job's login or rights: the client does not retry
+#: them, and Spark fails the query after ``fetchOffset.numRetries`` attempts (3, a second apart).
+KAFKA_REFUSED = (
+    r"org\.apache\.kafka\.common\.errors\."
+    r"(\w*(?:Authentication|Authorization)Exception|UnsupportedSaslMechanismException|IllegalSaslStateException)"
+    r":? *([^\n]*)"
+)
+EXIT_FAILED = 1  # the run failed (a refused Kafka login); 2 is bad input, found before anything starts
+
+
+def kafka_failure(exc: BaseException, kafka: KafkaOptions) -> None:
+    """Raise a one-line :class:`CliError` (exit 1) for a failed Kafka query whose broker refused the login.
+
+    Any other error that quotes a secret of ``--kafka-option`` is raised as one line with it redacted;
+    other errors are left to the caller.
+    """
+    import re
+
+    from jobs.stream.options import redact_text
+    from watermark.clilog import CliError
+
+    text = str(exc)
+    secrets = kafka.secrets()
+    refused = re.search(KAFKA_REFUSED, text)
+    if refused is not None:
+        detail = re.sub(r"\s*SQLSTATE: \w+\s*$", "", refused.group(2)).strip()
+        msg = (
+            f"Kafka at {kafka.bootstrap_servers} refused the job ({refused.group(1)}: {detail}); check "
+            "--kafka-option kafka.security.protocol, kafka.sasl.mechanism and kafka.sasl.jaas.config"
+        )
+        raise CliError(redact_text(msg, secrets), EXIT_FAILED) from None
+    if any(secret in text for secret in secrets):
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        msg = f"{type(exc).__name__}: {redact_text(first, secrets)}"
+        raise CliError(msg, EXIT_FAILED) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from jobs.common.session import build_session
     from monitoring.server import MetricsPortBusy
@@ -420,6 +473,10 @@ def _run(args: argparse.Namespace) -> int:
             query.stop()
         log.warning("interrupted: restart with the same --checkpoint to continue exactly where it stopped")
         return 130
+    except Exception as exc:
+        if options.format == "kafka":
+            kafka_failure(exc, options.kafka)  # a refused login as one line; never a secret
+        raise
     finally:
         spark.stop()
         if server is not None:

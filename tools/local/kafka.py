@@ -6,6 +6,7 @@ Usage::
     bin/kafka-local status                # running (pid, address) or not running
     bin/kafka-local stop                  # SIGTERM, wait, report
     bin/kafka-local start --port 19092 --dir /tmp/kafka   # or AWM_KAFKA_PORT=19092 / AWM_KAFKA_DIR=...
+    bin/kafka-local start --sasl-scram alice:alice-secret # and a SASL_PLAINTEXT listener on 9093 (SCRAM)
 
     python -m tools.feed --synthetic 10000 --kafka-bootstrap-servers 127.0.0.1:9092 --topic events \
         --partitions 4
@@ -16,6 +17,9 @@ Usage::
     with LocalKafka(port=19092, dir=tmp_path / "kafka") as kafka:
         kafka.create_topic("events", 4)
         ... kafka.bootstrap_servers ...
+
+    with LocalKafka(port=19092, dir=tmp_path / "kafka", scram_users={"alice": "alice-secret"}) as kafka:
+        ... kafka.sasl_bootstrap_servers ...    # SASL_PLAINTEXT, SCRAM-SHA-256 or SCRAM-SHA-512
 
 The broker is ``java -cp '.jvm/kafka/*' kafka.Kafka server.properties`` with
 ``process.roles=broker,controller`` and a static one-voter quorum (``controller.quorum.voters``) on a second,
@@ -28,6 +32,18 @@ warnings (and the "started" line) to ``logs/server.log``.
 
 A start is complete when the listener accepts TCP connections and a metadata request through confluent-kafka's
 ``AdminClient`` lists the broker; it fails after 30 s (by default) with the tail of the broker's log.
+
+**SCRAM users** (``--sasl-scram USER:PASSWORD``, repeatable; ``LocalKafka(scram_users={...})``) add a second
+client listener, ``SASL_PLAINTEXT`` on ``--sasl-port`` (default: the client port + 1; from Python a free
+port), with ``sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512``. Each user's credentials, for both
+mechanisms, are written through the admin API (``AlterUserScramCredentials``, as ``kafka-configs --alter
+--add-config`` does) over the plaintext listener once the broker answers, and the start waits until a
+client logs in as the first user on the SASL listener. So a fresh directory and an existing one behave
+alike: the users given are created or their passwords replaced; users of earlier starts stay in the
+metadata (KRaft keeps them) until the directory is removed. The passwords are in no file, no command line
+of the broker's and no output (``status`` names the users only); ``kafka-storage format --add-scram`` would
+put them on the format command's line. The ``PLAINTEXT`` listener stays, unauthenticated (no authorizer):
+the SASL listener is for testing clients' security settings, not a security boundary.
 
 The directory holds::
 
@@ -49,6 +65,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,6 +81,7 @@ from watermark.clilog import entry_prog, plain_text, run_main
 
 __all__ = [
     "DEFAULT_PORT",
+    "SCRAM_MECHANISMS",
     "KafkaLocalError",
     "LocalKafka",
     "QUIET",
@@ -78,6 +96,11 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_DIR = ROOT / "out" / "kafka"
 DEFAULT_JARS = ROOT / ".jvm" / "kafka"
 PORT_ENV, DIR_ENV, JARS_ENV = "AWM_KAFKA_PORT", "AWM_KAFKA_DIR", "AWM_KAFKA_JARS"
+#: The SASL mechanisms of the SASL_PLAINTEXT listener; every SCRAM user gets credentials for both.
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM_ITERATIONS = 8192
+#: A SCRAM user name: kept to characters that need no quoting in a JAAS line or a SCRAM message.
+_SCRAM_USER = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 3
 
@@ -148,6 +171,55 @@ def _check_port(port: object, what: str = "port") -> int:
     return port
 
 
+def check_scram_users(users: Mapping[str, str] | None) -> dict[str, str]:
+    """SCRAM users as ``{name: password}``, checked; a ValueError (naming the user, never the password).
+
+    A name is 1 to 128 of ``A-Z a-z 0-9 . _ -``; a password is 1 to 1,024 characters without a double quote,
+    a backslash or a line break (so that it fits a JAAS line ``password="..."`` as it is).
+
+    >>> check_scram_users({"alice": "s3cret"})
+    {'alice': 's3cret'}
+    >>> check_scram_users({"al ice": "x"})
+    Traceback (most recent call last):
+    ...
+    ValueError: a SCRAM user name is 1 to 128 of the characters A-Z a-z 0-9 . _ -, got 'al ice'
+    """
+    checked: dict[str, str] = {}
+    for name, password in dict(users or {}).items():
+        if not isinstance(name, str) or not _SCRAM_USER.match(name):
+            msg = f"a SCRAM user name is 1 to 128 of the characters A-Z a-z 0-9 . _ -, got {name!r}"
+            raise ValueError(msg)
+        if (
+            not isinstance(password, str)
+            or not 1 <= len(password) <= 1024
+            or any(c in password for c in '"\\\r\n')
+        ):
+            msg = (
+                f"the password of SCRAM user {name!r} must be 1 to 1024 characters without a double quote, "
+                "a backslash or a line break"
+            )
+            raise ValueError(msg)
+        checked[name] = password
+    return checked
+
+
+def scram_client_config(
+    bootstrap_servers: str, user: str, password: str, mechanism: str = "SCRAM-SHA-512"
+) -> dict[str, str]:
+    """The confluent-kafka settings of a client that logs in as ``user`` on a SASL_PLAINTEXT listener.
+
+    >>> sorted(scram_client_config("127.0.0.1:9093", "alice", "x"))
+    ['bootstrap.servers', 'sasl.mechanism', 'sasl.password', 'sasl.username', 'security.protocol']
+    """
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def _cluster_id() -> str:
     """A random Kafka cluster id: 16 bytes in URL-safe base64 without padding (as ``random-uuid`` prints)."""
     while True:
@@ -202,6 +274,7 @@ def ensure_topic(
     *,
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    client_config: Mapping[str, Any] | None = None,
 ) -> tuple[int, bool]:
     """Create a topic if it is missing; check the partition count of an existing one.
 
@@ -219,6 +292,9 @@ def ensure_topic(
         An existing topic's configuration is not changed.
     timeout : float, default 30.0
         Seconds for each admin request.
+    client_config : mapping, optional
+        More confluent-kafka (librdkafka) settings of the admin client: security (``security.protocol``,
+        ``sasl.*``, ``ssl.*``) and the like. Its ``bootstrap.servers`` is ``bootstrap_servers``.
 
     Returns
     -------
@@ -244,14 +320,36 @@ def ensure_topic(
     ):
         msg = f"partitions must be an integer >= 1, got {partitions!r}"
         raise ValueError(msg)
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **QUIET})
+    refused: list[str] = []  # the broker's answer to a failed login (librdkafka reports it by error_cb)
+
+    def on_error(error: Any) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refused.append(error.str())
+
+    settings = {**QUIET, **dict(client_config or {}), "bootstrap.servers": bootstrap_servers}
+    try:
+        admin = AdminClient({**settings, "error_cb": on_error})
+    except KafkaException as exc:
+        msg = f"cannot configure the Kafka admin client: {exc.args[0].str()}"
+        raise ValueError(msg) from None
+
+    def metadata_of_topic() -> Any:
+        """The topic's metadata; a failed login fails at once (librdkafka would retry until the timeout)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return admin.list_topics(topic=name, timeout=max(0.05, min(0.5, deadline - time.monotonic())))
+            except KafkaException as exc:
+                admin.poll(0)  # serves error_cb
+                if refused:
+                    msg = f"Kafka at {bootstrap_servers} refused the client's login: {refused[0]}"
+                    raise KafkaLocalError(msg) from None
+                if time.monotonic() >= deadline:
+                    msg = f"cannot reach Kafka at {bootstrap_servers}: {exc.args[0].str()}"
+                    raise KafkaLocalError(msg) from None
 
     def existing() -> int | None:
-        try:
-            metadata = admin.list_topics(topic=name, timeout=timeout)
-        except KafkaException as exc:
-            msg = f"cannot reach Kafka at {bootstrap_servers}: {exc.args[0].str()}"
-            raise KafkaLocalError(msg) from None
+        metadata = metadata_of_topic()
         topic = metadata.topics.get(name)
         if topic is None or (
             topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -320,6 +418,11 @@ class LocalKafka:
         The JVM's maximum heap (``-Xmx``).
     start_timeout : float, default 30.0
         Seconds :meth:`start` waits for the broker to answer.
+    scram_users : mapping of str to str, optional
+        ``{user: password}``: a second client listener, ``SASL_PLAINTEXT`` with SCRAM-SHA-256 and
+        SCRAM-SHA-512, and these users (created, or their passwords replaced, at each start).
+    sasl_port : int, optional
+        The SASL listener's port; default a free port chosen at each start. Only with ``scram_users``.
 
     Examples
     --------
@@ -341,6 +444,8 @@ class LocalKafka:
         jars: str | os.PathLike[str] | None = None,
         heap: str = "512m",
         start_timeout: float = 30.0,
+        scram_users: Mapping[str, str] | None = None,
+        sasl_port: int | None = None,
     ) -> None:
         if port is None:
             port = _check_port(os.environ[PORT_ENV], PORT_ENV) if os.environ.get(PORT_ENV) else DEFAULT_PORT
@@ -357,6 +462,14 @@ class LocalKafka:
             msg = f"start_timeout must be a number > 0, got {start_timeout!r}"
             raise ValueError(msg)
         self.start_timeout = float(start_timeout)
+        self._scram_users = check_scram_users(scram_users)  # never printed (see __repr__)
+        if sasl_port is not None and not self._scram_users:
+            msg = "a SASL port needs SCRAM users (scram_users, --sasl-scram USER:PASSWORD)"
+            raise ValueError(msg)
+        self.sasl_port = None if sasl_port is None else _check_port(sasl_port, "the SASL port")
+        if self.sasl_port is not None and self.sasl_port in (self.port, self.controller_port):
+            msg = f"the SASL port {self.sasl_port} must differ from the broker and controller ports"
+            raise ValueError(msg)
         self.start_seconds: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -370,6 +483,30 @@ class LocalKafka:
         port = state["port"] if state and state.get("host") else self.port
         host = state["host"] if state and state.get("host") else self.host
         return f"{host}:{port}"
+
+    @property
+    def scram_users(self) -> list[str]:
+        """The names of the SCRAM users given (their passwords are kept, never shown)."""
+        return sorted(self._scram_users)
+
+    @property
+    def sasl_bootstrap_servers(self) -> str | None:
+        """``HOST:PORT`` of the SASL_PLAINTEXT listener of the running broker (None: it has none)."""
+        state = self._state()
+        if state is not None:
+            return f"{state['host']}:{state['sasl_port']}" if state.get("sasl_port") else None
+        return f"{self.host}:{self.sasl_port}" if self._scram_users and self.sasl_port else None
+
+    def scram_client_config(self, user: str, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """confluent-kafka settings: log in as ``user`` (of :attr:`scram_users`) on the SASL listener."""
+        if user not in self._scram_users:
+            msg = f"no SCRAM user {user!r} on this broker (users: {', '.join(self.scram_users) or 'none'})"
+            raise ValueError(msg)
+        servers = self.sasl_bootstrap_servers
+        if servers is None:
+            msg = "the broker runs without a SASL listener"
+            raise KafkaLocalError(msg)
+        return scram_client_config(servers, user, self._scram_users[user], mechanism)
 
     @property
     def data_dir(self) -> Path:
@@ -405,17 +542,29 @@ class LocalKafka:
         Returns
         -------
         dict
-            ``{"running": bool, "pid": int or None, "bootstrap_servers": str or None, "dir": str}``, and
-            ``"started_at"`` (epoch seconds) when running.
+            ``{"running": bool, "pid": int or None, "bootstrap_servers": str or None,
+            "sasl_bootstrap_servers": str or None, "scram_users": list of str, "dir": str}``, and
+            ``"started_at"`` (epoch seconds) when running. ``sasl_bootstrap_servers`` is the SASL_PLAINTEXT
+            listener (None without SCRAM users); ``scram_users`` are the names given at its start.
 
         """
         state = self._state()
         if state is None:
-            return {"running": False, "pid": None, "bootstrap_servers": None, "dir": str(self.dir)}
+            return {
+                "running": False,
+                "pid": None,
+                "bootstrap_servers": None,
+                "sasl_bootstrap_servers": None,
+                "scram_users": [],
+                "dir": str(self.dir),
+            }
+        sasl = f"{state['host']}:{state['sasl_port']}" if state.get("sasl_port") else None
         return {
             "running": True,
             "pid": state["pid"],
             "bootstrap_servers": f"{state['host']}:{state['port']}",
+            "sasl_bootstrap_servers": sasl,
+            "scram_users": list(state.get("scram_users", [])),
             "dir": str(self.dir),
             "started_at": state.get("started_at"),
         }
@@ -433,18 +582,32 @@ class LocalKafka:
             raise KafkaLocalError(msg)
         return str(self.jars / "*")
 
-    def _write_config(self, controller_port: int) -> Path:
-        """Write ``server.properties`` and ``log4j2.properties``; return the former."""
-        listeners = f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}"
+    def _write_config(self, controller_port: int, sasl_port: int | None = None) -> Path:
+        """Write ``server.properties`` and ``log4j2.properties``; return the former.
+
+        With ``sasl_port``, a ``SASL_PLAINTEXT`` listener there with the SCRAM mechanisms: the broker's side
+        of SCRAM needs a JAAS entry per mechanism, without credentials (it checks those in its metadata).
+        """
+        client = [f"PLAINTEXT://{self.host}:{self.port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        sasl: dict[str, object] = {}
+        if sasl_port is not None:
+            client.append(f"SASL_PLAINTEXT://{self.host}:{sasl_port}")
+            protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+            sasl["sasl.enabled.mechanisms"] = ",".join(SCRAM_MECHANISMS)
+            for mechanism in SCRAM_MECHANISMS:
+                key = f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config"
+                sasl[key] = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         settings = {
             "process.roles": "broker,controller",
             "node.id": _NODE_ID,
             "controller.quorum.voters": f"{_NODE_ID}@{self.host}:{controller_port}",
-            "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listeners": ",".join([*client, f"CONTROLLER://{self.host}:{controller_port}"]),
+            "advertised.listeners": ",".join(client),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(protocols),
+            **sasl,
             "log.dirs": self.data_dir,
             "num.partitions": 1,
             "auto.create.topics.enable": "false",
@@ -565,7 +728,15 @@ class LocalKafka:
         if _port_busy(self.host, controller_port):
             msg = f"the controller port {controller_port} on {self.host} is already in use"
             raise KafkaLocalError(msg)
-        server = self._write_config(controller_port)
+        sasl_port = None
+        if self._scram_users:
+            sasl_port = self.sasl_port
+            while sasl_port is None or sasl_port in (self.port, controller_port):
+                sasl_port = free_port(self.host)
+            if _port_busy(self.host, sasl_port):
+                msg = f"the SASL port {sasl_port} on {self.host} is already in use (choose one: --sasl-port)"
+                raise KafkaLocalError(msg)
+        server = self._write_config(controller_port, sasl_port)
         self._format(classpath, server)
         self.log_file.unlink(missing_ok=True)
         with open(self.out_file, "wb") as out:
@@ -582,11 +753,16 @@ class LocalKafka:
             "host": self.host,
             "port": self.port,
             "controller_port": controller_port,
+            "sasl_port": sasl_port,
+            "scram_users": self.scram_users,  # names only
             "started_at": time.time(),
         }
         (self.dir / _STATE).write_text(json.dumps(state) + "\n")
         try:
             self._wait_ready(begin)
+            if sasl_port is not None:
+                self._add_scram_users(begin)
+                self._wait_sasl_ready(begin, sasl_port)
         except BaseException:
             self._terminate(self._process.pid, timeout=10)
             (self.dir / _STATE).unlink(missing_ok=True)
@@ -621,6 +797,62 @@ class LocalKafka:
                 )
                 raise KafkaLocalError(msg)
             time.sleep(0.1)
+
+    def _add_scram_users(self, begin: float) -> None:
+        """Create the SCRAM users, or replace their passwords, for every mechanism (over PLAINTEXT)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        kinds = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+        admin = AdminClient({"bootstrap.servers": f"{self.host}:{self.port}", **QUIET})
+        for mechanism in SCRAM_MECHANISMS:  # the broker takes one alteration per user in a request
+            alterations = [
+                UserScramCredentialUpsertion(
+                    user, ScramCredentialInfo(kinds[mechanism], _SCRAM_ITERATIONS), password.encode("utf-8")
+                )
+                for user, password in sorted(self._scram_users.items())
+            ]
+            timeout = max(1.0, begin + self.start_timeout - time.monotonic())
+            futures = admin.alter_user_scram_credentials(alterations, request_timeout=timeout)
+            for user, future in futures.items():
+                try:
+                    future.result(timeout=timeout)
+                except KafkaException as exc:
+                    msg = f"cannot set the {mechanism} credentials of user {user!r}: {exc.args[0].str()}"
+                    raise KafkaLocalError(msg) from None
+
+    def _wait_sasl_ready(self, begin: float, sasl_port: int) -> None:
+        """Wait until the first SCRAM user logs in on the SASL listener.
+
+        Credentials reach the broker's metadata a moment after the controller accepts them.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        deadline = begin + self.start_timeout
+        user = self.scram_users[0]
+        config = scram_client_config(f"{self.host}:{sasl_port}", user, self._scram_users[user])
+        last = "no answer"
+        while True:
+            admin = AdminClient({**config, **QUIET})
+            try:
+                metadata = admin.list_topics(timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                if _NODE_ID in metadata.brokers:
+                    return
+            except KafkaException as exc:
+                last = exc.args[0].str()
+            if time.monotonic() >= deadline:
+                msg = (
+                    f"user {user!r} could not log in on the SASL listener {self.host}:{sasl_port} within "
+                    f"{self.start_timeout:g} s ({last}); {self._log_tail()}"
+                )
+                raise KafkaLocalError(msg)
+            time.sleep(0.2)
 
     def _log_tail(self) -> str:
         """The tails of the broker's log and output, for an error message."""
@@ -718,8 +950,9 @@ class LocalKafka:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def __repr__(self) -> str:
-        return f"LocalKafka(port={self.port}, dir={str(self.dir)!r})"
+    def __repr__(self) -> str:  # the SCRAM users' names only, never their passwords
+        users = f", scram_users={self.scram_users}" if self._scram_users else ""
+        return f"LocalKafka(port={self.port}, dir={str(self.dir)!r}{users})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -748,6 +981,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dir", metavar="DIR", help=f"data and logs (default ${DIR_ENV}, else out/kafka)")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="start/stop wait (30)")
+    parser.add_argument(
+        "--sasl-scram",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="start: a SCRAM user (repeatable) and a second listener, SASL_PLAINTEXT with SCRAM-SHA-256 and "
+        "SCRAM-SHA-512; the user is created, or its password replaced (the password is never printed)",
+    )
+    parser.add_argument(
+        "--sasl-port", metavar="N", help="start: the SASL_PLAINTEXT listener's port (default: --port + 1)"
+    )
     return parser
 
 
@@ -771,17 +1015,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
+def _scram_users(entries: Sequence[str]) -> dict[str, str]:
+    """``--sasl-scram USER:PASSWORD`` entries as ``{user: password}`` (errors never show a password)."""
+    users: dict[str, str] = {}
+    for entry in entries:
+        user, colon, password = entry.partition(":")
+        if not colon or not user or not password:
+            msg = "--sasl-scram takes USER:PASSWORD (a user name, a colon, a password)"
+            raise ValueError(msg)
+        if user in users:
+            msg = f"--sasl-scram: user {user!r} is given twice"
+            raise ValueError(msg)
+        users[user] = password
+    return check_scram_users(users)
+
+
+def _listeners(status: Mapping[str, Any]) -> str:
+    """The running broker's listeners as ``status`` and ``start`` print them (user names, no password)."""
+    text = f"{status['bootstrap_servers']}"
+    if status.get("sasl_bootstrap_servers"):
+        users = ", ".join(status.get("scram_users") or []) or "none given"
+        text += (
+            f" and SASL_PLAINTEXT {status['sasl_bootstrap_servers']} "
+            f"({'/'.join(SCRAM_MECHANISMS)}, users: {users})"
+        )
+    return text
+
+
 def _run(args: argparse.Namespace) -> int:
     port = None if args.port is None else _check_port(args.port, "--port")
     if not args.timeout > 0:
         msg = f"--timeout must be > 0, got {args.timeout:g}"
         raise ValueError(msg)
-    kafka = LocalKafka(port=port, dir=args.dir, start_timeout=args.timeout)
+    users = _scram_users(args.sasl_scram)
+    if (users or args.sasl_port is not None) and args.command != "start":
+        msg = f"--sasl-scram and --sasl-port are for start, not {args.command}"
+        raise ValueError(msg)
+    if args.sasl_port is not None and not users:
+        msg = "--sasl-port needs at least one --sasl-scram USER:PASSWORD"
+        raise ValueError(msg)
+    sasl_port = None
+    if users:
+        if args.sasl_port is not None:
+            sasl_port = _check_port(args.sasl_port, "--sasl-port")
+        else:
+            base = port if port is not None else LocalKafka(dir=args.dir).port
+            sasl_port = _check_port(base + 1, "--port + 1 (the default --sasl-port)")
+    kafka = LocalKafka(
+        port=port, dir=args.dir, start_timeout=args.timeout, scram_users=users, sasl_port=sasl_port
+    )
 
     if args.command == "status":
         status = kafka.status()
         if status["running"]:
-            print(f"kafka: running, pid {status['pid']}, {status['bootstrap_servers']} (dir {kafka.dir})")
+            print(f"kafka: running, pid {status['pid']}, {_listeners(status)} (dir {kafka.dir})")
             return 0
         print(f"kafka: not running (dir {kafka.dir})")
         return EXIT_NOT_RUNNING
@@ -796,9 +1083,10 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         return 0
     kafka.start()
+    status = kafka.status()
     print(
-        f"kafka: started in {kafka.start_seconds:.1f} s, pid {kafka.status()['pid']}, "
-        f"listening on {kafka.bootstrap_servers} (dir {kafka.dir}, log {kafka.log_file})"
+        f"kafka: started in {kafka.start_seconds:.1f} s, pid {status['pid']}, "
+        f"listening on {_listeners(status)} (dir {kafka.dir}, log {kafka.log_file})"
     )
     return 0
 

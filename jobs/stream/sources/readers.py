@@ -462,18 +462,18 @@ def kafka_stream(spark: Any, kafka: KafkaOptions, fields: Fields) -> Any:
     time the record's timestamp (:data:`SOURCE_COLUMNS`), whatever the value holds: give production topics
     ``message.timestamp.type=LogAppendTime`` so that it is the broker's ingestion time. Spark keeps the
     offsets in the query's checkpoint, so a replayed batch reads the same records.
+
+    The source's options are :meth:`KafkaOptions.reader_options`: the flags' and the checked
+    ``--kafka-option`` pairs (security, group ids, where a new query starts, ``failOnDataLoss``); they are
+    logged with their secrets as ``***`` (:meth:`KafkaOptions.describe`). Spark writes no source option to
+    the checkpoint (its offset log holds offsets and SQL settings).
     """
     from pyspark.sql import functions as F
 
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", kafka.topic)
-        .option("startingOffsets", kafka.starting_offsets)
-        .option("failOnDataLoss", "true")
-    )
-    if kafka.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
+    log.info("Kafka source: %s", kafka.describe())
+    reader = spark.readStream.format("kafka")
+    for key, option in kafka.reader_options().items():
+        reader = reader.option(key, option)
     stream = reader.load()
     value = F.col("value").cast("string")
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
