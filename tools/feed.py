@@ -51,7 +51,13 @@ producer's clock cannot move the watermark. With ``--synthetic``, ``--partitions
 generator's source partitions, so that source partition ``i`` goes to Kafka partition ``i``.
 
 The producer is idempotent with ``acks=all``; the feed flushes at the end and checks every delivery report:
-a record not delivered is an error (exit status 1), never a silent drop. ``--pace realtime`` releases each
+a record not delivered is an error (exit status 1), never a silent drop. ``--producer-option KEY=VALUE``
+(repeatable) adds a confluent-kafka (librdkafka) setting to the producer and to the admin client that
+creates or checks the topic, e.g. a secured cluster's ``security.protocol=SASL_SSL``, ``sasl.mechanism``,
+``sasl.username``, ``sasl.password``, ``ssl.ca.location``; the job's Java spelling is taken too (a
+``kafka.`` prefix, a SCRAM or PLAIN ``sasl.jaas.config``: :func:`jobs.stream.options.librdkafka_config`).
+A broker that refuses the login fails the feed at its first refusal (exit status 1, with the broker's
+reason); no secret value is ever printed. ``--pace realtime`` releases each
 record at ``start + (its arrival - first arrival) / speed``. Progress (every file, every 10,000 records) is
 a bar on a terminal, else a plain line on standard error each 10 % of the work (:mod:`watermark.progress`).
 
