@@ -259,6 +259,8 @@ class LocalS3:
             pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        if self._process is not None and self._process.pid == pid and self._process.poll() is None:
+            return dict(state)  # this object's child (right after the fork it still shows our command line)
         command = _cmdline(pid)
         if _alive(pid) and _MODULE in command and "serve" in command and _cwd(pid) == str(self.dir):
             return dict(state)
@@ -359,7 +361,7 @@ class LocalS3:
 
         assert self._process is not None
         deadline = begin + self.start_timeout
-        client = self.client(timeout=1.0)
+        client = self._client(f"http://{self.host}:{self.port}", self.region, timeout=1.0)
         while True:
             code = self._process.poll()
             if code is not None:
@@ -428,6 +430,11 @@ class LocalS3:
 
     def client(self, timeout: float = 30.0) -> Any:
         """A boto3 S3 client for this server: path-style, one attempt per call, ``timeout`` s per step."""
+        env = self.env()
+        return self._client(env["AWS_ENDPOINT_URL"], env["AWS_REGION"], timeout)
+
+    @staticmethod
+    def _client(endpoint: str, region: str, timeout: float) -> Any:
         import boto3
         from botocore.config import Config
 
@@ -437,13 +444,12 @@ class LocalS3:
             retries={"total_max_attempts": 1},
             s3={"addressing_style": "path"},
         )
-        env = self.env()
         return boto3.client(
             "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_REGION"],
+            endpoint_url=endpoint,
+            aws_access_key_id=ACCESS_KEY_ID,
+            aws_secret_access_key=SECRET_ACCESS_KEY,
+            region_name=region,
             config=config,
         )
 
