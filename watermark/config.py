@@ -32,12 +32,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from watermark import storage
 from watermark.base import check_float, check_int
 from watermark.combine import COMBINATION_MODES
 from watermark.evaluate import DEFAULT_STRAGGLER_MS
@@ -187,14 +186,19 @@ class PipelineConfig:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
-    """Read and validate a configuration file; raises :class:`ConfigError` with a one-line message."""
-    name = os.fspath(path)
+def _read_limited(path: str | os.PathLike[str] | storage.Location) -> bytes:
+    """The file's bytes, at most ``MAX_CONFIG_BYTES + 1`` of them (a larger file is not read whole)."""
+    with storage.open_input_file(storage.Location.of(path)) as f:
+        return bytes(f.read(MAX_CONFIG_BYTES + 1))
+
+
+def load_config(path: str | os.PathLike[str] | storage.Location) -> PipelineConfig:
+    """Read and validate a configuration file (a path or URI); raises :class:`ConfigError` in one line."""
     try:
-        with Path(path).open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        msg = f"{name}: cannot read the configuration: {exc.strerror or exc}"
+        name = str(storage.Location.of(path))
+        raw = _read_limited(path)
+    except (OSError, storage.StorageError) as exc:
+        msg = f"{path}: cannot read the configuration: {exc}"
         raise ConfigError(msg) from None
     if len(raw) > MAX_CONFIG_BYTES:
         msg = f"{name}: the configuration is larger than {MAX_CONFIG_BYTES:,} bytes"
@@ -213,22 +217,13 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
 
 
 def write_config(path: str | os.PathLike[str], config: PipelineConfig) -> None:
-    """Write atomically (temporary file + rename), so a reader never sees half a document."""
+    """Publish whole (a reader never sees half a document; a local file keeps its mode)."""
     write_text_atomically(path, json.dumps(config.to_dict(), indent=2) + "\n")
 
 
 def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path`` (parents created)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to the file ``path`` (a path or URI) whole: :func:`watermark.storage.write_bytes`."""
+    storage.write_text(storage.Location.of(path), text)
 
 
 @dataclass(frozen=True)
@@ -259,7 +254,7 @@ class ConfigWatcher:
     """
 
     def __init__(self, path: str | os.PathLike[str], current: PipelineConfig | None = None) -> None:
-        self.path = Path(path)
+        self.path = storage.Location.of(path)
         self._current = current if current is not None else load_config(path)
         self._seen: str | None = self._stamp()
         self._last_refusal: str | None = None
@@ -272,8 +267,7 @@ class ConfigWatcher:
     def _stamp(self) -> str | None:
         """A hash of the content: a rewrite with the same size and modification time is a change too."""
         try:
-            with self.path.open("rb") as f:
-                return hashlib.sha256(f.read(MAX_CONFIG_BYTES + 1)).hexdigest()
+            return hashlib.sha256(_read_limited(self.path)).hexdigest()
         except OSError:
             return None
 

@@ -3,9 +3,12 @@
 Airflow tasks, the batch jobs' planning reads, tests and the streaming job's summary read the tables
 through here (:class:`TableReader`, :func:`read_delta`); writes go through Spark (:mod:`jobs.common.tables`).
 
-The data files are read with pyarrow's local file system, not delta-rs's own file-system handler: with the
-latter, a process that read a table aborts now and then at exit (``terminate called without an active
-exception``, exit 134; a thread teardown race between delta-rs and pyarrow).
+The tables' root may be a local folder or a URI (``s3a://bucket/tables``: :mod:`watermark.storage`). delta-rs
+reads the log (with the storage options of :mod:`jobs.common.object_store` on an object store); the data
+files are read with pyarrow's file system for the location, not delta-rs's own file-system handler: with
+the latter, a process that read a table aborts now and then at exit (``terminate called without an active
+exception``, exit 134; a thread teardown race between delta-rs and pyarrow). A data file the log names
+outside the table's folder (``..``, an absolute path or another URI) is refused, never read.
 ``tests/integration/spark/test_tables.py`` runs a reader of every table in a fresh process several times
 and requires exit status 0 each time.
 
@@ -27,10 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
+from watermark.storage import Location, StorageError
 
 
-def table_path(root: str | os.PathLike[str], table: str) -> str:
-    """Directory of ``table`` under ``root``; ``table`` must be a plain directory name."""
+def table_path(root: str | os.PathLike[str] | Location, table: str) -> str:
+    """Location of ``table`` under ``root`` (a path or URI, as Spark takes it); a plain folder name only."""
     if (
         not isinstance(table, str)
         or table in ("", ".", "..")
@@ -40,7 +44,7 @@ def table_path(root: str | os.PathLike[str], table: str) -> str:
     ):
         msg = f"table must be a plain directory name, got {table!r}"
         raise ValueError(msg)
-    return os.path.join(os.path.abspath(os.fspath(root)), table)
+    return (Location.of(root) / table).spark
 
 
 def day_of(ms: int) -> Any:
@@ -80,10 +84,10 @@ def read_delta(
     where: Any = None,
     days: tuple[int | None, int | None] | None = None,
 ) -> pa.Table:
-    """Rows of the Delta table ``dt`` (at ``path``, local) read by pyarrow from the snapshot's data files.
+    """Rows of the Delta table ``dt`` (at ``path``, a path or URI) read by pyarrow from the snapshot's files.
 
     delta-rs lists the files of the snapshot with their Delta statistics; pyarrow reads them through its
-    local file system (not delta-rs's handler, which can abort the process at exit: module docstring).
+    file system for ``path`` (not delta-rs's handler, which can abort the process at exit: module docstring).
     Each file becomes a fragment whose guarantee is what the Delta log says of it (:func:`file_guarantee`:
     its partition values, and the min/max of its integer columns), so ``where`` skips a file the log rules
     out before the file is opened, then the Parquet files' own statistics skip row groups. delta-rs's own
@@ -107,28 +111,46 @@ def read_delta(
     if features - {"timestampNtz"}:
         msg = f"{path}: reader features {sorted(features)} are not read by read_delta"
         raise NotImplementedError(msg)
-    table = os.path.basename(os.path.normpath(path))
-    local = pafs.LocalFileSystem()
-    schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, local)).schema
+    where_ = Location.of(path)
+    table = where_.name
+    fs, root = where_.filesystem()
+    schema = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs)).schema
     partition_columns = list(dt.metadata().partition_columns)
     parquet = pads.ParquetFileFormat()
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    root = os.path.abspath(path)
     fragments = [
         parquet.make_fragment(
-            os.path.join(root, unquote(action["path"])),
-            filesystem=local,
+            f"{root}/{data_file_name(where_, action['path'])}",
+            filesystem=fs,
             partition_expression=file_guarantee(action, schema, partition_columns),
             file_size=action.get("size_bytes"),
         )
         for action in actions
     ]
-    dataset = pads.FileSystemDataset(fragments, schema, parquet, local)
+    dataset = pads.FileSystemDataset(fragments, schema, parquet, fs)
     if days is not None and table in PARTITIONS and PARTITIONS[table][0] in partition_columns:
         pruning = day_range(table, *days)
         if pruning is not None:
             where = pruning if where is None else pruning & where
     return dataset.to_table(columns=columns, filter=where)
+
+
+def data_file_name(table: Location, logged: str) -> str:
+    """The relative name of a data file the Delta log names; refuses one outside the table's folder.
+
+    >>> data_file_name(Location.of("/t/aggregates"), "window_date=2026-11-22/part-0%3A1.parquet")
+    'window_date=2026-11-22/part-0:1.parquet'
+    >>> data_file_name(Location.of("/t/aggregates"), "..%2F..%2Fetc%2Fsecret.parquet")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    watermark.storage.StorageError: /t/aggregates: the Delta log names a data file outside the table ...
+    """
+    name = unquote(logged)
+    parts = name.split("/")
+    if not name or name.startswith("/") or ":" in parts[0] or any(p in ("", ".", "..") for p in parts):
+        msg = f"{table}: the Delta log names a data file outside the table ({logged}); refusing to read it"
+        raise StorageError(msg)
+    return name
 
 
 def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_columns: list[str]) -> Any:
@@ -168,6 +190,17 @@ def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_colum
     return functools.reduce(operator.and_, conditions) if conditions else pc.scalar(True)
 
 
+def delta_location(path: str | Location) -> tuple[str, dict[str, str] | None]:
+    """What delta-rs opens for a table at ``path``: its URI and storage options (None on a local disk)."""
+    where = Location.of(path)
+    if where.local:
+        return where.key, None
+    from jobs.common.object_store import deltalake_storage_options
+
+    scheme = "s3" if where.scheme in ("s3a", "s3n") else where.scheme
+    return f"{scheme}://{where.authority}/{where.key}", deltalake_storage_options(os.environ)
+
+
 class TableReader:
     """The Delta tables under one root, read without Spark (delta-rs and pyarrow).
 
@@ -184,7 +217,7 @@ class TableReader:
         if not isinstance(app_id, str) or not app_id:
             msg = f"app_id must be a non-empty string, got {app_id!r}"
             raise ValueError(msg)
-        self.root = os.path.abspath(os.fspath(root))
+        self.root = Location.of(root).spark
         self.app_id = app_id
 
     def __repr__(self) -> str:
@@ -198,8 +231,9 @@ class TableReader:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        uri, options = delta_location(self.path(table))
         try:
-            return DeltaTable(self.path(table))
+            return DeltaTable(uri, storage_options=options)
         except TableNotFoundError:
             return None
 
@@ -207,7 +241,8 @@ class TableReader:
         """Whether ``table`` is a Delta table (it has at least one commit)."""
         from deltalake import DeltaTable
 
-        return bool(DeltaTable.is_deltatable(self.path(table)))
+        uri, options = delta_location(self.path(table))
+        return bool(DeltaTable.is_deltatable(uri, storage_options=options))
 
     def committed_version(self, table: str) -> int | None:
         """The newest batch id this writer's application id committed to ``table`` (None: none)."""

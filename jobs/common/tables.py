@@ -51,6 +51,8 @@ import pyarrow as pa
 from jobs.common.reads import TableReader
 from jobs.common.schemas import DAY_MS, PARTITIONS, PROPERTIES, TABLES
 from jobs.common.session import arrow_frame
+from watermark import storage
+from watermark.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +277,7 @@ class DeltaTables(TableReader):
         return True
 
     def _exists_here(self, table: str) -> bool:
-        if os.path.isdir(os.path.join(self.path(table), "_delta_log")):
+        if storage.exists(Location.of(self.path(table)) / "_delta_log"):
             self._created.add(table)
             return True
         return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from jobs.common.session import ship_code
@@ -19,11 +18,13 @@ from jobs.stream.sinks.rows import aggregate_rows
 from jobs.stream.sources.readers import source_stream
 from jobs.stream.stage.executors import read_open_windows
 from monitoring.metrics import JobMetrics
+from watermark import storage
+from watermark.storage import Location
 
 log = logging.getLogger("jobs.stream")
 
 
-def clear_interrupted_log_writes(checkpoint: str) -> list[Path]:
+def clear_interrupted_log_writes(checkpoint: str) -> list[Location]:
     """Remove the temporary files a killed query left in its offset and commit logs; returns them.
 
     Spark writes a log entry to ``.N.<uuid>.tmp`` and renames it into place, so such a file is never
@@ -32,12 +33,10 @@ def clear_interrupted_log_writes(checkpoint: str) -> list[Path]:
     """
     removed = []
     for folder in CheckpointLayout(checkpoint).spark_logs():
-        if not folder.is_dir():
-            continue
-        for path in folder.iterdir():
-            if path.is_file() and path.name.startswith(".") and (path.name.endswith((".tmp", ".tmp.crc"))):
-                path.unlink()
-                removed.append(path)
+        for entry in storage.listdir(folder):
+            if not entry.is_dir and entry.name.startswith(".") and entry.name.endswith((".tmp", ".tmp.crc")):
+                storage.remove(entry.location)
+                removed.append(entry.location)
     return removed
 
 
@@ -80,12 +79,14 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
 
 def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
     if options.format not in ("rate", "kafka"):
-        Path(options.input).mkdir(parents=True, exist_ok=True)
+        storage.make_dirs(options.input)
     for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)
     files = source_stream(spark, options)
-    if options.format == "json" and options.reader == "arrow":
-        ship_code(spark)
+    # The executors run the project's Python on the Arrow path and in the Kafka stage: on a cluster they
+    # import it from spark-submit's --py-files archive, else from a zip shipped now (jobs.common.session).
+    if (shipped := ship_code(spark)) is not None:
+        log.info("the executors import the job's code from %s", shipped)
     handler = BatchHandler(spark, options, metrics)
     listener = None
     if metrics is not None:
@@ -97,7 +98,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(
-        "checkpointLocation", str(CheckpointLayout(options.checkpoint).query)
+        "checkpointLocation", CheckpointLayout(options.checkpoint).query.spark
     )
     interval_ms = trigger_interval_ms(options.trigger)
     if interval_ms is None:

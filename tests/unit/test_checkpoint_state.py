@@ -36,7 +36,19 @@ def run_batches(store: StageStore, batches: int, config: PipelineConfig = V1) ->
 
 
 def state(store: StageStore, batch: int) -> Path:
-    return store.root / f"state-{batch:012d}"
+    return Path(store.root.key) / f"state-{batch:012d}"
+
+
+def manifest_of(folder: Path) -> dict:
+    return json.loads((folder / MANIFEST).read_text())
+
+
+def role_file(store: StageStore, batch: int, role: str) -> Path:
+    """The file of ``role`` (wm, open, owners) that batch ``batch``'s manifest names."""
+    folder = state(store, batch)
+    names = [name for name, entry in manifest_of(folder)["files"].items() if entry["role"] == role]
+    assert len(names) == 1
+    return folder / names[0]
 
 
 def refusal(store: StageStore, batch_id: int) -> str:
@@ -47,26 +59,30 @@ def refusal(store: StageStore, batch_id: int) -> str:
     return text
 
 
-def test_a_state_folder_is_complete_with_a_manifest_of_checksums(tmp_path):
+def test_a_state_folder_is_complete_with_a_manifest_of_checksums_written_last(tmp_path):
     store = StageStore(str(tmp_path))
     pw = run_batches(store, 2)
     folder = state(store, 1)
-    manifest = json.loads((folder / MANIFEST).read_text())
-    assert set(manifest["files"]) == {"wm.json", "open.parquet"}
+    manifest = manifest_of(folder)
+    assert manifest["format"] == 3
+    assert sorted(entry["role"] for entry in manifest["files"].values()) == ["open", "wm"]
     for name, entry in manifest["files"].items():
-        assert entry == {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+        data = (folder / name).read_bytes()
+        assert entry == {"role": entry["role"], "bytes": len(data), "sha256": _sha256(data)}
+    assert sorted(p.name for p in folder.iterdir()) == sorted([MANIFEST, *manifest["files"]])
     saved = store.load_before(2)
     assert saved is not None and saved.batch_id == 1 and saved.config == V1
     assert saved.watermark.snapshot() == pw.snapshot()
-    assert not list(store.root.glob(".state-*"))  # nothing temporary left
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # nothing temporary left
 
 
-def test_a_deleted_newest_wm_json_is_refused_naming_the_file(tmp_path):
+def test_a_deleted_newest_wm_file_is_refused_naming_the_file(tmp_path):
     store = StageStore(str(tmp_path))
     run_batches(store, 4)
-    (state(store, 3) / "wm.json").unlink()
+    wm = role_file(store, 3, "wm")
+    wm.unlink()
     text = refusal(store, 4)  # before: silently went on from state-2
-    assert str(state(store, 3) / "wm.json") in text
+    assert str(wm) in text
 
 
 def test_a_deleted_newest_state_folder_is_refused_naming_it(tmp_path):
@@ -81,42 +97,90 @@ def test_a_deleted_newest_state_folder_is_refused_naming_it(tmp_path):
     assert str(state(store, 3)) in refusal(store, 4)  # no state at all, but batch 3 ran
 
 
-@pytest.mark.parametrize("name", ["wm.json", "open.parquet"])
-def test_a_truncated_state_file_is_refused_naming_it(tmp_path, name):
+@pytest.mark.parametrize("role", ["wm", "open"])
+def test_a_truncated_state_file_is_refused_naming_it(tmp_path, role):
     store = StageStore(str(tmp_path))
     run_batches(store, 3)
-    file = state(store, 2) / name
+    file = role_file(store, 2, role)
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])
     text = refusal(store, 3)  # before: a raw JSON or pyarrow error naming no file
     assert str(file) in text and "checksum" in text
 
 
-def test_a_damaged_file_without_a_manifest_is_refused_naming_it(tmp_path):
+def test_a_newest_state_without_its_manifest_is_missing_once_its_batch_committed(tmp_path):
     store = StageStore(str(tmp_path))
     run_batches(store, 3)
     (state(store, 2) / MANIFEST).unlink()
-    (state(store, 2) / "open.parquet").write_bytes(b"PAR1 not parquet")
-    assert str(state(store, 2) / MANIFEST) in refusal(store, 3)
+    assert str(state(store, 2)) in refusal(store, 3)  # batch 2's metadata says it ran
 
 
-def test_a_save_killed_half_way_is_discarded_and_the_batch_replays_from_the_state_before(tmp_path):
+def test_a_save_killed_before_its_manifest_is_discarded_and_the_batch_replays_from_the_state_before(
+    tmp_path,
+):
     store = StageStore(str(tmp_path))
     run_batches(store, 3)
-    # SIGKILL while batch 3's state was written: a temporary folder without its manifest.
-    partial = store.root / ".state-000000000003.tmp"
+    # SIGKILL while batch 3's state was written: its files, but no manifest.
+    partial = state(store, 3)
     partial.mkdir()
-    (partial / "wm.json").write_text('{"format": 2, "waterm')
+    (partial / "wm-0123456789ab.json").write_text('{"format": 3, "waterm')
     store = StageStore(str(tmp_path))  # the restart
     assert not partial.exists()
     saved = store.load_before(3)  # Spark replays batch 3
     assert saved is not None and saved.batch_id == 2
 
 
-def test_a_rewrite_killed_between_its_renames_restores_the_state_set_aside(tmp_path):
+def test_a_rewrite_killed_before_its_manifest_leaves_the_state_it_replaces_whole(tmp_path, monkeypatch):
+    from watermark import storage
+
+    store = StageStore(str(tmp_path))
+    pw = run_batches(store, 3)
+    before = manifest_of(state(store, 2))
+    real = storage.write_bytes
+
+    def killed_at_the_manifest(where, data):
+        if str(where).endswith(MANIFEST):
+            raise KeyboardInterrupt  # the process dies here
+        real(where, data)
+
+    monkeypatch.setattr(storage, "write_bytes", killed_at_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(2, pw, empty_partials(), V1.version, closed_until_ms=99_000)  # the flush's rewrite
+    monkeypatch.setattr(storage, "write_bytes", real)
+    store = StageStore(str(tmp_path))
+    saved = store.load_before(3)
+    assert saved is not None and saved.closed_until_ms != 99_000 and manifest_of(state(store, 2)) == before
+    store.save(2, pw, empty_partials(), V1.version, closed_until_ms=99_000)  # the rewrite runs again
+    assert store.load_before(3).closed_until_ms == 99_000
+    assert sorted(p.name for p in state(store, 2).iterdir()) == sorted(
+        [MANIFEST, *manifest_of(state(store, 2))["files"]]
+    )  # the files of the attempts no manifest names are gone
+
+
+def test_a_state_of_the_previous_format_with_fixed_names_is_still_read(tmp_path):
+    store = StageStore(str(tmp_path))
+    pw = run_batches(store, 2)
+    folder = state(store, 1)
+    files = {}
+    for role, name in (("wm", "wm.json"), ("open", "open.parquet")):
+        data = role_file(store, 1, role).read_bytes()
+        if role == "wm":
+            doc = json.loads(data)
+            doc["format"] = 2
+            data = json.dumps(doc).encode()
+        (folder / name).write_bytes(data)
+        files[name] = {"bytes": len(data), "sha256": _sha256(data)}
+    for old in manifest_of(folder)["files"]:
+        (folder / old).unlink()
+    (folder / MANIFEST).write_text(json.dumps({"format": 2, "batch_id": 1, "files": files}))
+    saved = StageStore(str(tmp_path)).load_before(2)
+    assert saved is not None and saved.watermark.snapshot() == pw.snapshot()
+
+
+def test_a_rewrite_of_the_previous_version_killed_between_its_renames_restores_the_state_set_aside(tmp_path):
     store = StageStore(str(tmp_path))
     run_batches(store, 3)
-    os.replace(state(store, 2), store.root / ".state-000000000002.old")  # killed right after this rename
+    os.replace(state(store, 2), Path(store.root.key) / ".state-000000000002.old")  # killed after this rename
     store = StageStore(str(tmp_path))
     saved = store.load_before(3)
     assert saved is not None and saved.batch_id == 2
@@ -130,21 +194,30 @@ def test_the_check_at_start_verifies_the_state_of_the_last_committed_batch(tmp_p
     for batch in range(3):
         (commits / str(batch)).write_text("v1\n{}\n")
     store.check()
-    (state(store, 2) / "open.parquet").write_bytes(b"")
-    with pytest.raises(CheckpointError, match="open.parquet"):
+    damaged = role_file(store, 2, "open")
+    damaged.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=damaged.name):
         store.check()
 
 
-def rewrite_state(folder: Path, change) -> None:
-    """Edit ``wm.json`` and record the edit in the manifest (a consistent, but foreign, state)."""
-    doc = json.loads((folder / "wm.json").read_text())
+def test_a_republished_file_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    path = tmp_path / "watermark.json"
+    write_config(path, V1)
+    os.chmod(path, 0o644)
+    write_config(path, V1.with_version(2, params={"delay_ms": 300}))
+    assert (path.stat().st_mode & 0o777) == 0o644  # mkstemp's 0600 would lock another user's job out
+
+
+def rewrite_state(store: StageStore, batch: int, change) -> None:
+    """Edit the wm file and record the edit in the manifest (a consistent, but foreign, state)."""
+    folder = state(store, batch)
+    wm = role_file(store, batch, "wm")
+    doc = json.loads(wm.read_text())
     change(doc)
-    (folder / "wm.json").write_text(json.dumps(doc))
-    manifest = json.loads((folder / MANIFEST).read_text())
-    manifest["files"]["wm.json"] = {
-        "bytes": (folder / "wm.json").stat().st_size,
-        "sha256": _sha256(folder / "wm.json"),
-    }
+    wm.write_text(json.dumps(doc))
+    manifest = manifest_of(folder)
+    data = wm.read_bytes()
+    manifest["files"][wm.name] = {"role": "wm", "bytes": len(data), "sha256": _sha256(data)}
     (folder / MANIFEST).write_text(json.dumps(manifest))
 
 
@@ -158,7 +231,7 @@ def test_a_snapshot_whose_strategy_is_not_its_config_versions_is_refused(tmp_pat
         for part in wm["partitions"]:
             part[2] = make("ingestion").snapshot()
 
-    rewrite_state(state(store, 1), to_ingestion)
+    rewrite_state(store, 1, to_ingestion)
     text = refusal(store, 2)
     assert "does not match configuration version 1" in text and "'ingestion'" in text
 
@@ -172,9 +245,9 @@ def test_a_snapshot_whose_parameters_or_version_differ_from_its_config_version_i
         for part in doc["watermark"]["partitions"]:
             part[2]["params"] = {"delay_ms": 5, "period_ms": 200}
 
-    rewrite_state(state(store, 1), other_delay)
+    rewrite_state(store, 1, other_delay)
     assert "parameters" in refusal(store, 2)
-    rewrite_state(state(store, 1), lambda doc: doc.update(config_version=7))
+    rewrite_state(store, 1, lambda doc: doc.update(config_version=7))
     assert "claims configuration version 7" in refusal(store, 2)
 
 
@@ -185,7 +258,7 @@ def test_a_partition_generator_of_another_strategy_than_its_snapshot_is_refused(
     def plant(doc):
         doc["watermark"]["partitions"][0][2] = make("ingestion").snapshot()
 
-    rewrite_state(state(store, 1), plant)
+    rewrite_state(store, 1, plant)
     assert "partition 'a'" in refusal(store, 2)
 
 

@@ -2,6 +2,7 @@
 (committed exactly once through delta-spark: tests/integration/spark/test_deferred.py)."""
 
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 
 from jobs.common.schemas import ARRIVALS_SCHEMA
@@ -40,19 +41,33 @@ def test_commits_are_due_every_n_batches_or_when_the_oldest_waited_long_enough(t
     assert pending.due(4, BASE + 30_000, policy)  # 10 s since batch 3's ingestion
 
 
-def test_a_put_killed_half_way_is_discarded_and_a_damaged_one_is_refused(tmp_path):
+def test_a_put_killed_before_its_meta_is_discarded_and_a_damaged_one_is_refused(tmp_path):
     ck = tmp_path / "ck"
     pending = PendingRows(str(ck))
     pending.put(0, BASE, {"arrivals": arrivals(0, 1)})
-    half = pending.root / ".batch-000000000001.tmp"
+    root = ck / "stage" / "pending"
+    half = root / "batch-000000000001"  # killed after its rows, before meta.json (written last)
     half.mkdir()
     (half / "arrivals.parquet").write_bytes(b"partial")
+    assert [p.batch_id for p in pending.batches()] == [0]  # never taken for complete
+    older = root / ".batch-000000000002.tmp"  # what a put of the previous version left
+    older.mkdir()
     pending = PendingRows(str(ck))
-    assert not half.exists()
+    assert not half.exists() and not older.exists()
     assert [p.batch_id for p in pending.batches()] == [0]
-    (pending.root / "batch-000000000000" / "meta.json").write_text("{trunc")
+    (root / "batch-000000000000" / "meta.json").write_text("{trunc")
     with pytest.raises(CheckpointError, match="meta.json: unreadable pending rows"):
         pending.batches()
+
+
+def test_a_put_of_a_batch_run_again_replaces_its_rows(tmp_path):
+    ck = tmp_path / "ck"
+    pending = PendingRows(str(ck))
+    pending.put(0, BASE, {"arrivals": arrivals(0, 3)})
+    pending.put(0, BASE, {"arrivals": arrivals(0, 2)})
+    folder = ck / "stage" / "pending" / "batch-000000000000"
+    assert sorted(p.name for p in folder.iterdir()) == ["arrivals.parquet", "meta.json"]
+    assert pa.parquet.read_table(folder / "arrivals.parquet").num_rows == 2
 
 
 def test_policy_refuses_out_of_range_values():

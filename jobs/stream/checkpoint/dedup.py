@@ -10,21 +10,21 @@ record is quarantined as ``duplicate_event_id``, when the earlier one is
 
 Only the id is compared, not the record's other fields. Ids of the horizon are kept under
 ``CHECKPOINT/dedup`` as one Arrow IPC file per batch (``ids-N.arrow``: the ids known after batch N, with
-their arrival times; written atomically, the last three kept). Batch N reads the newest file of a batch
+their arrival times; each written whole, once, the last three kept). Batch N reads the newest file of a batch
 before N, so a replayed batch takes the same decisions (exactly once). With deduplication on, every batch
 is read by Spark's reader (the Arrow path does not collect ids).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.stream.checkpoint.layout import CheckpointLayout
+from watermark import storage
+from watermark.storage import Location
 
 #: The ids kept between batches.
 IDS_SCHEMA = pa.schema([("event_id", pa.string()), ("arrival_time_ms", pa.int64())])
@@ -36,7 +36,7 @@ class SeenIds:
 
     keep = 3
 
-    def __init__(self, checkpoint: str, horizon_ms: int) -> None:
+    def __init__(self, checkpoint: str | Location, horizon_ms: int) -> None:
         if horizon_ms < 0:
             msg = f"--dedup-horizon-ms must be 0 or more, got {horizon_ms}"
             raise ValueError(msg)
@@ -44,7 +44,7 @@ class SeenIds:
         self.root = self.layout.dedup
         self.horizon_ms = horizon_ms
 
-    def _path(self, batch_id: int) -> Path:
+    def _path(self, batch_id: int) -> Location:
         return self.layout.seen_ids(batch_id)
 
     def _batches(self) -> list[int]:
@@ -57,8 +57,7 @@ class SeenIds:
             return IDS_SCHEMA.empty_table()
         path = self._path(earlier[-1])
         try:
-            with pa.memory_map(str(path)) as source:
-                table = pa.ipc.open_file(source).read_all()
+            table = pa.ipc.open_file(pa.BufferReader(storage.read_bytes(path))).read_all()
         except (OSError, pa.ArrowInvalid) as exc:
             msg = f"{path}: the deduplication state cannot be read ({exc}); restore it, or a new checkpoint"
             raise RuntimeError(msg) from exc
@@ -73,14 +72,12 @@ class SeenIds:
         if ids.num_rows:
             clock = pc.max(ids.column("arrival_time_ms")).as_py()
             ids = ids.filter(pc.greater_equal(ids.column("arrival_time_ms"), clock - self.horizon_ms))
-        self.root.mkdir(parents=True, exist_ok=True)
-        target = self._path(batch_id)
-        temporary = self.layout.seen_ids_tmp(batch_id)
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, IDS_SCHEMA) as writer:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, IDS_SCHEMA) as writer:
             writer.write_table(ids.combine_chunks())
-        os.replace(temporary, target)
+        storage.write_bytes(self._path(batch_id), sink.getvalue().to_pybytes())  # whole, once
         for old in self._batches()[: -self.keep]:
-            self._path(old).unlink(missing_ok=True)
+            storage.remove(self._path(old))
         return ids
 
 

@@ -1,12 +1,15 @@
 """The watermark stage's state per micro-batch under ``CHECKPOINT/stage`` (generators, open windows).
 
-A state folder ``state-N/`` holds ``wm.json`` (generator snapshots), ``open.parquet`` (open windows),
-``owners.parquet`` (partition-scoped mode) and, written last, ``manifest.json``: the SHA-256 and size of
-every other file (the names are :mod:`jobs.stream.checkpoint.layout`'s). The folder is built under a
-temporary name (every file fsynced) and renamed into place, so a SIGKILL during a save leaves only the
-temporary folder, which is discarded (Spark replays the batch). A ``state-N`` folder that does not match its
-manifest, or is missing while batch ``N + 1`` runs, is damage: the job refuses to go on
-(:class:`CheckpointError`) instead of falling back to older state.
+A state folder ``state-N/`` holds the generator snapshots (``wm-A.json``), the open windows
+(``open-A.parquet``), the key owners (``owners-A.parquet``, partition-scoped mode) and, written last,
+``manifest.json``: the name, SHA-256 and size of each (the names are
+:mod:`jobs.stream.checkpoint.layout`'s; ``A`` is the attempt that wrote them). Every file is written once,
+whole (:func:`watermark.storage.write_bytes`: one PUT on an object store), so nothing depends on rename or
+fsync: a SIGKILL during a save leaves files no manifest names, which are removed, and a state whose
+manifest exists is complete. A batch run again writes new files and a new manifest over the old one, so a
+kill at any point leaves either state whole. A manifest that does not match its files, or a state missing
+while batch ``N + 1`` runs, is damage: the job refuses to go on (:class:`CheckpointError`) instead of falling
+back to older state.
 """
 
 from __future__ import annotations
@@ -14,36 +17,33 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.common.schemas import PARTIAL_SCHEMA
-from jobs.stream.checkpoint.durable import fsync_dir, fsync_file, write_durably
 from jobs.stream.checkpoint.layout import (
+    LEGACY_STATE_FILES,
     MANIFEST,
-    OPEN_FILE,
-    OWNERS_FILE,
-    WM_FILE,
     CheckpointLayout,
     spark_done,
 )
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
+from watermark import storage
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
+from watermark.storage import Location
 from watermark.timeutil import NO_WATERMARK
 
 log = logging.getLogger("jobs.stream")
 
-#: ``wm.json``'s ``format``: 2 = the folder has a ``manifest.json`` (folders without the field predate it).
-STATE_FORMAT = 2
+#: The manifest's ``format``: 3 = attempt-named files with their roles; 2 = fixed names (earlier versions).
+STATE_FORMAT = 3
+LEGACY_STATE_FORMAT = 2
 RECOVERY = (
     "the checkpoint is damaged. To recover, restore the whole checkpoint folder from a backup taken while "
     "the job was stopped, or start over with a new --checkpoint and a new --output (a new checkpoint reads "
@@ -73,12 +73,28 @@ class SavedStage:
     batch_id: int = -1  # the batch the state is the result of
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as the bytes of one Parquet file (written whole by :func:`watermark.storage.write_bytes`)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def read_parquet_bytes(data: bytes) -> pa.Table:
+    """The table in the bytes of one Parquet file."""
+    return pq.read_table(pa.BufferReader(data))
+
+
+def remove_entry(entry: storage.Entry) -> None:
+    """Delete a listed file or folder."""
+    if entry.is_dir:
+        storage.remove_tree(entry.location)
+    else:
+        storage.remove(entry.location)
 
 
 class StageStore:
@@ -90,44 +106,43 @@ class StageStore:
 
     keep = 3
 
-    def __init__(self, checkpoint: str) -> None:
+    def __init__(self, checkpoint: str | Location) -> None:
         self.layout = CheckpointLayout(checkpoint)
         self.root = self.layout.stage
-        self.root.mkdir(parents=True, exist_ok=True)
+        storage.make_dirs(self.root)
         self._recover_interrupted_saves()
+        self.discard_unfinished()
 
     def _recover_interrupted_saves(self) -> None:
-        """Undo what a save killed half-way left: a temporary folder, or a replaced state set aside."""
+        """Undo what a save of an earlier version, killed half-way, left (local checkpoints only)."""
         for path, final in self.layout.states_set_aside():
-            if final.exists():
-                shutil.rmtree(path, ignore_errors=True)
+            if storage.exists(final):
+                storage.remove_tree(path)
             else:  # killed between setting the old state aside and renaming the new one in
-                os.replace(path, final)
+                storage.replace_local(path, final)
                 log.warning("restored %s, set aside by an interrupted save", final)
         for path in self.layout.states_unfinished():
-            shutil.rmtree(path, ignore_errors=True)  # never renamed in: its batch runs again
+            storage.remove_tree(path)  # never renamed in: its batch runs again
 
-    def _meta_path(self, batch_id: int) -> Path:
+    def _meta_path(self, batch_id: int) -> Location:
         return self.layout.batch_meta(batch_id)
 
-    def _read_meta(self, path: Path) -> tuple[int, PipelineConfig]:
+    def _read_meta(self, path: Location) -> tuple[int, PipelineConfig]:
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta = json.loads(storage.read_text(path))
             return int(meta["ingest_ms"]), PipelineConfig.from_dict(meta["config"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             msg = f"{path}: unreadable batch metadata ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
 
     def _write_meta(self, batch_id: int, ingest_ms: int, config: PipelineConfig) -> None:
-        path = self._meta_path(batch_id)
-        tmp = self.layout.batch_meta_tmp(batch_id)
-        write_durably(tmp, json.dumps({"ingest_ms": ingest_ms, "config": config.to_dict()}).encode())
-        os.replace(tmp, path)
+        doc = {"ingest_ms": ingest_ms, "config": config.to_dict()}
+        storage.write_bytes(self._meta_path(batch_id), json.dumps(doc).encode())
 
     def batch_meta(self, batch_id: int, config: PipelineConfig) -> tuple[int, PipelineConfig]:
         """The batch's ingestion time and configuration: fixed at its first attempt, reused on replays."""
         path = self._meta_path(batch_id)
-        if path.exists():
+        if storage.exists(path):
             return self._read_meta(path)
         ingest_ms = int(time.time() * 1000)
         self._write_meta(batch_id, ingest_ms, config)
@@ -138,8 +153,14 @@ class StageStore:
         ingest_ms, _ = self._read_meta(self._meta_path(batch_id))
         self._write_meta(batch_id, ingest_ms, config)
 
-    def _folders(self) -> list[tuple[int, Path]]:
-        return self.layout.states()
+    def _folders(self) -> list[tuple[int, Location]]:
+        """The complete states (a manifest, or a state of an earlier version), by batch."""
+        out = []
+        for number, folder in self.layout.states():
+            names = {e.name for e in storage.listdir(folder)}
+            if MANIFEST in names or LEGACY_STATE_FILES["wm"] in names:
+                out.append((number, folder))
+        return out
 
     def latest_batch(self) -> int | None:
         """Batch id of the newest saved state."""
@@ -149,8 +170,9 @@ class StageStore:
     def _committed_before(self, batch_id: int) -> bool:
         """Whether batch ``batch_id - 1`` ran to its end: Spark committed it, or its metadata exists."""
         previous = batch_id - 1
-        commit = self.layout.commit(previous)
-        return previous >= 0 and (commit.exists() or self._meta_path(previous).exists())
+        if previous < 0:
+            return False
+        return storage.exists(self.layout.commit(previous)) or storage.exists(self._meta_path(previous))
 
     def check(self) -> None:
         """Verify the state the next batch starts from (at start); raises :class:`CheckpointError`."""
@@ -187,81 +209,109 @@ class StageStore:
             raise CheckpointError(msg)
         return self._load(number, path)
 
-    def _load(self, number: int, path: Path) -> SavedStage:
-        self._verify(path)
-        wm_file = path / WM_FILE
+    def _load(self, number: int, path: Location) -> SavedStage:
+        files = self._verify(path)
+        wm_file, wm_bytes = files["wm"]
         try:
-            snap = json.loads(wm_file.read_text(encoding="utf-8"))
+            snap = json.loads(wm_bytes.decode("utf-8"))
             watermark = PartitionedWatermark.from_snapshot(snap["watermark"])
             version = int(snap["config_version"])
             closed = int(snap.get("closed_until_ms", NO_WATERMARK))
             open_dir = snap.get("open_dir")
             if open_dir is not None:
-                open_dir = str(self.layout.open_windows_at(str(open_dir)))
-                if not spark_done(open_dir).exists():  # Spark writes it last
+                open_dir = self.layout.open_windows_at(str(open_dir)).spark
+                if not storage.exists(spark_done(open_dir)):  # Spark writes it last
                     msg = f"{open_dir}: the open windows of this state are missing or incomplete"
                     raise ValueError(msg)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             msg = f"{wm_file}: unreadable stage state ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
-        tables: dict[str, pa.Table | None] = {}
-        for name, schema in ((OPEN_FILE, PARTIAL_SCHEMA), (OWNERS_FILE, OWNERS_SCHEMA)):
-            file = path / name
-            if name == OWNERS_FILE and not file.exists():
-                tables[name] = None
+        tables: dict[str, pa.Table | None] = {"owners": None}
+        for role, schema in (("open", PARTIAL_SCHEMA), ("owners", OWNERS_SCHEMA)):
+            if role not in files:
                 continue
+            file, data = files[role]
             try:
-                tables[name] = pq.read_table(file).cast(schema)
+                tables[role] = read_parquet_bytes(data).cast(schema)
             except (OSError, pa.ArrowException, ValueError) as exc:
                 msg = f"{file}: unreadable stage state ({type(exc).__name__}: {exc}); {RECOVERY}"
                 raise CheckpointError(msg) from None
         config = None
         meta = self._meta_path(number)
-        if meta.exists():
+        if storage.exists(meta):
             _, config = self._read_meta(meta)
             check_state_config(wm_file, watermark, version, config)
-        open_windows = tables[OPEN_FILE]
+        open_windows = tables["open"]
         assert open_windows is not None
         return SavedStage(
-            watermark, open_windows, version, closed, tables[OWNERS_FILE], open_dir, config, number
+            watermark, open_windows, version, closed, tables["owners"], open_dir, config, number
         )
 
-    def _verify(self, path: Path) -> None:
-        """Check the folder against its manifest (the sizes and SHA-256 of its files)."""
+    def _verify(self, path: Location) -> dict[str, tuple[Location, bytes]]:
+        """The state's files by role (``wm``, ``open``, ``owners``), checked against its manifest."""
         manifest = path / MANIFEST
-        if not manifest.exists():
-            wm_file = path / WM_FILE
-            legacy = False
-            if wm_file.exists():
-                try:
-                    legacy = "format" not in json.loads(wm_file.read_text(encoding="utf-8"))
-                except (OSError, ValueError, TypeError):
-                    legacy = False
-            if legacy:  # written before manifests existed: read as is (errors still name the file)
-                return
-            msg = f"{manifest} is missing: {path.name} is incomplete or damaged; {RECOVERY}"
-            raise CheckpointError(msg)
+        if not storage.exists(manifest):
+            return self._legacy_files(path)
         try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            doc = json.loads(storage.read_text(manifest))
             files = dict(doc["files"])
-            if doc.get("format") != STATE_FORMAT or not {WM_FILE, OPEN_FILE} <= set(files):
+            if doc.get("format") == LEGACY_STATE_FORMAT:
+                roles = {role: name for role, name in LEGACY_STATE_FILES.items() if name in files}
+            elif doc.get("format") == STATE_FORMAT:
+                roles = {str(entry["role"]): name for name, entry in files.items()}
+            else:
+                msg = "not a state manifest"
+                raise ValueError(msg)
+            if not {"wm", "open"} <= set(roles):
                 msg = "not a state manifest"
                 raise ValueError(msg)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             msg = f"{manifest}: unreadable manifest ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None
-        for name, want in sorted(files.items()):
-            file = path / name
-            if os.sep in name or name.startswith(".") or not file.is_file():
-                msg = f"{file} is missing (listed in {manifest}); {RECOVERY}"
+        out = {}
+        for role, name in sorted(roles.items()):
+            want = files[name]
+            if "/" in name or name.startswith("."):
+                msg = f"{manifest}: {name!r} is not a file of the state; {RECOVERY}"
                 raise CheckpointError(msg)
-            size = file.stat().st_size
-            if size != want.get("bytes") or _sha256(file) != want.get("sha256"):
+            file = path / name
+            try:
+                data = storage.read_bytes(file)
+            except FileNotFoundError:
+                msg = f"{file} is missing (listed in {manifest}); {RECOVERY}"
+                raise CheckpointError(msg) from None
+            if len(data) != want.get("bytes") or _sha256(data) != want.get("sha256"):
                 msg = (
-                    f"{file} does not match its checksum in {manifest} ({size} bytes, "
+                    f"{file} does not match its checksum in {manifest} ({len(data)} bytes, "
                     f"{want.get('bytes')} recorded): it was truncated or changed; {RECOVERY}"
                 )
                 raise CheckpointError(msg)
+            out[role] = (file, data)
+        return out
+
+    def _legacy_files(self, path: Location) -> dict[str, tuple[Location, bytes]]:
+        """The files of a state written before manifests existed (``wm.json`` without ``format``)."""
+        wm_file = path / LEGACY_STATE_FILES["wm"]
+        legacy = False
+        if storage.exists(wm_file):
+            try:
+                legacy = "format" not in json.loads(storage.read_text(wm_file))
+            except (OSError, ValueError, TypeError):
+                legacy = False
+        if not legacy:
+            msg = f"{path / MANIFEST} is missing: {path.name} is incomplete or damaged; {RECOVERY}"
+            raise CheckpointError(msg)
+        out = {}
+        for role, name in LEGACY_STATE_FILES.items():
+            file = path / name
+            try:
+                out[role] = (file, storage.read_bytes(file))
+            except FileNotFoundError:
+                if role == "owners":
+                    continue
+                msg = f"{file}: unreadable stage state (missing); {RECOVERY}"
+                raise CheckpointError(msg) from None
+        return out
 
     def oldest_batch(self) -> int | None:
         """Batch id of the oldest state kept."""
@@ -278,16 +328,13 @@ class StageStore:
         owners: pa.Table | None = None,
         open_dir: str | None = None,
     ) -> None:
-        """Write batch ``batch_id``'s state atomically and durably; keep the last few.
+        """Write batch ``batch_id``'s state, each file once and whole, the manifest last; keep the last few.
 
-        The files are written and fsynced in a temporary folder, the manifest last, and the folder is
-        renamed into place (a state already there, when a batch's state is rewritten, is set aside first
-        and restored by the next start if the save is killed in between).
+        A state already there (a batch run again, or the flush at the end rewriting the last state) stays
+        whole until the new manifest replaces its own; its files are removed after that.
         """
-        final = self.layout.state(batch_id)
-        tmp = self.layout.state_tmp(batch_id)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        folder = self.layout.state(batch_id)
+        attempt = uuid.uuid4().hex[:12]
         doc = {
             "format": STATE_FORMAT,
             "batch_id": batch_id,
@@ -297,44 +344,42 @@ class StageStore:
             # relative to the stage folder, so that a checkpoint can move
             "open_dir": None if open_dir is None else self.layout.open_windows_ref(open_dir),
         }
-        write_durably(tmp / WM_FILE, json.dumps(doc).encode())
-        pq.write_table(open_windows, tmp / OPEN_FILE)
-        names = [WM_FILE, OPEN_FILE]
+        contents = {"wm": json.dumps(doc).encode(), "open": parquet_bytes(open_windows)}
         if owners is not None:
-            pq.write_table(owners, tmp / OWNERS_FILE)
-            names.append(OWNERS_FILE)
+            contents["owners"] = parquet_bytes(owners)
         files: dict[str, Any] = {}
-        for name in names:
-            file = tmp / name
-            if name.endswith(".parquet"):
-                fsync_file(file)
-            files[name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+        for role, data in contents.items():
+            file = self.layout.state_file(folder, role, attempt)
+            storage.write_bytes(file, data)
+            files[file.name] = {"role": role, "bytes": len(data), "sha256": _sha256(data)}
         manifest = {"format": STATE_FORMAT, "batch_id": batch_id, "files": files}
-        write_durably(tmp / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
-        fsync_dir(tmp)
-        old = self.layout.state_set_aside(batch_id)
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-        os.replace(tmp, final)
-        fsync_dir(self.root)
-        shutil.rmtree(old, ignore_errors=True)
+        storage.write_bytes(folder / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+        for entry in storage.listdir(folder):  # an earlier attempt's files, now named by no manifest
+            if entry.name != MANIFEST and entry.name not in files:
+                remove_entry(entry)
         self._prune()
+
+    def discard_unfinished(self) -> None:
+        """Remove states a killed save left without a manifest (their batches run again)."""
+        for _number, folder in self.layout.states():
+            names = {e.name for e in storage.listdir(folder)}
+            if MANIFEST not in names and LEGACY_STATE_FILES["wm"] not in names:
+                storage.remove_tree(folder)
 
     def _prune(self) -> None:
         states = self._folders()
         for _, old in states[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            storage.remove_tree(old)
         # A restart replays batches after the newest state; a meta file older than the oldest kept state is
         # never read again (one file per batch would otherwise grow without bound).
         oldest = states[-self.keep :][0][0]
         for number, meta in self.layout.batch_metas():
             if number < oldest:
-                meta.unlink(missing_ok=True)
+                storage.remove(meta)
 
 
 def check_state_config(
-    where: Path, watermark: PartitionedWatermark, version: int, config: PipelineConfig
+    where: Location, watermark: PartitionedWatermark, version: int, config: PipelineConfig
 ) -> None:
     """Refuse a state whose generators are not those of the configuration version it claims."""
     if config.version != version:
@@ -351,7 +396,7 @@ def check_state_config(
         raise CheckpointError(msg)
 
 
-def checkpoint_app_id(checkpoint: str, output: str) -> str:
+def checkpoint_app_id(checkpoint: str | Location, output: str | Location) -> str:
     """The Delta application id (``txnAppId``) of the job writing ``output`` from ``checkpoint``.
 
     Delta skips a batch whose ``txnVersion`` its application already committed, so the id must belong to
@@ -369,8 +414,8 @@ def checkpoint_app_id(checkpoint: str, output: str) -> str:
     """
     layout = CheckpointLayout(checkpoint)
     path = layout.app_id
-    if path.exists():
-        text = path.read_text(encoding="utf-8").strip()
+    if storage.exists(path):
+        text = storage.read_text(path).strip()
         if not text or len(text) > 200 or not text.isprintable():
             msg = f"{path}: not an application id; restore it from a backup, or start a new checkpoint"
             raise ValueError(msg)
@@ -378,17 +423,24 @@ def checkpoint_app_id(checkpoint: str, output: str) -> str:
     if layout.has_offsets():
         app_id = "jobs.stream"
     else:
-        written = sorted(p.parent.name for p in Path(output).glob("*/_delta_log") if any(p.iterdir()))
+        written = tables_written(output)
         if written:
             msg = (
-                f"{checkpoint} is a new checkpoint, but {output} already holds tables written from another "
-                f"one ({', '.join(written)}): restart with the checkpoint that wrote them, or write to a new "
-                "--output (a new checkpoint reads its input from the start)"
+                f"{layout.root} is a new checkpoint, but {Location.of(output)} already holds tables written "
+                f"from another one ({', '.join(written)}): restart with the checkpoint that wrote them, or "
+                "write to a new --output (a new checkpoint reads its input from the start)"
             )
             raise ValueError(msg)
         app_id = f"jobs.stream-{uuid.uuid4().hex}"
-    layout.root.mkdir(parents=True, exist_ok=True)
-    tmp = layout.app_id_tmp
-    tmp.write_text(app_id + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    storage.write_text(path, app_id + "\n")
     return app_id
+
+
+def tables_written(output: str | Location) -> list[str]:
+    """The folders under ``output`` holding a Delta log with at least one entry, by name."""
+    root = Location.of(output)
+    return [
+        entry.name
+        for entry in storage.listdir(root)
+        if entry.is_dir and storage.listdir(entry.location / "_delta_log")
+    ]

@@ -11,9 +11,10 @@ figures on two machines).
 
 Exactly once, whatever is killed when:
 
-* a batch's pending folder is written durably (files fsynced, then the folder renamed into place) before
-  the batch's state is saved, so a batch whose state exists has its deferred rows in the checkpoint or in
-  the tables;
+* a batch's pending folder is written before the batch's state is saved, its ``meta.json`` last (each
+  file whole: :func:`watermark.storage.write_bytes`, or Spark's committer with ``_SUCCESS`` last), so a
+  batch whose state exists has its deferred rows in the checkpoint or in the tables; a folder without
+  ``meta.json`` is a put that was killed (removed at start: its batch runs again, as it was not committed);
 * a commit of table ``t`` under ``txnVersion`` M holds the rows of every batch pending at M, so before a
   commit the batches at or below the version ``t`` last committed for this writer (Delta's own record,
   read with ``deltalake``) are left out: they are in ``t`` already (a batch run again after a commit that
@@ -25,11 +26,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -38,10 +36,11 @@ import pyarrow.parquet as pq
 
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables, conform
-from jobs.stream.checkpoint.durable import fsync_dir, fsync_file, write_durably
 from jobs.stream.checkpoint.layout import PENDING_META, CheckpointLayout, spark_done
-from jobs.stream.checkpoint.state import RECOVERY, CheckpointError
+from jobs.stream.checkpoint.state import RECOVERY, CheckpointError, parquet_bytes, remove_entry
 from jobs.stream.options import DeferPolicy
+from watermark import storage
+from watermark.storage import Location
 
 log = logging.getLogger("jobs.stream")
 
@@ -55,7 +54,7 @@ class Pending:
 
     batch_id: int
     ingest_ms: int
-    folder: Path
+    folder: Location
     # table -> "parquet_file" (a Parquet file written on the driver), "parquet" (a Parquet folder written by
     # the executors) or "arrow" (an Arrow IPC file: checkpoints of earlier versions)
     tables: Mapping[str, str]
@@ -64,56 +63,60 @@ class Pending:
 class PendingRows:
     """The deferred rows under ``CHECKPOINT/stage/pending``: one folder per batch."""
 
-    def __init__(self, checkpoint: str) -> None:
+    def __init__(self, checkpoint: str | Location) -> None:
         self.layout = CheckpointLayout(checkpoint)
         self.root = self.layout.pending
-        self.root.mkdir(parents=True, exist_ok=True)
-        for tmp in self.layout.pending_unfinished():  # a put killed half-way: its batch runs again
-            shutil.rmtree(tmp, ignore_errors=True)
+        storage.make_dirs(self.root)
+        for tmp in self.layout.pending_unfinished():  # a put of an earlier version killed half-way
+            storage.remove_tree(tmp)
+        for _number, folder in self.layout.pending_batches():
+            if not storage.exists(folder / PENDING_META):  # a put killed half-way: its batch runs again
+                storage.remove_tree(folder)
 
     def batches(self) -> list[Pending]:
-        """The pending batches, oldest first."""
+        """The pending batches (those whose put completed), oldest first."""
         out = []
         for number, folder in self.layout.pending_batches():
             meta = folder / PENDING_META
             try:
-                doc = json.loads(meta.read_text(encoding="utf-8"))
+                doc = json.loads(storage.read_text(meta))
                 out.append(Pending(number, int(doc["ingest_ms"]), folder, dict(doc["tables"])))
+            except FileNotFoundError:
+                continue  # being written, or a put killed half-way
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 msg = f"{meta}: unreadable pending rows ({type(exc).__name__}: {exc}); {RECOVERY}"
                 raise CheckpointError(msg) from None
         return out
 
     def put(self, batch_id: int, ingest_ms: int, rows: Mapping[str, Any]) -> None:
-        """Keep batch ``batch_id``'s rows (pyarrow tables, or Spark DataFrames) durably, as Parquet.
+        """Keep batch ``batch_id``'s rows (pyarrow tables, or Spark DataFrames) as Parquet, meta last.
 
         The driver writes a pyarrow table as one Parquet file, the executors a DataFrame as a Parquet
         folder; either way the commit reads them back with Spark's reader in the executors, so the rows of
-        many batches never pass through the driver again. A batch run again replaces its folder.
+        many batches never pass through the driver again. A batch run again replaces its folder: its
+        ``meta.json`` goes first, so the folder is never taken for complete while it is rewritten.
         """
-        final = self.layout.pending_batch(batch_id)
-        tmp = self.layout.pending_batch_tmp(batch_id)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        folder = self.layout.pending_batch(batch_id)
+        storage.remove(folder / PENDING_META)
+        for entry in storage.listdir(folder):
+            remove_entry(entry)
         kinds: dict[str, str] = {}
         for table, data in rows.items():
             if isinstance(data, pa.Table):
                 if not data.num_rows:
                     continue
                 data = conform(data, TABLES[table])
-                file = self.layout.pending_table(tmp, table, "parquet_file")
-                pq.write_table(data, str(file))
-                fsync_file(file)
+                file = self.layout.pending_table(folder, table, "parquet_file")
+                storage.write_bytes(file, parquet_bytes(data))
                 kinds[table] = "parquet_file"
             else:  # a Spark DataFrame (the stage in the executors): written by the executors
-                data.write.mode("overwrite").parquet(str(self.layout.pending_table(tmp, table, "parquet")))
+                data.write.mode("overwrite").parquet(
+                    self.layout.pending_table(folder, table, "parquet").spark
+                )
                 kinds[table] = "parquet"
-        write_durably(tmp / PENDING_META, json.dumps({"ingest_ms": ingest_ms, "tables": kinds}).encode())
-        fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(self.root)
+        storage.write_bytes(
+            folder / PENDING_META, json.dumps({"ingest_ms": ingest_ms, "tables": kinds}).encode()
+        )
 
     def due(self, batch_id: int, ingest_ms: int, policy: DeferPolicy) -> bool:
         """Whether batch ``batch_id`` (pending already) commits the deferred tables."""
@@ -145,7 +148,8 @@ class PendingRows:
         """Forget the batches up to ``through`` (their rows are committed)."""
         for p in self.batches():
             if p.batch_id <= through:
-                shutil.rmtree(p.folder, ignore_errors=True)
+                storage.remove(p.folder / PENDING_META)  # first: a folder without it is never read
+                storage.remove_tree(p.folder)
 
 
 def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
@@ -156,15 +160,15 @@ def _read_parts(spark: Any, table: str, parts: list[Pending]) -> Any:
         path = CheckpointLayout.pending_table(p.folder, table, kind)
         try:
             if kind == "arrow":
-                arrow.append(feather.read_table(str(path), memory_map=True))
+                arrow.append(feather.read_table(storage.open_input_file(path)))
             elif kind == "parquet_file":
-                pq.read_metadata(str(path))  # a whole file (its footer is last)
-                parquet.append(str(path))
+                pq.read_metadata(storage.open_input_file(path))  # a whole file (its footer is last)
+                parquet.append(path.spark)
             else:
-                if not spark_done(path).exists():  # Spark writes it last
+                if not storage.exists(spark_done(path)):  # Spark writes it last
                     msg = "the Parquet folder is incomplete (no _SUCCESS)"
                     raise ValueError(msg)
-                parquet.append(str(path))
+                parquet.append(path.spark)
         except (OSError, pa.ArrowException, ValueError) as exc:
             msg = f"{path}: unreadable pending rows ({type(exc).__name__}: {exc}); {RECOVERY}"
             raise CheckpointError(msg) from None

@@ -61,6 +61,7 @@ from jobs.stream.workers.arrow_path import (
     private_folder,
     record_ids,
 )
+from watermark import storage
 from watermark.windowspec import WindowSpec
 
 log = logging.getLogger("jobs.stream")
@@ -308,9 +309,12 @@ class ArrowReader:
         if any(p is None for p in paths):
             return None
         try:
-            sizes = [os.path.getsize(p) for p in paths if p is not None]
+            found = [storage.info(p) for p in paths if p is not None]
         except OSError:
             return None
+        if any(f is None or f.size is None for f in found):
+            return None  # gone since it was listed: Spark's reader quarantines it
+        sizes = [f.size for f in found if f is not None and f.size is not None]
         checks = self._checks(ingest_ms)
         splits = plan_splits(
             [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism

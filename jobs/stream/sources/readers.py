@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -27,6 +25,8 @@ from jobs.common.schemas import QUARANTINE_SCHEMA
 from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
+from watermark import storage
+from watermark.storage import Location
 
 log = logging.getLogger("jobs.stream")
 
@@ -76,9 +76,11 @@ def logged_batch_files(checkpoint: str, batch_id: int) -> list[str] | None:
     candidates = [layout.source_log_entry(batch_id)]
     candidates += [p for n, p in layout.source_log_compactions() if n >= batch_id][:1]
     for path in candidates:
-        if not path.exists():
+        try:
+            text = storage.read_text(path)
+        except FileNotFoundError:
             continue
-        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+        entries = [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
         mine = [e for e in entries if int(e.get("batchId", batch_id)) == batch_id]
         if mine:
             return landing_order((e["path"], int(e.get("timestamp", 0))) for e in mine)
@@ -98,12 +100,12 @@ def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
 
 
 def modified_ms(uri: str) -> int:
-    """Modification time of a local landing file in epoch ms (0 for a remote or missing file)."""
-    path = listed_path(uri)
+    """Modification time of a landing file in epoch ms (0 for a missing file)."""
     try:
-        return int(os.path.getmtime(path) * 1000) if path is not None else 0
+        found = storage.info(listed_location(uri))
     except OSError:
         return 0
+    return (found.mtime_ms or 0) if found is not None else 0
 
 
 class RecordNumbers:
@@ -140,36 +142,45 @@ def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
 
     Input that is not a local file (the rate source, object stores) counts from the batch's start.
     """
-    oldest = started_s
+    oldest = int(started_s * 1000)
     for uri in files or []:
-        path = listed_path(uri)
-        if path is not None:
+        where = listed_location(uri)
+        if where.local:
             try:
-                oldest = min(oldest, os.path.getmtime(path))
+                found = storage.info(where)
             except OSError:
-                pass
-    return int(oldest * 1000)
+                continue
+            if found is not None and found.mtime_ms is not None:
+                oldest = min(oldest, found.mtime_ms)
+    return oldest
 
 
-def _oldest_file(directory: str) -> Path | None:
+def _oldest_file(directory: str) -> Location | None:
     """The oldest landing file Spark can read (a name with a colon is quarantined, never read)."""
     files = [
-        p
-        for p in Path(directory).iterdir()
-        if p.is_file() and not p.name.startswith((".", "_")) and ":" not in p.name
+        e
+        for e in storage.listdir(directory)
+        if not e.is_dir and not e.name.startswith((".", "_")) and ":" not in e.name
     ]
-    return min(files, key=lambda p: (p.stat().st_mtime_ns, p.name)) if files else None
+    oldest = min(files, key=lambda e: (e.mtime_ms or 0, e.name)) if files else None
+    return oldest.location if oldest is not None else None
+
+
+#: Bytes of a CSV landing file read for its header line.
+CSV_HEADER_BYTES = 1 << 20
 
 
 def csv_columns(directory: str, default: list[str], encoding: str = "utf-8") -> list[str]:
     """Column names of a CSV landing directory: the header of its oldest file, or ``default``."""
     import csv
+    import io
 
     first = _oldest_file(directory)
     if first is None:
         return default
-    with first.open(newline="", encoding=encoding, errors="replace") as handle:
-        header = next(csv.reader(handle), None)
+    with storage.open_input_file(first) as handle:
+        head = handle.read(CSV_HEADER_BYTES).decode(encoding, errors="replace")
+    header = next(csv.reader(io.StringIO(head, newline="")), None)
     if not header:
         msg = f"{first}: a CSV landing file must start with a header line"
         raise ValueError(msg)
@@ -245,7 +256,7 @@ class ListedFiles:
         elif options.format == "parquet":
             first = _oldest_file(options.input)
             if first is not None:
-                self.schema = spark.read.parquet(_literal(str(first))).schema
+                self.schema = spark.read.parquet(_literal(first.spark)).schema
             else:
                 self.schema = T.StructType([T.StructField(n, text) for n in self.names])
         else:
@@ -352,6 +363,19 @@ UNREADABLE_FILE_NAME = "unreadable_file_name"
 FILE_MISSING = "file_missing"
 
 
+def listed_location(uri: str) -> Location:
+    """The file a source-log URI (URL-encoded) names.
+
+    >>> listed_location("file:///in/qm%3F.json"), listed_location("s3a://b/in/a%20b.json")
+    (Location('/in/qm?.json'), Location('s3a://b/in/a b.json'))
+    """
+    path = listed_path(uri)
+    if path is not None:
+        return Location.of(path)
+    parts = urlsplit(uri)
+    return Location(parts.scheme.lower(), parts.netloc, unquote(parts.path).lstrip("/"))
+
+
 def unreadable_reason(uri: str) -> str | None:
     """Why the listed file ``uri`` cannot be read (a :data:`QUARANTINE_REASONS` entry), or None.
 
@@ -363,7 +387,7 @@ def unreadable_reason(uri: str) -> str | None:
     name = (path if path is not None else unquote(urlsplit(uri).path)).rsplit("/", 1)[-1]
     if ":" in name:
         return UNREADABLE_FILE_NAME
-    if path is not None and not os.path.isfile(path):
+    if path is not None and not storage.is_file(path):
         return FILE_MISSING
     return None
 

@@ -13,7 +13,6 @@ the column ``owner`` (the partition that owns the key). The driver's reading of 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from jobs.stream.stage.summaries import Settled, segment_rows, segments_table, settle
 from jobs.stream.workers.executor_stage import LABELLED_DDL, ROW_COLUMNS, StagePlan, judge_partitions
+from watermark import storage
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
 from watermark.evaluate import LATE, STRAGGLER
@@ -39,7 +39,7 @@ def prune_open_dirs(checkpoint: str, keep_from: int) -> None:
     """Delete the open-window folders of batches before ``keep_from`` (their stage state is gone too)."""
     for number, folder in CheckpointLayout(checkpoint).open_windows_dirs():
         if number < keep_from:
-            shutil.rmtree(folder, ignore_errors=True)
+            storage.remove_tree(folder)
 
 
 def read_open_windows(spark: Any, folder: str) -> pa.Table:
@@ -131,8 +131,8 @@ def run_in_executors(
     folder = CheckpointLayout(checkpoint).open_windows(batch_id)
     joined.filter(F.col("trigger_watermark_ms").isNull()).select(*OPEN_COLUMNS).write.mode(
         "overwrite"
-    ).parquet(str(folder))
-    out.open_folder = str(folder)
+    ).parquet(folder.spark)
+    out.open_folder = folder.spark
     _window_stats(joined, out)
     mark("windows")
     if out.fired:
