@@ -76,6 +76,7 @@ FIXTURE_MARKERS = {
     "airflow_home": "airflow",
     "jvm_process": "jvm",
     "local_server": "server",
+    "spark_cluster": "jvm",  # a Spark standalone master and two workers, each its own JVM
 }
 HEAVY_MARKERS = frozenset(FIXTURE_MARKERS.values())
 
@@ -453,3 +454,26 @@ def kafka_broker(tmp_path_factory):
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A local Spark standalone cluster for the run (``bin/spark-local``'s): a master and two workers of one
+    core, each its own JVM, on free ports, stopped at the end; marks its tests ``jvm``.
+
+    ``spark_cluster.master_url`` is the master; ``spark_cluster.python`` the workers' Python (the project's
+    dependencies without the project, made once per lock under ``out/spark-worker-env/``), for
+    ``spark.pyspark.python``. Up to 600 s to start, as the Kafka broker: the suite keeps the cores busy.
+    """
+    from tools.local.spark_cluster import LocalSparkCluster
+
+    port = free_port()
+    ui_port = free_port()
+    while ui_port == port:
+        ui_port = free_port()
+    cluster = LocalSparkCluster(
+        port=port, ui_port=ui_port, dir=tmp_path_factory.mktemp("spark-cluster"), start_timeout=600
+    )
+    cluster.start()
+    yield cluster
+    cluster.stop()

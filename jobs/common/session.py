@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -147,31 +148,93 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     return spark
 
 
-_shipped: set[str] = set()
+_shipped: dict[str, str] = {}
+#: The packages ``python -m tools.package`` puts in the archive that ``spark-submit --py-files`` ships: the
+#: job, its library and its metrics (the executors import the first two; a driver without the project, all).
+SUBMIT_PACKAGES = ("jobs", "watermark", "monitoring")
+#: The name of that archive (``dist/awm-code.zip``): a zip, because PySpark puts a ``--py-files`` entry on the
+#: workers' ``sys.path`` only if it ends in .zip, .egg or .jar (a wheel's .whl is shipped but never imported),
+#: and numba caches the compiled functions of a module inside a zip only when the path says ``.zip``.
+CODE_ZIP = "awm-code.zip"
 
 
-def ship_code(spark: Any) -> None:
-    """Send ``jobs/`` and ``watermark/`` to the executors' Python workers (once per application).
+def ship_code(spark: Any) -> str | None:
+    """Make ``jobs/`` and ``watermark/`` importable in the executors' Python workers; says from where.
 
-    Local sessions built by :func:`build_session` find them on ``PYTHONPATH``; on a cluster the executors
-    get a zip of both packages (``SparkContext.addPyFile``). numpy, pyarrow and river must be installed on
-    the executors (docs/deployment.md).
+    - A local master: nothing to ship, the Python workers run on this machine and import the project
+      from the checkout (:func:`build_session` puts it on their ``PYTHONPATH``). Returns None.
+    - The code shipped by ``spark-submit --py-files`` (an archive holding :data:`PACKAGES`, such as
+      ``dist/awm-code.zip`` from ``python -m tools.package``): nothing more to ship. Returns
+      ``"--py-files <name>"``.
+    - Otherwise (a cluster, no such archive): a zip of both packages made now from this checkout
+      (:func:`code_archive`) goes to the executors with ``SparkContext.addPyFile``, once per application,
+      and a warning says to ship the code with ``--py-files`` instead. Returns ``"run-time zip <path>"``.
+
+    numpy, pyarrow and river must be installed in the executors' Python (docs/deployment.md).
     """
     sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return None
     app = sc.applicationId
-    if app in _shipped or sc.master.startswith("local"):
-        return
-    sc.addPyFile(str(code_archive(Path(tempfile.mkdtemp(prefix="wm-code-")))))
-    _shipped.add(app)
+    if app not in _shipped:
+        submitted = submitted_code(sc)
+        if submitted is not None:
+            _shipped[app] = f"--py-files {submitted}"
+        else:
+            archive = code_archive(Path(tempfile.mkdtemp(prefix="wm-code-")))
+            sc.addPyFile(str(archive))
+            _shipped[app] = f"run-time zip {archive}"
+            logging.getLogger(__name__).warning(
+                "the executors get %s made from %s at run time: build the code's archive (python -m "
+                "tools.package) and give it to spark-submit with --py-files dist/%s (docs/deployment.md)",
+                archive.name,
+                ROOT,
+                CODE_ZIP,
+            )
+    return _shipped[app]
 
 
-def code_archive(folder: Path) -> Path:
-    """A zip of every ``.py`` file of :data:`PACKAGES`, sub-packages (``jobs/stream/``) included."""
-    archive = folder / "watermark_pipeline.zip"
+def submitted_code(sc: Any) -> str | None:
+    """The name of the ``--py-files`` archive (``spark.submit.pyFiles``) holding :data:`PACKAGES`, or None.
+
+    PySpark copies each of those archives into the application's ``SparkFiles`` folder and sends the
+    executors its name; an archive is the project's code when it holds every package's ``__init__.py``.
+    """
+    from pyspark import SparkFiles
+
+    listed = sc.getConf().get("spark.submit.pyFiles", "") or ""
+    for entry in (e for e in listed.split(",") if e):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            with zipfile.ZipFile(Path(SparkFiles.getRootDirectory()) / name) as archive:
+                names = set(archive.namelist())
+        except (OSError, zipfile.BadZipFile):
+            continue
+        if all(f"{package}/__init__.py" in names for package in PACKAGES):
+            return name
+    return None
+
+
+#: Every member of an archive gets this time stamp, so that the same sources give the same bytes.
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def code_archive(
+    folder: Path, packages: tuple[str, ...] = PACKAGES, name: str = "watermark_pipeline.zip"
+) -> Path:
+    """A zip ``folder/name`` of every ``.py`` file of ``packages``, sub-packages (``jobs/stream/``) included.
+
+    Members are sorted and time-stamped 1980-01-01, so the same sources give the same archive.
+    """
+    archive = folder / name
+    folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in PACKAGES:
+        for package in packages:
             for path in sorted((ROOT / package).rglob("*.py")):
-                zf.write(path, path.relative_to(ROOT).as_posix())
+                member = zipfile.ZipInfo(path.relative_to(ROOT).as_posix(), _ZIP_TIME)
+                member.compress_type = zipfile.ZIP_DEFLATED
+                member.external_attr = 0o644 << 16
+                zf.writestr(member, path.read_bytes())
     return archive
 
 

@@ -1,0 +1,282 @@
+"""The job on a Spark standalone cluster with its code shipped by spark-submit only.
+
+The cluster (fixture ``spark_cluster``: ``tools.local.spark_cluster.LocalSparkCluster``, what
+``bin/spark-local start`` runs) is a master and two workers, each its own JVM, whose Python is a virtualenv of
+the project's dependencies without the project, in an environment with no ``PYTHONPATH`` and a working
+directory outside the checkout. The job goes to it as docs/deployment.md ("Running on a cluster") says:
+``python -m tools.package`` builds the code's archive, ``spark-submit --py-files`` ships it,
+``spark.pyspark.python`` names the workers' Python. On landing files (the Arrow reader's passes run in the
+executors) and on a 4-partition Kafka topic (the watermark stage in the executors), the cluster's run writes
+the tables the same job writes in local mode (``python -m jobs.stream``), row for row but for the columns
+of the wall clock; and a task of the same submission finds the project's modules in the shipped archive
+under Spark's work directory, not in the checkout. Each pair of runs goes at once (the local run does not
+use the cluster); nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jobs.common.reads import TableReader
+from jobs.common.session import project_jars
+from tests.integration.spark.test_stream import iot_records
+from tools.feed import feed, feed_kafka
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+RECORDS, PER_BATCH = 1_000, 500
+#: Columns of the wall clock (when a row was written or ingested): they differ from run to run.
+WALL_CLOCK = {"emitted_at_ms", "ingested_at_ms", "processed_at_ms"}
+#: What each compared table is sorted by (a total order of its rows).
+ORDER = {
+    "aggregates": ["key", "window_start_ms", "flushed"],
+    "late_events": ["event_id"],
+    "quarantine": ["file", "line", "reason"],
+}
+
+#: A task's view of where the project's code comes from (run by spark-submit like the job).
+PROBE = """
+import json, os, sys
+from pyspark.sql import SparkSession
+
+def where(_):
+    import jobs, watermark
+    from jobs.stream.workers import arrow_path, executor_stage
+    modules = {m.__name__: os.path.abspath(m.__file__) for m in (jobs, watermark, arrow_path, executor_stage)}
+    finders = [type(f).__module__ + "." + type(f).__qualname__ for f in sys.meta_path]
+    yield json.dumps({"cwd": os.getcwd(), "executable": sys.executable, "path": [os.path.abspath(p) for p in
+        sys.path], "modules": modules, "finders": finders, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+
+spark = SparkSession.builder.getOrCreate()
+from jobs.common.session import ship_code
+print(json.dumps({"shipped": ship_code(spark), "tasks": spark.sparkContext.parallelize(range(4), 4)
+    .mapPartitions(where).collect()}))
+spark.stop()
+"""
+
+
+@pytest.fixture(scope="module")
+def code_zip(tmp_path_factory) -> Path:
+    """``python -m tools.package``'s archive (into the test's folder, not the checkout's dist/)."""
+    out = tmp_path_factory.mktemp("package") / "awm-code.zip"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.package", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def submit_command(cluster, code: Path, script: Path | str, *args: str) -> list[str]:
+    """spark-submit of ``script`` to the cluster, the code shipped by --py-files only (docs/deployment.md)."""
+    return [
+        str(SPARK_SUBMIT),
+        "--master",
+        cluster.master_url,
+        "--py-files",
+        str(code),
+        "--jars",
+        ",".join(project_jars()),
+        "--conf",
+        f"spark.pyspark.python={cluster.python}",
+        "--conf",
+        f"spark.pyspark.driver.python={sys.executable}",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.databricks.delta.snapshotPartitions=1",
+        "--driver-java-options",
+        "-Xss16m",
+        str(script),
+        *args,
+    ]
+
+
+def submit_environment(env: dict[str, str]) -> dict[str, str]:
+    """The submitting shell's environment: the project's virtualenv, no PYTHONPATH, no PYSPARK_PYTHON."""
+    return {
+        k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    }
+
+
+def job_flags(tmp: Path, source: list[str]) -> list[str]:
+    return [
+        *source,
+        "--output",
+        str(tmp / "out"),
+        "--checkpoint",
+        str(tmp / "ck"),
+        "--window-ms",
+        "1000",
+        "--flush-at-end",
+        "--no-arrival-history",
+        "--metrics-port",
+        "0",
+    ]
+
+
+def run_both(tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str]) -> dict[str, list[str]]:
+    """The job in local mode and on the cluster, at once; each run's progress lines (``batch N: ...``)."""
+    local = [sys.executable, "-m", "jobs.stream", *job_flags(tmp / "local", source)]
+    submit = submit_command(
+        cluster, code, ROOT / "jobs" / "stream" / "__main__.py", *job_flags(tmp / "cluster", source)
+    )
+    procs = {
+        "local": subprocess.Popen(
+            local, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ),
+        "cluster": subprocess.Popen(
+            submit,
+            cwd=ROOT,
+            env=submit_environment(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    }
+    lines = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=900)
+        errors = [line for line in err.splitlines() if "Error" in line or "Exception" in line]
+        assert proc.returncode == 0, f"{name} run:\n" + ("\n".join(errors[:30]) or err[-4000:])
+        # Under spark-submit the driver's standard error reaches standard output (Spark's PythonRunner).
+        logged = (out + err).splitlines()
+        summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        assert summary["events"] == RECORDS + 1, summary  # and the late record
+        lines[name] = [line for line in logged if line.startswith("batch ") or "job's code" in line]
+    return lines
+
+
+def rows(root: Path, table: str) -> list[dict]:
+    data = TableReader(root / "out", "test-cluster").read(table)
+    keep = [c for c in data.schema.names if c not in WALL_CLOCK]
+    return data.select(keep).sort_by([(c, "ascending") for c in ORDER[table]]).to_pylist()
+
+
+def assert_same_tables(tmp: Path) -> dict[str, list[dict]]:
+    """The cluster's tables equal the local run's, row for row but for the wall clock; the local rows."""
+    got = {}
+    for table in ORDER:
+        want = rows(tmp / "local", table)
+        assert want, f"no {table} rows: the comparison would be vacuous"
+        assert rows(tmp / "cluster", table) == want, table
+        got[table] = want
+    return got
+
+
+def bad_lines(records: pa.Table) -> list[str]:
+    """Two invalid records and one valid record far behind the watermark (late), after ``records``."""
+    arrival = int(pa.compute.max(records["arrival_time_ms"]).as_py()) + 1
+    oldest = int(pa.compute.min(records["event_time_ms"]).as_py())
+    late = {
+        "event_id": "late-1",
+        "key": "k1",
+        "event_time_ms": oldest,
+        "arrival_time_ms": arrival,
+        "value": 2.5,
+    }
+    return [
+        "{not json",
+        json.dumps(
+            {"event_id": "bad-1", "key": "k1", "event_time_ms": -5, "arrival_time_ms": arrival, "value": 1}
+        ),
+        json.dumps(late),
+    ]
+
+
+def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
+    tmp_path, spark_cluster, code_zip, jvm_process
+):
+    records = iot_records(RECORDS)
+    inp = tmp_path / "in"
+    feed(records, inp, rows_per_file=PER_BATCH)  # 2 clean files: the Arrow reader's passes in the executors
+    bad = inp / "feed-000099.json"  # and one with invalid lines, landed last: Spark's reader
+    bad.write_text("".join(line + "\n" for line in bad_lines(records)))
+    newest = max(p.stat().st_mtime for p in inp.iterdir())
+    os.utime(bad, (newest + 5, newest + 5))
+
+    source = ["--input", str(inp), "--max-files-per-trigger", "1"]
+    lines = run_both(tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+
+    tables = assert_same_tables(tmp_path)
+    assert [q["reason"] for q in tables["quarantine"]] == ["malformed_json", "event_time_before_1970"]
+    assert "late-1" in {r["event_id"] for r in tables["late_events"]}
+    # The cluster's executors ran the Arrow reader's passes, with the code spark-submit shipped.
+    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(
+        lines["cluster"]
+    )
+    cluster_batches = [line for line in lines["cluster"] if line.startswith("batch ")]
+    assert len(cluster_batches) == 3 and sum("(arrow reader" in line for line in cluster_batches) == 2
+
+
+def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local_mode(
+    tmp_path, spark_cluster, code_zip, kafka_broker, jvm_process
+):
+    from confluent_kafka import Producer
+
+    records = iot_records(RECORDS)
+    servers = kafka_broker.bootstrap_servers
+    kafka_broker.create_topic("cluster", 4)
+    feed_kafka(records, servers, "cluster", partitions=4)
+    arrival = int(pa.compute.max(records["arrival_time_ms"]).as_py()) + 1
+    producer = Producer({"bootstrap.servers": servers})
+    for line in bad_lines(records):
+        producer.produce("cluster", value=line.encode(), partition=0, timestamp=arrival)
+    assert producer.flush(30) == 0
+
+    source = ["--format", "kafka", "--kafka-bootstrap-servers", servers, "--topic", "cluster"]
+    source += ["--stage-in", "executors", "--max-offsets-per-trigger", str(PER_BATCH)]
+    lines = run_both(tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+
+    tables = assert_same_tables(tmp_path)
+    assert sorted(q["reason"] for q in tables["quarantine"]) == ["event_time_before_1970", "malformed_json"]
+    assert "late-1" in {r["event_id"] for r in tables["late_events"]}
+    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(
+        lines["cluster"]
+    )
+    cluster_batches = [line for line in lines["cluster"] if line.startswith("batch ")]
+    assert cluster_batches and all("stage in executors" in line for line in cluster_batches)
+
+
+def test_the_executors_import_the_project_from_the_shipped_archive_only(
+    tmp_path, spark_cluster, code_zip, jvm_process
+):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    proc = subprocess.run(
+        submit_command(spark_cluster, code_zip, probe),
+        cwd=tmp_path,
+        env=submit_environment(jvm_process.env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["shipped"] == f"--py-files {code_zip.name}"  # the job would ship nothing itself
+    tasks = [json.loads(task) for task in report["tasks"]]
+    work_dirs = [spark_cluster.work_dir(i) for i in (1, 2)]
+    for task in tasks:
+        cwd = Path(task["cwd"])
+        assert any(cwd.is_relative_to(w) for w in work_dirs), cwd  # an executor's folder of a worker
+        assert task["executable"] == str(spark_cluster.python)
+        for name, path in task["modules"].items():
+            # the archive spark-submit copied into the executor's folder, nothing of the checkout's
+            assert Path(path).is_relative_to(cwd / code_zip.name), (name, path)
+        checkout = [ROOT / name for name in (".venv", "jobs", "watermark", "monitoring")]
+        for entry in [*task["path"], *task["PYTHONPATH"].split(os.pathsep)]:
+            assert Path(entry) != ROOT and not any(Path(entry).is_relative_to(c) for c in checkout), entry
+        assert not any("editable" in finder for finder in task["finders"]), task["finders"]
