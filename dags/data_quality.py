@@ -53,15 +53,13 @@ def awm_data_quality() -> None:
 
     @task(execution_timeout=timedelta(minutes=20))
     def check_tables(resolved: dict[str, str], **context: Any) -> dict[str, Any]:
-        import os
-
         from airflow.sdk.exceptions import AirflowFailException
 
         from jobs.batch.quality import check_tables
         from watermark.config import load_config
 
         sliding, window_ms = False, None
-        if os.path.exists(resolved["config"]):
+        if settings.object_path(resolved["config"]).exists():
             window = load_config(resolved["config"]).window
             sliding = window.slide_ms is not None and window.slide_ms != window.window_ms
             window_ms = window.window_ms

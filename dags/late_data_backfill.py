@@ -81,8 +81,6 @@ def awm_late_data_backfill() -> None:
         outlets=[settings.AGGREGATES, settings.LATE_EVENTS],
     )
     def publish(report_path: str, **context: Any) -> dict[str, Any]:
-        from pathlib import Path
-
         run_id = context["run_id"]
         report = settings.read_report(report_path, run_id, "the backfill of this interval")
         values = {
@@ -91,7 +89,7 @@ def awm_late_data_backfill() -> None:
             "late_events_read": report["late_events_read"],
         }
         print(outcome.report_outcome("backfill", ok=True, values=values, duration_s=float(report["seconds"])))
-        tables = str(Path(report_path).parents[2])
+        tables = settings.tables_of_report(report_path)
         extra = {
             "tables": tables,
             "interval_start_ms": report["interval_start_ms"],

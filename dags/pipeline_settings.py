@@ -165,13 +165,48 @@ def spark_job(task_id: str, script: str, name: str, args: list[str], timeout: ti
     )
 
 
+#: The prefix of the store names under which the DAGs attach a remote scheme's file system (below).
+STORE_PREFIX = "awm_storage"
+
+
+def object_path(where: str) -> Any:
+    """Airflow's ``ObjectStoragePath`` for a location the pipeline uses (a path or URI).
+
+    A local path is a ``file://`` path. On an object store the path reads through the file system
+    :mod:`watermark.storage` gives the location (configured from the same AWS, Azure or Google environment
+    as the jobs), attached to Airflow as a store of its own: the DAGs need no provider package per cloud,
+    and a task reads exactly what the job it submitted wrote.
+    """
+    from airflow.sdk import ObjectStoragePath
+
+    from watermark.storage import Location
+
+    loc = Location.of(where)
+    if loc.local:
+        return ObjectStoragePath(loc.uri)
+    from airflow.sdk.io import attach
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    fs, path = loc.filesystem()
+    store = f"{STORE_PREFIX}_{id(fs):x}"  # one store per file system (watermark.storage caches them)
+    attach(loc.scheme, conn_id=store, fs=ArrowFSWrapper(fs))
+    return ObjectStoragePath(f"{loc.scheme}://{path}", conn_id=store)
+
+
+def tables_of_report(path: str) -> str:
+    """The tables' location of a report written at :func:`report_path` (``TABLES/_reports/JOB/STAMP``)."""
+    from watermark.storage import Location
+
+    return Location.of(path).parent.parent.parent.spark
+
+
 def read_report(path: str, run_id: str, what: str) -> dict[str, Any]:
     """The report a :func:`spark_job` of run ``run_id`` wrote at ``path``; an error if the job failed."""
     import json
 
-    file = Path(path)
+    file = object_path(path)
     report: dict[str, Any] | None = json.loads(file.read_text()) if file.exists() else None
     if report is None or report.get("run_id") != run_id:
-        msg = f"{what} did not succeed (no report of run {run_id} at {file})"
+        msg = f"{what} did not succeed (no report of run {run_id} at {path})"
         raise RuntimeError(msg)
     return report

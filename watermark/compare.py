@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from watermark import storage
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
 from watermark.progress import progress_line
 from watermark.registry import STRATEGIES, make
@@ -43,11 +44,11 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def load_grid(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """Read a grid file: ``{"strategy": [{param: value, ...}, ...], ...}``; every entry is validated."""
+def load_grid(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
+    """Read a grid file (path or URI): ``{"strategy": [{param: value, ...}, ...], ...}``, all checked."""
     try:
-        grid = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        grid = json.loads(storage.read_text(storage.Location.of(path)))
+    except (OSError, ValueError) as exc:
         msg = f"cannot read grid file {path}: {exc}"
         raise ValueError(msg) from None
     if not isinstance(grid, dict) or not all(isinstance(v, list) for v in grid.values()):

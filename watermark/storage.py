@@ -350,6 +350,23 @@ def listdir(where: str | Location) -> list[Entry]:
     return sorted(out, key=lambda e: e.name)
 
 
+def walk_files(where: str | Location) -> list[Entry]:
+    """Every file below the folder ``where`` (recursively), by location; none when it does not exist."""
+    loc = Location.of(where)
+    fs, path = loc.filesystem()
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
+    except (OSError, pa.ArrowException) as exc:
+        raise _failure(loc, "list", exc) from None
+    out = []
+    for item in infos:
+        if item.type == pafs.FileType.File:
+            entry = _entry(loc / item.path[len(path) :].strip("/"), item)
+            if entry is not None:
+                out.append(entry)
+    return sorted(out, key=lambda e: e.location.key)
+
+
 def read_bytes(where: str | Location) -> bytes:
     """The whole content of the file ``where`` (FileNotFoundError when it does not exist)."""
     loc = Location.of(where)
@@ -488,6 +505,13 @@ def check_reachable(where: str | Location, what: str) -> None:
     if found.type == pafs.FileType.NotFound:
         msg = f"{what} {loc}: bucket or container {root!r} does not exist"
         raise StorageError(msg)
+
+
+def checked(where: str | Location, what: str) -> str:
+    """``where`` as Spark takes it, once :func:`check_reachable` passed (``what`` names it in errors)."""
+    loc = Location.of(where)
+    check_reachable(loc, what)
+    return loc.spark
 
 
 def _first_line(exc: BaseException) -> str:

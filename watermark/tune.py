@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from watermark import storage
 from watermark.combine import factorize
 from watermark.compare import chosen_strategies, run_grid
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
@@ -314,7 +315,12 @@ def _worst_half_late_pct(
 
 
 def plot(result: TuneResult, path: str) -> None:
-    """The trade-off curve (late % against mean emit latency) with the choice marked, as an image."""
+    """The trade-off curve (late % against mean emit latency) with the choice marked, as a PNG at ``path``.
+
+    ``path`` may be a URI (:mod:`watermark.storage`); the image is written whole.
+    """
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -341,5 +347,7 @@ def plot(result: TuneResult, path: str) -> None:
     ax.set_title(f"Tuning: {len(result.candidates)} settings, {result.window.window_ms} ms windows")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=120, format="png")
     plt.close(fig)
+    storage.write_bytes(path, image.getvalue())

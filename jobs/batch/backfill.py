@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -64,11 +63,12 @@ import pyarrow as pa
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from deltalake import DeltaTable  # noqa: E402
 
 from jobs.batch.backfill_commit import StaleRead, mark_reconciled, merge_aggregates, session_for  # noqa: E402
 from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, open_table, plan  # noqa: E402
+from jobs.common.reads import table_path  # noqa: E402
 from jobs.common.retry import RetryPolicy, first_line  # noqa: E402
+from watermark import storage  # noqa: E402
 from watermark.config import ConfigError, load_config  # noqa: E402
 from watermark.timeparse import instant_ms  # noqa: E402
 from watermark.windowspec import WindowSpec  # noqa: E402
@@ -96,8 +96,8 @@ def run_backfill(
     clock = now_ms or (lambda: int(time.time() * 1000))
     started = time.perf_counter()
     report = BackfillReport(options.start_ms, options.end_ms, run_id=options.run_id)
-    agg_path = os.path.join(options.tables, "aggregates")
-    late_path = os.path.join(options.tables, "late_events")
+    agg_path = table_path(options.tables, "aggregates")
+    late_path = table_path(options.tables, "late_events")
     if open_table(agg_path) is None:
         msg = (
             f"no Delta table at {agg_path}: run the streaming job (python -m jobs.stream --output "
@@ -106,7 +106,7 @@ def run_backfill(
         raise BackfillError(msg)
     if open_table(late_path) is None:  # the job writes late_events with its first late row: nothing yet
         log.info("no late_events table at %s: no late row to fold", late_path)
-        report.aggregates_version = DeltaTable(agg_path).version()
+        report.aggregates_version = open_table(agg_path).version()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     session = session_for(spark, options)
@@ -126,7 +126,7 @@ def run_backfill(
     def attempt() -> pa.Table | None:
         """Plan from fresh snapshots and MERGE the aggregates; the late rows to mark (None: no late row)."""
         report.attempts += 1
-        agg_dt, late_dt = DeltaTable(agg_path), DeltaTable(late_path)
+        agg_dt, late_dt = open_table(agg_path), open_table(late_path)
         planned = plan(session, options, clock(), agg_dt, agg_path, late_dt, late_path, report)
         if planned is None:
             return None
@@ -150,8 +150,8 @@ def run_backfill(
         report.reconciled_events = retried(
             mark, "late_events MERGE conflicted", "the late_events MERGE still conflicts"
         )
-    report.aggregates_version = DeltaTable(agg_path).version()
-    report.late_events_version = DeltaTable(late_path).version()
+    report.aggregates_version = open_table(agg_path).version()
+    report.late_events_version = open_table(late_path).version()
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -184,7 +184,7 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
         msg = "give --config (the job's configuration) or --window-ms"
         raise ValueError(msg)
     return BackfillOptions(
-        tables=args.tables,
+        tables=storage.checked(args.tables, "--tables"),
         start_ms=instant_ms(args.interval_start),
         end_ms=instant_ms(args.interval_end),
         window=window,

@@ -18,9 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
-from jobs.common.reads import read_delta
+from jobs.common.reads import open_delta, read_delta
 from jobs.common.schemas import AGGREGATES_SCHEMA
 from jobs.common.session import arrow_frame
 from jobs.common.windows import assign_windows
@@ -239,11 +238,8 @@ def stream_horizon(dt: DeltaTable, path: str) -> int | None:
 
 
 def open_table(path: str) -> DeltaTable | None:
-    """The Delta table at ``path`` (delta-rs), or None when there is none."""
-    try:
-        return DeltaTable(path)
-    except TableNotFoundError:
-        return None
+    """The Delta table at ``path`` (a path or URI; delta-rs), or None when there is none."""
+    return open_delta(path)
 
 
 def read_inputs(

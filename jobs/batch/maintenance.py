@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,9 +36,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from jobs.common.reads import table_path  # noqa: E402
+from jobs.common.reads import open_delta, read_delta, table_path  # noqa: E402
 from jobs.common.retry import RetryPolicy  # noqa: E402
 from jobs.common.schemas import DAY_MS, TABLES  # noqa: E402
+from watermark import storage  # noqa: E402
+from watermark.storage import Location  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +116,23 @@ class MaintenanceReport:
 
 
 def data_files_on_disk(path: str) -> int:
-    """Parquet files under a table's directory (referenced or not; ``_delta_log`` excluded)."""
-    count = 0
-    for _folder, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if d != "_delta_log"]
-        count += sum(1 for f in files if f.endswith(".parquet"))
-    return count
+    """Parquet files under a table's folder (referenced or not; ``_delta_log`` excluded)."""
+    root = Location.of(path)
+    return sum(
+        1
+        for entry in storage.walk_files(root)
+        if entry.name.endswith(".parquet") and not entry.location.relative_to(root).startswith("_delta_log/")
+    )
 
 
 def _snapshot(path: str) -> tuple[int, int]:
     """(active data files, rows) of the table's current version, from the Delta log and Parquet footers."""
-    import pyarrow.dataset as pads
-    from deltalake import DeltaTable as RsTable
-
-    files = [uri.removeprefix("file://") for uri in RsTable(path).file_uris()]
-    rows = pads.dataset(files, format="parquet").count_rows() if files else 0
-    return len(files), int(rows)
+    dt = open_delta(path)
+    if dt is None:
+        return 0, 0
+    files = len(dt.file_uris())
+    rows = read_delta(dt, path, columns=[]).num_rows if files else 0
+    return files, int(rows)
 
 
 def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None = None) -> MaintenanceReport:
@@ -206,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
 
     with usage_errors(ValueError):
         options = MaintenanceOptions(
-            tables=args.tables,
+            tables=storage.checked(args.tables, "--tables"),
             retain_hours=args.retain_hours,
             arrivals_retain_days=args.arrivals_retain_days or None,
             zorder=not args.no_zorder,

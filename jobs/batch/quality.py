@@ -28,7 +28,6 @@ how many rows broke it and a few of them.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ import pyarrow.compute as pc
 
 from jobs.common.reads import TableReader
 from jobs.common.schemas import QUARANTINE_REASONS
+from watermark import storage
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")
@@ -263,7 +263,7 @@ def check_tables(
     ``interval=(start_ms, end_ms)`` checks the rows of that interval only (module docstring, Scope);
     ``window_ms`` is the tumbling window length its late-row total needs (None: that total is skipped).
     """
-    if not os.path.isdir(tables):
+    if not storage.exists(tables):
         msg = f"no tables at {tables}: run the streaming job (python -m jobs.stream --output {tables}) first"
         raise FileNotFoundError(msg)
     import great_expectations as gx
@@ -337,11 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     from watermark.clilog import run_main
 
     def run(args: argparse.Namespace) -> int:
-        report = check_tables(args.tables, sliding=args.sliding)
+        report = check_tables(storage.checked(args.tables, "--tables"), sliding=args.sliding)
         print(report.summary())
         return 0 if report.success else 1
 
-    return run_main(build_parser(), run, argv, errors={FileNotFoundError: 2})
+    return run_main(build_parser(), run, argv, errors={(FileNotFoundError, storage.StorageError): 2})
 
 
 if __name__ == "__main__":

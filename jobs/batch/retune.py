@@ -26,14 +26,15 @@ import json
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from jobs.common.reads import TableReader
+from watermark import storage
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
+from watermark.storage import Location
 from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
 
 DAY_MS = 86_400_000
@@ -241,13 +242,12 @@ def _publish(options: RetuneOptions, running: PipelineConfig, new: PipelineConfi
 
 
 def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneResult | None) -> RetuneOutcome:
-    folder = Path(options.reports)
-    folder.mkdir(parents=True, exist_ok=True)
-    base = folder / f"retune-{_stamp(options.end_ms)}"
+    folder = Location.of(options.reports)
+    base = f"retune-{_stamp(options.end_ms)}"
     if result is not None:
-        outcome.plot = str(base.with_suffix(".png"))
+        outcome.plot = (folder / f"{base}.png").spark
         plot(result, outcome.plot)
-    outcome.report = str(base.with_suffix(".json"))
+    outcome.report = (folder / f"{base}.json").spark
     write_text_atomically(outcome.report, json.dumps(outcome.as_dict(), indent=2) + "\n")
     return outcome
 
@@ -284,9 +284,9 @@ def _run(args: argparse.Namespace) -> int:
     from watermark.timeparse import instant_ms
 
     options = RetuneOptions(
-        tables=args.tables,
-        config=args.config,
-        reports=args.reports,
+        tables=storage.checked(args.tables, "--tables"),
+        config=storage.checked(args.config, "--config"),
+        reports=storage.checked(args.reports, "--reports"),
         end_ms=instant_ms(args.end),
         history_ms=int(args.history_hours * 3_600_000),
         target_late_pct=args.target_late_pct,

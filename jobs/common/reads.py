@@ -201,6 +201,18 @@ def delta_location(path: str | Location) -> tuple[str, dict[str, str] | None]:
     return f"{scheme}://{where.authority}/{where.key}", deltalake_storage_options(os.environ)
 
 
+def open_delta(path: str | Location) -> Any:
+    """The Delta table at ``path`` (a path or URI) as delta-rs's ``DeltaTable``; None when there is none."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    uri, options = delta_location(path)
+    try:
+        return DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        return None
+
+
 class TableReader:
     """The Delta tables under one root, read without Spark (delta-rs and pyarrow).
 
@@ -228,14 +240,7 @@ class TableReader:
         return table_path(self.root, table)
 
     def _open(self, table: str) -> Any:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        uri, options = delta_location(self.path(table))
-        try:
-            return DeltaTable(uri, storage_options=options)
-        except TableNotFoundError:
-            return None
+        return open_delta(self.path(table))
 
     def exists(self, table: str) -> bool:
         """Whether ``table`` is a Delta table (it has at least one commit)."""

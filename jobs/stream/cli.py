@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +23,7 @@ from jobs.stream.options import (
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
+from watermark import storage
 from watermark.config import (
     IDLE_TIMEOUT_WINDOWS,
     MIN_DEFAULT_IDLE_TIMEOUT_MS,
@@ -34,6 +33,7 @@ from watermark.config import (
     load_config,
     write_config,
 )
+from watermark.storage import Location
 
 log = logging.getLogger("jobs.stream")
 
@@ -41,7 +41,7 @@ log = logging.getLogger("jobs.stream")
 def summarize(output: str) -> dict[str, Any]:
     """Figures of a finished run read back from its Delta tables."""
     tables = DeltaTables(output, "jobs.stream.summary")
-    out: dict[str, Any] = {"output": os.path.abspath(output)}
+    out: dict[str, Any] = {"output": Location.of(output).spark}
     agg = tables.read("aggregates")
     late = tables.read("late_events", columns=["batch_id"]).num_rows
     quarantined = tables.read("quarantine", columns=["batch_id"]).num_rows
@@ -301,6 +301,23 @@ def _reader_flags(p: argparse.ArgumentParser) -> None:
         )
 
 
+def locations(args: argparse.Namespace) -> dict[str, str]:
+    """The run's locations (``input``, ``output``, ``checkpoint``, ``config``) as Spark takes them.
+
+    Each may be a path or a URI (:mod:`watermark.storage`); an unknown scheme, a missing bucket or storage
+    that does not answer is a :class:`watermark.storage.StorageError` (one line, exit 2) before anything
+    is written.
+    """
+    out = {}
+    for name in ("input", "output", "checkpoint", "config"):
+        given = getattr(args, name)
+        if given:
+            where = Location.of(given)
+            storage.check_reachable(where, f"--{name}")
+            out[name] = where.spark
+    return out
+
+
 def options_from_args(args: argparse.Namespace) -> JobOptions:
     """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
     from jobs.stream.options import parse_key_values
@@ -330,12 +347,13 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
             raise ValueError(msg)
         doc["idle_timeout_ms"] = None if idle == "none" else int(idle)
     flags = PipelineConfig.from_dict(doc)
+    places = locations(args)
     config = flags
     if args.config:
-        if Path(args.config).exists():
-            config = load_config(args.config)
+        if storage.exists(places["config"]):
+            config = load_config(places["config"])
         else:
-            write_config(args.config, flags)
+            write_config(places["config"], flags)
     fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
     if args.format not in ("rate", "kafka") and not args.input:
         msg = f"--input is required with --format {args.format}"
@@ -377,19 +395,19 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         max_delay_ms=args.rate_max_delay_ms,
         rows_per_batch=args.rate_rows_per_batch,
     )
-    app_id = checkpoint_app_id(args.checkpoint, args.output)  # a reset checkpoint is refused here
-    StageStore(args.checkpoint).check()  # so is a missing or damaged newest state (CheckpointError)
+    app_id = checkpoint_app_id(places["checkpoint"], places["output"])  # a reset checkpoint is refused here
+    StageStore(places["checkpoint"]).check()  # so is a missing or damaged newest state (CheckpointError)
     return JobOptions(
         app_id=app_id,
-        input=args.input or "",
+        input=places["input"] if args.input else "",
         format=args.format,
         rate=rate,
         kafka=kafka,
         max_batches=args.max_batches,
-        output=args.output,
-        checkpoint=args.checkpoint,
+        output=places["output"],
+        checkpoint=places["checkpoint"],
         config=config,
-        config_path=args.config,
+        config_path=places.get("config"),
         trigger=args.trigger,
         max_files_per_trigger=args.max_files_per_trigger,
         flush_at_end=args.flush_at_end,
@@ -457,7 +475,7 @@ def _run(args: argparse.Namespace) -> int:
     from monitoring.server import MetricsPortBusy
     from watermark.clilog import usage_errors
 
-    with usage_errors(ConfigError, ValueError, CheckpointError):
+    with usage_errors(ConfigError, ValueError, CheckpointError, OSError):  # OSError: storage failing
         options = options_from_args(args)
     metrics, server = None, None
     if options.metrics_port is not None:  # bound before Spark starts, so a busy port fails at once
