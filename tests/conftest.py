@@ -76,6 +76,7 @@ FIXTURE_MARKERS = {
     "airflow_home": "airflow",
     "jvm_process": "jvm",
     "local_server": "server",
+    "s3_server": "server",  # a local S3-compatible server (moto), tools/local/s3.py
     "spark_cluster": "jvm",  # a Spark standalone master and two workers, each its own JVM
 }
 HEAVY_MARKERS = frozenset(FIXTURE_MARKERS.values())
@@ -454,6 +455,43 @@ def kafka_broker(tmp_path_factory):
     broker.start()
     yield broker
     broker.stop()
+
+
+#: The AWS variables that would point a client elsewhere than the local S3 server: unset while it runs.
+AWS_OVERRIDES = ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_PROFILE")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One local S3-compatible server (moto, ``tools/local/s3.py``) on a free port for the run; marks its
+    tests ``server``.
+
+    While it runs, the process's environment points the standard AWS clients at it (``s3_server.env()``:
+    ``AWS_ENDPOINT_URL``, the key pair, ``AWS_REGION``; the other AWS variables of :data:`AWS_OVERRIDES`
+    unset), so Spark sessions built from then on (:func:`jobs.common.session.build_session`), delta-rs
+    (``jobs.common.object_store.deltalake_storage_options``) and boto3 reach it; a Spark session built
+    before it gets the settings from ``jobs.common.object_store.apply_s3a_settings``.
+    ``s3_server.new_bucket()`` makes a fresh bucket (each test its own: objects live in the server's memory
+    until the run ends). At the end the environment is restored and the server stopped. Up to 600 s to
+    start, as the Kafka broker: the suite keeps the cores busy.
+    """
+    from tools.local.s3 import LocalS3
+
+    server = LocalS3(port=free_port(), dir=tmp_path_factory.mktemp("s3"), start_timeout=600)
+    server.start()
+    saved = {name: os.environ.get(name) for name in (*server.env(), *AWS_OVERRIDES)}
+    for name in AWS_OVERRIDES:
+        os.environ.pop(name, None)
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -95,6 +95,11 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
     keeps its value; ``shuffle_partitions`` sets the first two. Under ``spark-submit`` (``SPARK_HOME`` or
     ``SPARK_MASTER`` set) the master is left to its ``--master``; on a cluster set
     ``spark.sql.shuffle.partitions`` to the executor cores.
+
+    Object storage: the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``...) become s3a settings on the session's Hadoop configuration,
+    and ``s3://`` is served by s3a (:func:`jobs.common.object_store.apply_s3a_settings`); a ``--conf
+    spark.hadoop.fs.s3a.*`` keeps its value.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -145,6 +150,9 @@ def build_session(app_name: str, *, master: str | None = None, shuffle_partition
         for key, value in ONE_MACHINE_FIXED.items():
             if not given.contains(key):
                 spark.conf.set(key, value)
+    from jobs.common.object_store import apply_s3a_settings
+
+    apply_s3a_settings(spark, os.environ)
     return spark
 
 
