@@ -20,11 +20,14 @@ field               type    meaning
 =================== ======= ==========================================================================
 
 Files are named ``feed-000001.json``, ``feed-000002.json``, ... so that lexical order is arrival order;
-a run into a directory that already holds feed files continues after the highest number. Each file is
-written under a hidden temporary name (``.feed-....tmp``, which Spark's file source ignores) and then
-renamed into place with :func:`os.replace`, so the job never sees a partial file. Spark's file source takes
-files oldest first by modification time (in milliseconds): every file gets a modification time at least
-1 ms after the previous one's, so that the order in which the job reads files is their arrival order.
+a run into a directory that already holds feed files continues after the highest number. The directory may
+be a URI (``s3a://bucket/landing``: :mod:`watermark.storage`). Each file appears whole under its final name
+(:func:`watermark.storage.write_bytes`: on a local disk a hidden temporary file, which Spark's file source
+ignores, renamed into place; on an object store one PUT), so the job never sees a partial file. Spark's file
+source takes files oldest first by modification time (in milliseconds): every local file gets a modification
+time at least 1 ms after the previous one's, so that the order in which the job reads files is their arrival
+order; an object store stamps each object when its PUT completes, and files of the same second are read in
+name order (:func:`jobs.stream.sources.readers.landing_order`).
 
 Kafka
 -----
@@ -95,7 +98,6 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,9 +105,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from watermark import storage
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser, delimiter_arg
 from watermark.clilog import CliError, entry_prog, plain_text, run_main
 from watermark.progress import Progress, ProgressReporter, progress_line
+from watermark.storage import Location
 
 __all__ = [
     "FIELDS",
@@ -434,39 +438,36 @@ def feed(
     if not arrival_time:
         table = table.drop_columns(["arrival_time_ms"])
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    first_number = _highest_number(out) + 1
+    out = Location.of(out_dir)
+    storage.make_dirs(out)
+    landed = storage.listdir(out)
+    first_number = _highest_number(landed) + 1
     if files and first_number + files - 1 > _MAX_NUMBER:
         msg = f"{out}: {files} more files would number past {_PREFIX}{_MAX_NUMBER}; use an empty directory"
         raise ValueError(msg)
 
     lines = _json_lines(table) if fmt == "json" and rows else None
     start = time.monotonic()
-    last_mtime_ns = _newest_mtime_ns(out)
+    last_mtime_ns = _newest_mtime_ns(landed)
     for k in range(files):
         lo, count = k * rows_per_file, min(rows_per_file, rows - k * rows_per_file)
         final = out / f"{_PREFIX}{first_number + k:0{_DIGITS}d}.{fmt}"
-        temporary = out / f".{final.name}.{os.getpid()}.tmp"
-        try:
-            if lines is not None:
-                temporary.write_text("".join(lines.slice(lo, count).to_pylist()), encoding="utf-8")
-            else:
-                _write_table(table.slice(lo, count), temporary, fmt)
-            if pace == "realtime":
-                _sleep_until(start + (int(tp_ms[lo]) - int(tp_ms[0])) / 1000.0 / speed)
-            last_mtime_ns = max(time.time_ns(), last_mtime_ns + 1_000_000)
-            os.utime(temporary, ns=(last_mtime_ns, last_mtime_ns))
-            os.replace(temporary, final)
-        finally:
-            temporary.unlink(missing_ok=True)
+        if lines is not None:
+            data = "".join(lines.slice(lo, count).to_pylist()).encode("utf-8")
+        else:
+            data = _table_bytes(table.slice(lo, count), fmt)
+        if pace == "realtime":
+            _sleep_until(start + (int(tp_ms[lo]) - int(tp_ms[0])) / 1000.0 / speed)
+        # whole, under its final name at once; locally with a modification time after every earlier file's
+        last_mtime_ns = max(time.time_ns(), last_mtime_ns + 1_000_000)
+        storage.write_bytes(final, data, mtime_ns=last_mtime_ns)
         if progress is not None:
             line = f"file {k + 1}/{files}: {count:,} rows, arrival {_utc(int(tp_ms[lo]))}"
             progress(progress_line(line, k + 1, files))
     return {
         "files": files,
         "rows": rows,
-        "out": os.fspath(out_dir),
+        "out": str(out),
         "first_arrival_ms": int(tp_ms[0]) if rows else None,
         "last_arrival_ms": int(tp_ms[-1]) if rows else None,
     }
@@ -839,15 +840,15 @@ def _normalise(records: pa.Table) -> pa.Table:
     return table
 
 
-def _newest_mtime_ns(out: Path) -> int:
-    """Latest modification time among the directory's feed files (0 when there are none)."""
-    times = [p.stat().st_mtime_ns for p in out.iterdir() if p.name.startswith(_PREFIX)]
+def _newest_mtime_ns(landed: list[storage.Entry]) -> int:
+    """Latest modification time among a folder's feed files (0 when there are none)."""
+    times = [(e.mtime_ms or 0) * 1_000_000 for e in landed if e.name.startswith(_PREFIX)]
     return max(times, default=0)
 
 
-def _highest_number(out: Path) -> int:
-    """The highest number of a visible ``feed-NNNNNN.<format>`` file in ``out``, or 0."""
-    numbers = [int(match.group(1)) for name in os.listdir(out) if (match := _FEED_FILE.match(name))]
+def _highest_number(landed: list[storage.Entry]) -> int:
+    """The highest number of a visible ``feed-NNNNNN.<format>`` file among a folder's entries, or 0."""
+    numbers = [int(match.group(1)) for e in landed if (match := _FEED_FILE.match(e.name))]
     return max(numbers, default=0)
 
 
@@ -875,16 +876,18 @@ def _json_values(column: pa.ChunkedArray) -> Any:
     return text
 
 
-def _write_table(table: pa.Table, path: Path, fmt: str) -> None:
-    """Write one CSV (with a header) or Parquet file."""
+def _table_bytes(table: pa.Table, fmt: str) -> bytes:
+    """One CSV (with a header) or Parquet file's bytes."""
+    sink = pa.BufferOutputStream()
     if fmt == "csv":
         import pyarrow.csv as pacsv
 
-        pacsv.write_csv(table, path)
+        pacsv.write_csv(table, sink)
     else:
         import pyarrow.parquet as pq
 
-        pq.write_table(table, path)
+        pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def _sleep_until(deadline: float) -> None:

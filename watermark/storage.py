@@ -393,15 +393,16 @@ def read_text(where: str | Location) -> str:
     return read_bytes(where).decode("utf-8")
 
 
-def write_bytes(where: str | Location, data: bytes) -> None:
+def write_bytes(where: str | Location, data: bytes, *, mtime_ns: int | None = None) -> None:
     """Write the file ``where`` whole: readers see the old content or the new one, never a part.
 
     An object store: one PUT. A local file system: a temporary file in the same folder, fsynced, renamed
     over the target (which keeps its mode), and the folder fsynced. Parent folders are created as needed.
+    ``mtime_ns`` sets a local file's modification time before it appears (an object store sets its own).
     """
     loc = Location.of(where)
     if loc.local:
-        _write_local(loc.key, data)
+        _write_local(loc.key, data, mtime_ns)
         return
     fs, path = loc.filesystem()
     try:
@@ -416,7 +417,7 @@ def write_text(where: str | Location, text: str) -> None:
     write_bytes(where, text.encode("utf-8"))
 
 
-def _write_local(target: str, data: bytes) -> None:
+def _write_local(target: str, data: bytes, mtime_ns: int | None = None) -> None:
     folder = posixpath.dirname(target)
     os.makedirs(folder, exist_ok=True)
     try:
@@ -432,6 +433,8 @@ def _write_local(target: str, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
