@@ -46,10 +46,34 @@ VARIABLES: dict[str, str] = {
 SPARK_CONN_ID = "awm_spark"
 PUSHGATEWAY_CONN_ID = outcome.PUSHGATEWAY_CONN_ID
 
-#: The backfill's output. One Asset per table; an event's ``extra`` names the tables' location and the data
-#: interval the backfill reconciled, which the data-quality DAG checks.
-AGGREGATES = Asset(name="awm_aggregates", uri="awm://tables/aggregates", group="awm")
-LATE_EVENTS = Asset(name="awm_late_events", uri="awm://tables/late_events", group="awm")
+
+
+def tables_location() -> str:
+    """Parse time: the tables' location the Assets are named by (Variable ``awm_tables``, else the default).
+
+    The DAG processor reads the Variable when it parses the DAG files (an environment variable
+    ``AIRFLOW_VAR_AWM_TABLES`` answers without the metadata database); where no Variable can be read, the
+    built-in default names them.
+    """
+    try:
+        from airflow.sdk import Variable
+
+        return str(Variable.get("awm_tables", default=VARIABLES["awm_tables"]))
+    except Exception:  # noqa: BLE001 - no Variable store while parsing (a test's DagBag): the default
+        return VARIABLES["awm_tables"]
+
+
+def table_asset(table: str) -> Asset:
+    """The Asset of one table, named by its real URI (``s3a://bucket/tables/aggregates``, ``file:///...``)."""
+    from watermark.storage import Location
+
+    return Asset(name=f"awm_{table}", uri=(Location.of(tables_location()) / table).uri, group="awm")
+
+
+#: The backfill's output. One Asset per table, named by the table's URI; an event's ``extra`` names the
+#: tables' location and the data interval the backfill reconciled, which the data-quality DAG checks.
+AGGREGATES = table_asset("aggregates")
+LATE_EVENTS = table_asset("late_events")
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TAGS = ["awm"]
