@@ -262,7 +262,8 @@ class LocalS3:
         if self._process is not None and self._process.pid == pid and self._process.poll() is None:
             return dict(state)  # this object's child (right after the fork it still shows our command line)
         command = _cmdline(pid)
-        if _alive(pid) and _MODULE in command and "serve" in command and _cwd(pid) == str(self.dir):
+        here = os.path.realpath(self.dir)  # /proc/PID/cwd names the folder without symbolic links
+        if _alive(pid) and _MODULE in command and "serve" in command and _cwd(pid) == here:
             return dict(state)
         path.unlink(missing_ok=True)
         return None
