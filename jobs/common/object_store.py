@@ -263,14 +263,14 @@ def apply_s3a_settings(spark: Any, environ: Mapping[str, str]) -> list[str]:
     settings = s3a_settings(environ)
     given = spark.sparkContext.getConf()
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    applied = []
+    applied, kept = [], []
     for key, value in sorted(settings.items()):
-        if given.contains(key):
-            continue
         name = key.removeprefix(SPARK_HADOOP)
+        if given.contains(key):
+            kept.append(name)
+            continue
         hadoop.set(name, value)
         applied.append(name)
-    kept = sorted(k.removeprefix(SPARK_HADOOP) for k in settings if given.contains(k))
     if len(settings) > len(S3_SCHEME_SETTINGS):
         log.info(
             "s3a settings from the AWS environment: %s%s",
