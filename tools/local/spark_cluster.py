@@ -16,8 +16,9 @@ Usage::
 
 The JVMs are the pinned pip PySpark's own ``bin/spark-class org.apache.spark.deploy.master.Master`` and
 ``... deploy.worker.Worker spark://HOST:PORT`` (the pip package has no ``sbin/start-master.sh``), started in
-the background, each in a process group of its own, on 127.0.0.1, with small daemons (256 MiB heap, C1 only).
-A start is complete when the master's JSON page (``http://HOST:UI_PORT/json/``) lists every worker ALIVE;
+the background, each in a process group of its own, on 127.0.0.1: small daemons (256 MiB heap), and every
+JVM, the executors included, compiling with C1 only (``JAVA_TOOL_OPTIONS``). A start is complete when the
+master's JSON page (``http://HOST:UI_PORT/json/``) lists every worker ALIVE;
 it fails after 90 s (by default) with the tails of the JVMs' logs.
 
 **The workers do not see the checkout.** Their Spark (``SPARK_HOME``) and their Python are a virtualenv of
@@ -464,7 +465,13 @@ class LocalSparkCluster:
             "PYSPARK_PYTHON": str(python),
             # The daemons are small: the master and a worker keep a few objects; executors are their own JVMs.
             "SPARK_DAEMON_MEMORY": "256m",
-            "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "SPARK_DAEMON_JAVA_OPTS": "-XX:+UseSerialGC",
+            # Every JVM of the cluster, the executors included (they inherit the worker's environment),
+            # compiles with C1 only, as the test suite's and the local Kafka broker's: a local cluster's
+            # applications are short, and C2's compiler threads would take a third of two cores' CPU.
+            "JAVA_TOOL_OPTIONS": " ".join(
+                [*env.get("JAVA_TOOL_OPTIONS", "").split(), "-XX:TieredStopAtLevel=1"]
+            ),
         }
         if worker is not None:
             env["SPARK_LOCAL_DIRS"] = str(self.dir / f"worker-{worker}" / "local")
