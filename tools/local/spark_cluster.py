@@ -2,7 +2,7 @@ r"""A local Spark standalone cluster: one master and two workers, each its own J
 
 Usage::
 
-    bin/spark-local start                 # master spark://127.0.0.1:7077 (UI 8080), two workers of 1 core
+    bin/spark-local start                 # master spark://127.0.0.1:7077 (UI 8090), two workers of 1 core
     bin/spark-local status                # running (pids, master URL, alive workers, workers' Python) or not
     bin/spark-local python                # the workers' Python (made if missing), for spark.pyspark.python
     bin/spark-local stop                  # SIGTERM the workers (and their executors), then the master
@@ -83,7 +83,8 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7077
-DEFAULT_UI_PORT = 8080
+#: Not Spark's 8080: bin/airflow-local's UI is there, and the DAGs may submit to this cluster.
+DEFAULT_UI_PORT = 8090
 DEFAULT_DIR = ROOT / "out" / "spark-cluster"
 #: Where :func:`worker_python` keeps the workers' virtualenvs, one per key (lock, dependencies, Python).
 ENV_CACHE = ROOT / "out" / "spark-worker-env"
@@ -305,7 +306,7 @@ class LocalSparkCluster:
     port : int, optional
         The master's port; default ``$AWM_SPARK_PORT``, else 7077.
     ui_port : int, optional
-        The master's web UI port (its JSON page too); default ``$AWM_SPARK_UI_PORT``, else 8080.
+        The master's web UI port (its JSON page too); default ``$AWM_SPARK_UI_PORT``, else 8090.
     dir : str or os.PathLike, optional
         Working directories and logs; default ``$AWM_SPARK_DIR``, else ``out/spark-cluster``.
     workers : int, default 2
