@@ -18,6 +18,7 @@ import pytest
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_stream import iot_records, stable
 from tools.feed import feed
+from watermark import storage
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +26,19 @@ pytestmark = pytest.mark.slow
 RECORDS, PER_BATCH = 2_000, 250
 
 
-def job_command(tmp: Path, inp: Path | list[str]) -> list[str]:
-    """The job on landing files ``inp``, or on the source that the flags ``inp`` name (Kafka)."""
-    source = ["--input", str(inp), "--max-files-per-trigger", "1"] if isinstance(inp, Path) else inp
+def job_command(tmp: Path | str, inp: Path | str | list[str]) -> list[str]:
+    """The job writing under ``tmp`` (a folder or a URI) on landing files ``inp`` (a folder or a URI), or on
+    the source that the flags ``inp`` name (Kafka)."""
+    source = inp if isinstance(inp, list) else ["--input", str(inp), "--max-files-per-trigger", "1"]
     return [
         sys.executable,
         "-m",
         "jobs.stream",
         *source,
         "--output",
-        str(tmp / "out"),
+        f"{tmp}/out",
         "--checkpoint",
-        str(tmp / "ck"),
+        f"{tmp}/ck",
         # The adaptive watermark (state to restore at each restart) with late rows on both sources (3 of the
         # landing files' records, 40 of the topic's: the library's replay of these settings).
         "--strategy",
@@ -55,7 +57,7 @@ def job_command(tmp: Path, inp: Path | list[str]) -> list[str]:
     ]
 
 
-def run_to_end(tmp: Path, inp: Path | list[str], env: dict[str, str]) -> list[int]:
+def run_to_end(tmp: Path | str, inp: Path | str | list[str], env: dict[str, str]) -> list[int]:
     """Run the job until its input is exhausted; the ids of the batches it ran."""
     proc = subprocess.run(job_command(tmp, inp), env=env, capture_output=True, text=True, check=False)
     errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Exception" in line]
@@ -71,7 +73,7 @@ def batch_id(progress_line: str) -> int:
 
 
 def kill_inside_batch(
-    tmp: Path, inp: Path | list[str], after: int, rng: random.Random, env: dict[str, str]
+    tmp: Path | str, inp: Path | str | list[str], after: int, rng: random.Random, env: dict[str, str]
 ) -> list[int]:
     """Start the job; once batch ``after`` (or a later one) has completed, SIGKILL it (and its JVM) a random
     moment into what follows (the next batch, or Spark's commit of this one). The ids of the batches it
@@ -106,10 +108,12 @@ def kill_inside_batch(
     return done
 
 
-def batches_done(tmp: Path) -> int:
+def batches_done(tmp: Path | str) -> int:
     """Batches started so far: one past the highest ``batch-N.json`` (older ones are pruned)."""
-    stage = tmp / "ck" / "stage"
-    ids = [int(p.stem.split("-")[1]) for p in stage.glob("batch-*.json")] if stage.exists() else []
+    names = [e.name for e in storage.listdir(f"{tmp}/ck/stage")]
+    ids = [
+        int(n[len("batch-") : -len(".json")]) for n in names if n.startswith("batch-") and n.endswith(".json")
+    ]
     return max(ids) + 1 if ids else 0
 
 
@@ -122,14 +126,21 @@ def test_sigkill_three_times_then_restart_gives_identical_tables(tmp_path, jvm_p
 
 
 def killed_three_times_gives_the_tables_of_one_run(
-    tmp_path: Path, inp: Path | list[str], env: dict[str, str]
+    tmp_path: Path,
+    inp: Path | list[str],
+    env: dict[str, str],
+    crashed: str | None = None,
+    crashed_input: str | None = None,
 ) -> None:
     """An uninterrupted run, then a run SIGKILLed inside its batches three times and restarted to the end
-    (the job as a process with the environment ``env``): every table holds the same rows."""
+    (the job as a process with the environment ``env``): every table holds the same rows. The killed run
+    writes under ``crashed`` (default: a folder of ``tmp_path``; a URI puts its tables and checkpoint on an
+    object store) and reads ``crashed_input`` (default: ``inp``; the same files elsewhere)."""
     reference = tmp_path / "reference"
     assert run_to_end(reference, inp, env)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
 
-    crashed = tmp_path / "crashed"
+    crashed = crashed or str(tmp_path / "crashed")
+    inp = crashed_input or inp
     rng = random.Random(0)
     # Each kill falls a random moment after batch 0-5 completed (drawn: 0, 3 and 5), in the next batch.
     points = sorted(rng.sample(range(RECORDS // PER_BATCH - 2), 3))
@@ -144,7 +155,7 @@ def killed_three_times_gives_the_tables_of_one_run(
         previous = done[-1]
     assert run_to_end(crashed, inp, env)[0] >= previous
 
-    want, got = DeltaTables(reference / "out", "r"), DeltaTables(crashed / "out", "r")
+    want, got = DeltaTables(reference / "out", "r"), DeltaTables(f"{crashed}/out", "r")
     aggregates = stable(want.read("aggregates"), ["window_start_ms", "key", "flushed"])
     late = stable(want.read("late_events"), ["event_id"])
     assert aggregates and late  # windows and late rows: the comparison is not vacuous

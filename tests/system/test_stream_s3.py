@@ -1,0 +1,30 @@
+"""Exactly once on object storage: the job with its landing files, tables and checkpoint on ``s3a://`` (a
+real S3 server, fixture s3_server), SIGKILLed inside its micro-batches three times and restarted, writes the
+tables of an uninterrupted run on local disk (``tests/system/test_stream_exactly_once.py``: the helpers,
+and the same on local disk)."""
+
+import pytest
+
+from tests.integration.spark.test_stream import iot_records
+from tests.system.test_stream_exactly_once import (
+    PER_BATCH,
+    RECORDS,
+    killed_three_times_gives_the_tables_of_one_run,
+)
+from tools.feed import feed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
+def test_sigkill_three_times_on_s3_then_restart_gives_the_tables_of_a_run_on_local_disk(
+    tmp_path, s3_server, jvm_process
+):
+    records = iot_records(RECORDS)
+    root = f"s3a://{s3_server.new_bucket()}"
+    feed(records, tmp_path / "in", rows_per_file=PER_BATCH)  # 8 files, one per micro-batch
+    feed(records, f"{root}/in", rows_per_file=PER_BATCH)  # the same 8 files on S3
+    env = jvm_process.env | s3_server.env()
+    killed_three_times_gives_the_tables_of_one_run(
+        tmp_path, tmp_path / "in", env, crashed=f"{root}/crashed", crashed_input=f"{root}/in"
+    )
