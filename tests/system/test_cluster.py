@@ -271,7 +271,7 @@ def test_the_executors_import_the_project_from_the_shipped_archive_only(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
     assert report["shipped"] == f"--py-files {code_zip.name}"  # the job would ship nothing itself
     tasks = [json.loads(task) for task in report["tasks"]]
     work_dirs = [spark_cluster.work_dir(i) for i in (1, 2)]
@@ -279,6 +279,9 @@ def test_the_executors_import_the_project_from_the_shipped_archive_only(
         cwd = Path(task["cwd"])
         assert any(cwd.is_relative_to(w) for w in work_dirs), cwd  # an executor's folder of a worker
         assert task["executable"] == str(spark_cluster.python)
+        # spark-submit's --jars, served by the driver, fetched into the executor's folder
+        jars = ("delta-spark_*.jar", "spark-sql-kafka-0-10_*.jar")
+        assert all(any(cwd.glob(jar)) for jar in jars), sorted(p.name for p in cwd.iterdir())
         for name, path in task["modules"].items():
             # the archive spark-submit copied into the executor's folder, nothing of the checkout's
             assert Path(path).is_relative_to(cwd / code_zip.name), (name, path)
