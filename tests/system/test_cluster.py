@@ -8,9 +8,9 @@ directory outside the checkout. The job goes to it as docs/deployment.md ("Runni
 ``spark.pyspark.python`` names the workers' Python. On landing files (the Arrow reader's passes run in the
 executors) and on a 4-partition Kafka topic (the watermark stage in the executors), the cluster's run writes
 the tables the same job writes in local mode (``python -m jobs.stream``), row for row but for the columns
-of the wall clock; and a task of the same submission finds the project's modules in the shipped archive
-under Spark's work directory, not in the checkout. The runs go one after the other (at once they were no
-faster on two cores, and slowed the suite's other workers); nothing is timed.
+of the wall clock; and the tasks of a third submission, made the same way, find the project's modules in
+the shipped archive under Spark's work directory, not in the checkout. The runs go one after the other (at
+once they were no faster on two cores, and slowed the suite's other workers); nothing is timed.
 """
 
 from __future__ import annotations
