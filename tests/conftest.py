@@ -53,12 +53,16 @@ TESTS = ROOT / "tests"
 #: streams, backfill races), largest first, relative to tests/. They are collected first, so that bin/test's
 #: three workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
 SLOW_FILES = (
+    "system/test_stream_s3.py",
+    "system/test_cluster.py",
     "system/test_stream_chaos.py",
     "system/test_stream_exactly_once.py",
     "system/test_stream_exactly_once_kafka.py",
     "integration/airflow/test_dags.py",
     "system/test_airflow_scheduler.py",
     "integration/kafka/test_stream_kafka.py",
+    "integration/kafka/test_kafka_security.py",
+    "integration/s3/test_pipeline_on_s3.py",
     "integration/prometheus/test_monitoring_live.py",
     "integration/spark/test_backfill_races.py",
     "integration/spark/test_backfill.py",
