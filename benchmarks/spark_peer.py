@@ -1,6 +1,11 @@
 """This job (periodic, slo) against Spark's native ``withWatermark`` + ``window`` aggregation.
 
     python benchmarks/spark_peer.py --events 2000000 --json
+    python benchmarks/spark_peer.py --events 2000000 --storage s3 --json   # and again with everything on S3
+
+With ``--storage s3`` every side then runs again with its landing files, tables and checkpoint on an S3
+server (the one ``AWS_ENDPOINT_URL`` names, with ``--bucket``; else a local moto server started here) and
+the output adds ``s3`` (the same figures) and ``s3_ratio_periodic_to_native``/``s3_ratio_slo_to_native``.
 
 One process, one SparkSession (``local[*]``, ``spark.sql.shuffle.partitions`` = cores for every run), the
 same synthetic input (8 partitions, 1,000 keys) fed as JSON-lines landing files, read one file per
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -45,7 +51,9 @@ from jobs.stream.options import JobOptions  # noqa: E402
 from jobs.stream.run import run_job  # noqa: E402
 from tools import peers  # noqa: E402
 from tools.feed import feed, records_from_synthetic  # noqa: E402
+from watermark import storage  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
+from watermark.storage import Location  # noqa: E402
 
 
 def quantiles(values: np.ndarray) -> dict[str, float | None]:
@@ -68,8 +76,8 @@ def batch_clock(landing: Path) -> np.ndarray:
 
 def run_ours(
     spark,
-    landing: Path,
-    work: Path,
+    landing: Location,
+    work: Location,
     strategy: str,
     params: dict,
     events: int,
@@ -109,7 +117,7 @@ def run_ours(
     }
 
 
-def run_native(spark, landing: Path, work: Path, delay_ms: int, events: int, clock: np.ndarray):
+def run_native(spark, landing: Location, work: Location, delay_ms: int, events: int, clock: np.ndarray):
     """Spark's native watermark, as ``bin/run`` runs it beside the job (:func:`tools.peers.run_native`)."""
     start = time.perf_counter()
     dropped, out = peers.run_native(
@@ -129,6 +137,62 @@ def run_native(spark, landing: Path, work: Path, delay_ms: int, events: int, clo
     }
 
 
+def measure(spark, args, records, landing, work, clock) -> dict:
+    """Every side on ``landing`` (a folder or a URI), writing under ``work``: warm-up, then the repeats."""
+    periodic = {"delay_ms": args.delay_ms, "period_ms": 200}
+
+    def sides(folder, events: int, clock_of: np.ndarray) -> dict:
+        return {
+            "job_periodic": lambda w: run_ours(spark, folder, w, "periodic", periodic, events, clock_of),
+            "job_slo": lambda w: run_ours(spark, folder, w, "slo", {"late_slo_pct": 1.0}, events, clock_of),
+            # The periodic run without the arrivals table (the re-tuning DAG's history;
+            # --no-arrival-history for a deployment that does not re-tune).
+            "job_periodic_no_history": lambda w: run_ours(
+                spark, folder, w, "periodic", periodic, events, clock_of, arrival_history=False
+            ),
+            "native": lambda w: run_native(spark, folder, w, args.delay_ms, events, clock_of),
+        }
+
+    # Warm the JVM, the Python workers and the compiled watermark rule: every side runs once, unmeasured, on
+    # a copy of the first events (a split per core, batches as big as the measured ones), so that no side's
+    # first measured run pays its first-query cost.
+    warm = work / "warm"
+    n_warm = min(args.events, 2 * -(-args.events // args.files))
+    feed(records.slice(0, n_warm), warm / "landing", rows_per_file=-(-n_warm // 2))
+    local_warm = Path(tempfile.mkdtemp(prefix="spark-peer-clock-"))
+    feed(records.slice(0, n_warm), local_warm, rows_per_file=-(-n_warm // 2))
+    for name, warm_run in sides(warm / "landing", n_warm, batch_clock(local_warm)).items():
+        warm_run(warm / name)
+    shutil.rmtree(local_warm, ignore_errors=True)
+    # Each side runs ``--repeats`` times, in an order that rotates from one repeat to the next (a machine's
+    # slow minute does not fall on one side only); each figure is its median run's.
+    runs = sides(landing, args.events, clock)
+    names = list(runs)
+    measured: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(args.repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            result = runs[name](work / f"{name}-{r}")
+            storage.remove_tree(work / f"{name}-{r}")
+            measured[name].append(result)
+            print(f"repeat {r + 1}/{args.repeats} {name} {result}", file=sys.stderr, flush=True)
+    results = {}
+    for name, runs_of in measured.items():
+        ranked = sorted(runs_of, key=lambda x: x["events_per_s"])
+        results[name] = {
+            **ranked[(len(ranked) - 1) // 2],
+            "events_per_s_runs": [x["events_per_s"] for x in runs_of],
+        }
+    native = results["native"]["events_per_s"]
+    return {
+        **results,
+        "ratio_periodic_to_native": round(results["job_periodic"]["events_per_s"] / native, 3),
+        "ratio_slo_to_native": round(results["job_slo"]["events_per_s"] / native, 3),
+        "ratio_periodic_no_history_to_native": round(
+            results["job_periodic_no_history"]["events_per_s"] / native, 3
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000)
@@ -136,11 +200,27 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=500, help="bounded delay of periodic and native")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5, help="runs of each side (median reported)")
+    parser.add_argument(
+        "--storage",
+        choices=("local", "s3"),
+        default="local",
+        help="local: landing files, tables and checkpoints on local disk; s3: that, then the same with every "
+        "location on an S3 server (AWS_ENDPOINT_URL and keys, or a local moto server started here)",
+    )
+    parser.add_argument("--bucket", help="with --storage s3 and AWS_ENDPOINT_URL set: the bucket to use")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.storage == "s3" and os.environ.get("AWS_ENDPOINT_URL") and not args.bucket:
+        parser.error("--storage s3 against AWS_ENDPOINT_URL needs --bucket NAME")
 
     work = Path(tempfile.mkdtemp(prefix="spark-peer-"))
+    server = None
     try:
+        if args.storage == "s3" and not os.environ.get("AWS_ENDPOINT_URL"):
+            from tools.local.s3 import LocalS3
+
+            server = LocalS3(port=free_port(), dir=work / "s3").start()
+            os.environ.update(server.env())
         landing = work / "landing"
         records = records_from_synthetic(args.events, seed=args.seed, partitions=8, keys=1_000)
         feed(records, landing, rows_per_file=-(-args.events // args.files))
@@ -151,67 +231,31 @@ def main() -> None:
             f"input: {args.events:,} events in {args.files} files; shuffle partitions {cores}",
             file=sys.stderr,
         )
-        periodic = {"delay_ms": args.delay_ms, "period_ms": 200}
-
-        def sides(folder: Path, events: int, clock_of: np.ndarray) -> dict:
-            return {
-                "job_periodic": lambda w: run_ours(spark, folder, w, "periodic", periodic, events, clock_of),
-                "job_slo": lambda w: run_ours(
-                    spark, folder, w, "slo", {"late_slo_pct": 1.0}, events, clock_of
-                ),
-                # The periodic run without the arrivals table (the re-tuning DAG's history;
-                # --no-arrival-history for a deployment that does not re-tune).
-                "job_periodic_no_history": lambda w: run_ours(
-                    spark, folder, w, "periodic", periodic, events, clock_of, arrival_history=False
-                ),
-                "native": lambda w: run_native(spark, folder, w, args.delay_ms, events, clock_of),
-            }
-
-        # Warm the JVM, the Python workers and the compiled watermark rule: every side runs once, unmeasured,
-        # on a copy of the first events (a split per core, batches as big as the measured ones), so that no
-        # side's first measured run pays its first-query cost.
-        warm = work / "warm"
-        n_warm = min(args.events, 2 * -(-args.events // args.files))
-        feed(records.slice(0, n_warm), warm / "landing", rows_per_file=-(-n_warm // 2))
-        for name, warm_run in sides(warm / "landing", n_warm, batch_clock(warm / "landing")).items():
-            warm_run(warm / name)
-        # Each side runs ``--repeats`` times, in an order that rotates from one repeat to the next (a
-        # machine's slow minute does not fall on one side only); each figure is its median run's.
-        runs = sides(landing, args.events, clock)
-        names = list(runs)
-        measured: dict[str, list[dict]] = {name: [] for name in names}
-        for r in range(args.repeats):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                result = runs[name](work / f"{name}-{r}")
-                shutil.rmtree(work / f"{name}-{r}", ignore_errors=True)
-                measured[name].append(result)
-                print(f"repeat {r + 1}/{args.repeats} {name} {result}", file=sys.stderr, flush=True)
-        results = {}
-        for name, runs_of in measured.items():
-            ranked = sorted(runs_of, key=lambda x: x["events_per_s"])
-            results[name] = {
-                **ranked[(len(ranked) - 1) // 2],
-                "events_per_s_runs": [x["events_per_s"] for x in runs_of],
-            }
+        out = {"events": args.events, "micro_batches": args.files, "shuffle_partitions": cores}
+        out |= measure(spark, args, records, Location.of(str(landing)), Location.of(str(work)), clock)
+        if args.storage == "s3":
+            bucket = server.new_bucket("spark-peer") if server is not None else args.bucket
+            remote = Location.of(f"s3a://{bucket}/spark-peer")
+            feed(records, remote / "landing", rows_per_file=-(-args.events // args.files))
+            print(f"the same on {remote}", file=sys.stderr)
+            on_s3 = measure(spark, args, records, remote / "landing", remote, clock)
+            out["s3"] = on_s3
+            for name in ("ratio_periodic_to_native", "ratio_slo_to_native"):
+                out[f"s3_{name}"] = on_s3[name]
         spark.stop()
-        out = {
-            "events": args.events,
-            "micro_batches": args.files,
-            "shuffle_partitions": cores,
-            **results,
-            "ratio_periodic_to_native": round(
-                results["job_periodic"]["events_per_s"] / results["native"]["events_per_s"], 3
-            ),
-            "ratio_slo_to_native": round(
-                results["job_slo"]["events_per_s"] / results["native"]["events_per_s"], 3
-            ),
-            "ratio_periodic_no_history_to_native": round(
-                results["job_periodic_no_history"]["events_per_s"] / results["native"]["events_per_s"], 3
-            ),
-        }
         print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     finally:
+        if server is not None:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":
