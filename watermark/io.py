@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from watermark import storage
 from watermark.timeparse import MAX_ABS_SECONDS, MS_PER_DAY, TIME_FORMATS, parse_text
 
 __all__ = ["TIME_FORMATS", "InputError", "RecordedStream", "read_stream"]
@@ -118,7 +119,7 @@ def read_stream(
     Parameters
     ----------
     path : str or os.PathLike
-        The file.
+        The file: a path, or a URI (``s3a://bucket/stream.csv``: :mod:`watermark.storage`).
     event_time, arrival_time : str
         The event-time and arrival-time columns: names, or with ``header=False`` 0-based column indices
         written as digits (``"2"``). For Parquet, ``header=False`` lets a column be given either way.
@@ -151,7 +152,35 @@ def read_stream(
         unparseable time, or a missing or empty partition/key value. The message is one line.
 
     """
-    source = os.fspath(path)
+    where = storage.Location.of(path) if isinstance(path, str) and "://" in path else None
+    if where is not None and not where.local:  # an object store: read a local copy, errors name the URI
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="awm-stream-") as tmp:
+            copy = f"{tmp}/{where.name}"
+            try:
+                data = storage.read_bytes(where)
+            except OSError as exc:
+                msg = f"{where}: cannot read the file: {exc}"
+                raise InputError(msg) from None
+            with open(copy, "wb") as fh:
+                fh.write(data)
+            try:
+                return read_stream(
+                    copy,
+                    event_time=event_time,
+                    arrival_time=arrival_time,
+                    partition=partition,
+                    key=key,
+                    delimiter=delimiter,
+                    header=header,
+                    time_format=time_format,
+                    value=value,
+                )
+            except InputError as exc:
+                msg = str(exc).replace(copy, str(where))
+                raise InputError(msg) from None
+    source = os.fspath(path) if where is None else where.spark
     if time_format not in TIME_FORMATS:
         msg = f"{source}: unknown time format {time_format!r}; expected one of {', '.join(TIME_FORMATS)}"
         raise InputError(msg)

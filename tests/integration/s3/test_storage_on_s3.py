@@ -127,3 +127,16 @@ def test_the_light_reader_reads_a_delta_table_on_s3(bucket):
     reader = TableReader(f"s3a://{bucket}/tables", "reader")
     assert reader.exists("t") and sorted(reader.read("t").column("x").to_pylist()) == [1, 2, 3]
     assert not reader.exists("absent")
+
+
+def test_a_recorded_stream_on_s3_reads_as_the_same_file_on_disk_and_its_errors_name_the_uri(bucket, tmp_path):
+    from watermark.io import InputError, read_stream
+
+    text = "te,tp,dev\n1000,1200,a\n900,1300,b\n"
+    (tmp_path / "s.csv").write_text(text)
+    storage.write_text(f"s3a://{bucket}/streams/s.csv", text)
+    local = read_stream(str(tmp_path / "s.csv"), event_time="te", arrival_time="tp", partition="dev")
+    remote = read_stream(f"s3a://{bucket}/streams/s.csv", event_time="te", arrival_time="tp", partition="dev")
+    assert remote.te_ms.tolist() == local.te_ms.tolist() and remote.partition.tolist() == ["a", "b"]
+    with pytest.raises(InputError, match=f"s3a://{bucket}/streams/s.csv: .*'nope'"):
+        read_stream(f"s3a://{bucket}/streams/s.csv", event_time="nope", arrival_time="tp")
