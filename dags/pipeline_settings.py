@@ -47,7 +47,6 @@ SPARK_CONN_ID = "awm_spark"
 PUSHGATEWAY_CONN_ID = outcome.PUSHGATEWAY_CONN_ID
 
 
-
 def tables_location() -> str:
     """Parse time: the tables' location the Assets are named by (Variable ``awm_tables``, else the default).
 
