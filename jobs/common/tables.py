@@ -110,32 +110,54 @@ _COMMITTED_LOG_FILE = re.compile(r"^(\d{20}\.json|\d{20}\.checkpoint(\..*)?\.par
 
 
 def clear_uncommitted_log(spark: Any, path: str) -> bool:
-    """Remove the ``_delta_log`` of a creation killed before its first commit; whether there was one.
+    """Remove what a creation killed before its first commit left in ``_delta_log``; whether it found one.
 
     delta-spark writes a table's first commit as a temporary file that it then renames. A process killed
     in between (the job under SIGKILL) leaves a ``_delta_log`` folder with no commit in it: no table, by
     Delta's protocol, yet ``DeltaTable.createIfNotExists`` then fails for ever with
-    ``DELTA_TABLE_NOT_FOUND``. Such a folder holds nothing committed, so it is removed (through Hadoop's
-    file system, local or remote) and the creation runs again. A folder with any commit, checkpoint or
-    ``_last_checkpoint`` is left alone. (Only the streaming job creates its tables; two processes
-    creating the same table at the same instant are not a case this handles.)
+    ``DELTA_TABLE_NOT_FOUND``. Such a folder holds nothing committed, so the files listed in it (and its
+    empty sub-folders, such as ``_staged_commits``) are deleted one by one, each without recursion, through
+    Hadoop's file system (local or remote), and the folder itself only if it is then empty; the creation
+    then runs again. Nothing else is deleted: not a file written after the listing (a commit landing
+    meanwhile survives), not a sub-folder that holds anything. A folder with any commit, checkpoint or
+    ``_last_checkpoint`` is left alone. (Only the streaming job creates its tables; two processes creating
+    the same table at the same instant are not a case this handles.)
     """
     jvm = spark._jvm
     log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
     fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
     if not fs.exists(log_dir):
         return False
-    names = [status.getPath().getName() for status in fs.listStatus(log_dir)]
+    found = list(fs.listStatus(log_dir))
+    names = [status.getPath().getName() for status in found]
     if any(_COMMITTED_LOG_FILE.match(name) for name in names):
         return False
     log.warning(
         "%s: a creation of the table was interrupted before its first commit (its _delta_log holds %s): "
-        "removing it and creating the table again",
+        "deleting those files and creating the table again",
         path,
         ", ".join(sorted(names)) or "nothing",
     )
-    fs.delete(log_dir, True)
+    kept = []
+    for status in found:
+        entry = status.getPath()
+        if status.isDirectory() and len(fs.listStatus(entry)) > 0:
+            kept.append(entry.getName())  # not listed, so not known to be uncommitted: left alone
+            continue
+        _delete_one(fs, entry)
+    if kept:
+        log.warning("%s: left %s in _delta_log (not empty)", path, ", ".join(sorted(kept)))
+    if len(fs.listStatus(log_dir)) == 0:
+        _delete_one(fs, log_dir)
     return True
+
+
+def _delete_one(fs: Any, entry: Any) -> None:
+    """Delete a file or an empty folder, never recursively; a folder filled meanwhile is left alone."""
+    try:
+        fs.delete(entry, False)
+    except Exception as exc:  # noqa: BLE001 - Hadoop refuses a folder that is no longer empty: keep it
+        log.warning("%s: not deleted (%s)", entry.toString(), str(exc).splitlines()[0] if str(exc) else exc)
 
 
 def create_table(spark: Any, path: str, table: str) -> None:

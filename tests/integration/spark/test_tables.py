@@ -88,6 +88,38 @@ def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_on
     assert other.read(table).num_rows == 2
 
 
+def test_clearing_an_uncommitted_log_deletes_only_the_files_it_found_and_an_emptied_folder(spark, tmp_path):
+    from jobs.common.tables import clear_uncommitted_log
+
+    # What a killed creation leaves: a temporary commit, its checksum and an empty _staged_commits folder.
+    killed = tmp_path / "killed"
+    log_dir = killed / "_delta_log"
+    (log_dir / "_staged_commits").mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.d090d940.tmp").write_text('{"commitInfo":{}}\n')
+    (log_dir / "..00000000000000000000.json.d090d940.tmp.crc").write_text("crc")
+    assert clear_uncommitted_log(spark, str(killed))
+    assert not log_dir.exists() and killed.exists()  # the folder, emptied, is gone; nothing above it
+
+    # A sub-folder that holds anything was not listed file by file: it and the folder stay, only the
+    # temporary files found at the top are deleted (the old code deleted the whole _delta_log recursively).
+    log_dir.mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.0badc0de.tmp").write_text('{"commitInfo":{}}\n')
+    (log_dir / "_staged_commits").mkdir()
+    staged = log_dir / "_staged_commits" / "00000000000000000000.4f3a.json"
+    staged.write_text('{"commitInfo":{}}\n')
+    assert clear_uncommitted_log(spark, str(killed))
+    assert staged.read_text() == '{"commitInfo":{}}\n'
+    assert sorted(p.name for p in log_dir.iterdir()) == ["_staged_commits"]
+
+    # A log with a commit is left as it is.
+    committed = tmp_path / "committed" / "_delta_log"
+    committed.mkdir(parents=True)
+    (committed / "00000000000000000000.json").write_text('{"commitInfo":{}}\n')
+    (committed / ".00000000000000000001.json.0badc0de.tmp").write_text("{}\n")
+    assert not clear_uncommitted_log(spark, str(committed.parent))
+    assert len(list(committed.iterdir())) == 2
+
+
 def test_every_row_of_an_arrow_table_with_an_empty_chunk_inside_is_appended(spark, tmp_path):
     # PySpark 4.1 and 4.2: createDataFrame stops at an empty record batch after a non-empty one (3 rows of 6).
     schema = TABLES["arrivals"]
