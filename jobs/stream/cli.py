@@ -228,16 +228,31 @@ def _execution_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flush-at-end", action="store_true", help="close all open windows when the input ends")
 
 
+#: ``--future-bound-ms``'s range: from 1 s (a smaller bound quarantines records of a correct producer
+#: whose clock is a moment ahead) to 365 days (a larger one lets a record move a partition's watermark by
+#: more than a year; near 2**63 the bound overflowed Spark's ``_ingest_ms + bound`` in every batch, on
+#: every restart).
+FUTURE_BOUND_RANGE_MS = (1_000, 365 * 86_400_000)
+#: ``--max-field-bytes``'s range: 64 bytes (an event id, a key or an ISO-8601 time must fit: 0 quarantined
+#: every record and exited 0) to 64 MiB (a field the readers hold in memory).
+MAX_FIELD_BYTES_RANGE = (64, 64 * 1024 * 1024)
+
+
 def _validation_flags(p: argparse.ArgumentParser) -> None:
     """What validation quarantines."""
     p.add_argument(
-        "--future-bound-ms", type=int, default=86_400_000, help="quarantine event times this far ahead"
+        "--future-bound-ms",
+        type=int,
+        default=86_400_000,
+        help="quarantine event and arrival times this far ahead of the ingestion clock "
+        f"({FUTURE_BOUND_RANGE_MS[0]} to {FUTURE_BOUND_RANGE_MS[1]}: 1 s to 365 days; default one day)",
     )
     p.add_argument(
         "--max-field-bytes",
         type=int,
         default=65_536,
-        help="quarantine records with a longer field (record_too_long)",
+        help="quarantine records with a longer field (record_too_long; "
+        f"{MAX_FIELD_BYTES_RANGE[0]} to {MAX_FIELD_BYTES_RANGE[1]}, default 65536)",
     )
     p.add_argument(
         "--dedup-horizon-ms",
@@ -323,6 +338,15 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     from jobs.stream.options import parse_key_values
     from watermark.registry import parse_settings
 
+    # Bounds that Spark and the readers take as they are: checked before anything is read or written.
+    for flag, (low, high) in (
+        ("future_bound_ms", FUTURE_BOUND_RANGE_MS),
+        ("max_field_bytes", MAX_FIELD_BYTES_RANGE),
+    ):
+        value = getattr(args, flag)
+        if not low <= value <= high:
+            msg = f"--{flag.replace('_', '-')} must be between {low} and {high}, got {value}"
+            raise ValueError(msg)
     # The Kafka source's options first: one refused fails the run before anything is written.
     kafka = KafkaOptions(
         bootstrap_servers=args.kafka_bootstrap_servers or "",

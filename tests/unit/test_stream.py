@@ -48,3 +48,42 @@ def test_a_new_checkpoint_gets_its_own_delta_application_id_and_refuses_tables_o
     (legacy / "query" / "offsets").mkdir(parents=True)
     (legacy / "query" / "offsets" / "0").write_text("v1\n")
     assert checkpoint_app_id(str(legacy), str(out)) == "jobs.stream"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--future-bound-ms", "0", "--future-bound-ms must be between 1000 and 31536000000, got 0"),
+        ("--future-bound-ms", "-5", "--future-bound-ms must be between 1000 and 31536000000, got -5"),
+        # near 2**63 Spark's _ingest_ms + bound overflowed in every batch, on every restart
+        ("--future-bound-ms", str(2**63 - 1), "--future-bound-ms must be between 1000 and 31536000000"),
+        ("--max-field-bytes", "0", "--max-field-bytes must be between 64 and 67108864, got 0"),
+        ("--max-field-bytes", str(2**40), "--max-field-bytes must be between 64 and 67108864"),
+    ],
+)
+def test_an_out_of_range_validation_bound_is_one_error_line_and_exit_2_before_anything(
+    tmp_path, capsys, flag, value, needle
+):
+    from jobs.stream.cli import main
+
+    argv = ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
+    argv += ["--checkpoint", str(tmp_path / "ck"), "--config", str(tmp_path / "wm.json")]
+    (tmp_path / "in").mkdir()
+    assert main([*argv, "--metrics-port", "0", flag, value]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: {needle}") and captured.err.count("\n") == 1, captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no checkpoint, table or config written
+
+
+def test_the_validation_bounds_at_their_limits_reach_the_job_options(tmp_path):
+    from jobs.stream.cli import FUTURE_BOUND_RANGE_MS, MAX_FIELD_BYTES_RANGE, build_parser, options_from_args
+
+    (tmp_path / "in").mkdir()
+    for bound, size in zip(FUTURE_BOUND_RANGE_MS, MAX_FIELD_BYTES_RANGE, strict=True):
+        run = tmp_path / str(bound)
+        argv = ["--input", str(tmp_path / "in"), "--output", str(run / "out")]
+        argv += ["--checkpoint", str(run / "ck")]
+        argv += ["--future-bound-ms", str(bound), "--max-field-bytes", str(size)]
+        options = options_from_args(build_parser().parse_args(argv))
+        assert (options.future_bound_ms, options.max_field_bytes) == (bound, size)
