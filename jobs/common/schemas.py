@@ -87,6 +87,8 @@ QUARANTINE_REASONS = (
     "bad_arrival_time",
     "arrival_time_before_1970",
     "arrival_time_in_future",
+    # an event time more than --max-event-ahead-ms ahead of its own arrival time (clock skew bound)
+    "event_time_ahead_of_arrival",
     "missing_value",
     "bad_value",
     "duplicate_event_id",  # an event id seen before (--dedup-horizon-ms; jobs.stream.checkpoint.dedup)

@@ -13,6 +13,7 @@ from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables
 from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.stream.options import (
+    DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_METRICS_PORT,
     FORMATS,
     DeferPolicy,
@@ -20,6 +21,7 @@ from jobs.stream.options import (
     JobOptions,
     KafkaOptions,
     RateOptions,
+    check_max_event_ahead_ms,
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
@@ -255,6 +257,14 @@ def _validation_flags(p: argparse.ArgumentParser) -> None:
         f"{MAX_FIELD_BYTES_RANGE[0]} to {MAX_FIELD_BYTES_RANGE[1]}, default 65536)",
     )
     p.add_argument(
+        "--max-event-ahead-ms",
+        type=int,
+        default=DEFAULT_MAX_EVENT_AHEAD_MS,
+        help="quarantine a record whose event time is more than this ahead of its own arrival time "
+        "(event_time_ahead_of_arrival: producer clock skew; 0 to 86400000, default "
+        f"{DEFAULT_MAX_EVENT_AHEAD_MS})",
+    )
+    p.add_argument(
         "--dedup-horizon-ms",
         type=int,
         default=None,
@@ -412,6 +422,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     if args.rate_max_delay_ms < 0:
         msg = f"--rate-max-delay-ms must be >= 0, got {args.rate_max_delay_ms}"
         raise ValueError(msg)
+    check_max_event_ahead_ms(args.max_event_ahead_ms)  # before the checkpoint's application id is made
     rate = RateOptions(
         rows_per_second=args.rate_rows_per_second,
         keys=args.rate_keys,
@@ -438,6 +449,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         fields=fields,
         future_bound_ms=args.future_bound_ms,
         max_field_bytes=args.max_field_bytes,
+        max_event_ahead_ms=args.max_event_ahead_ms,
         reader=args.reader,
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,

@@ -26,6 +26,15 @@ class Fields:
 FORMATS = ("json", "csv", "parquet", "rate", "kafka")
 RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
 DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
+#: ``--max-event-ahead-ms``: how far an event time may be ahead of its own arrival time (clock skew) before
+#: the record is quarantined as ``event_time_ahead_of_arrival``. In the bundled streams an event time is
+#: never ahead of its arrival (largest event - arrival: 0 ms in debs2015-taxi-sample, -22 ms and -30 ms in
+#: ooo-iot-d1/d2) nor in the synthetic ones (arrival = event + a delay >= 0); 5 minutes leaves room for
+#: producers whose clocks are minutes off (ooo-iot's NTP offsets reach 6 s) and caps what one record can do
+#: to its partition's watermark at 5 minutes instead of the future bound's day.
+DEFAULT_MAX_EVENT_AHEAD_MS = 300_000
+#: The largest ``--max-event-ahead-ms`` (one day: the future bound's default).
+MAX_EVENT_AHEAD_LIMIT_MS = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -429,6 +438,9 @@ class JobOptions:
     fields: Fields = field(default_factory=Fields)
     future_bound_ms: int = 86_400_000
     max_field_bytes: int = 65_536
+    #: Quarantine a record whose event time is more than this ahead of its arrival time
+    #: (``event_time_ahead_of_arrival``; :data:`DEFAULT_MAX_EVENT_AHEAD_MS`).
+    max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS
     reader: str = (
         "arrow"  # JSON: "arrow" (pyarrow in executors; Spark's reader for unclean batches) or "spark"
     )
@@ -464,6 +476,7 @@ class JobOptions:
         if not 0 <= self.clock_margin_ms <= 86_400_000:
             msg = f"clock_margin_ms must be between 0 and 86400000 (one day), got {self.clock_margin_ms}"
             raise ValueError(msg)
+        check_max_event_ahead_ms(self.max_event_ahead_ms)
         if self.stage_in not in STAGE_SITES:
             msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
             raise ValueError(msg)
@@ -482,6 +495,18 @@ class JobOptions:
     def boundary_ms(self, ingest_ms: int) -> int | None:
         """The ingestion-clock instant of a batch's boundary (wall clock), or None (arrival clock)."""
         return ingest_ms - self.clock_margin_ms if self.clock == "wall" else None
+
+
+def check_max_event_ahead_ms(value: int) -> int:
+    """``--max-event-ahead-ms`` as given, or ValueError outside ``[0, one day]``.
+
+    >>> check_max_event_ahead_ms(0), check_max_event_ahead_ms(86_400_000)
+    (0, 86400000)
+    """
+    if not 0 <= value <= MAX_EVENT_AHEAD_LIMIT_MS:
+        msg = f"--max-event-ahead-ms must be between 0 and {MAX_EVENT_AHEAD_LIMIT_MS} (one day), got {value}"
+        raise ValueError(msg)
+    return value
 
 
 STAGE_SITES = ("auto", "executors", "driver")

@@ -39,6 +39,7 @@ CHECKS = RecordChecks(
     ingest_ms=INGEST,
     future_bound_ms=1_000,
     max_field_bytes=16,
+    max_event_ahead_ms=50,
 )
 
 
@@ -126,6 +127,10 @@ def test_clean_records_come_back_as_the_spark_path_would_type_them():
         (line(event_time_ms=INGEST + 1_001), "future bound"),
         (line(event_time_ms=None), "missing event_time_ms"),
         (line(arrival_time_ms=-5), "arrival_time_ms before 1970"),
+        # 51 ms ahead of its own arrival time (the bound is 50), well within the future bound
+        (line(event_time_ms=1_700_000_000_056), "more than 50 ms ahead of arrival_time_ms"),
+        # no arrival time: the ingestion time is its arrival
+        (line(event_time_ms=INGEST + 51, arrival_time_ms=None), "more than 50 ms ahead of arrival_time_ms"),
         (line(value=None), "value"),
         (line().replace("1.5", "NaN"), "non-finite"),
         (line().replace("1.5", "1e400"), "not plain typed JSON"),
@@ -139,6 +144,14 @@ def test_a_record_the_spark_path_must_judge_makes_the_split_unclean(text, why):
     records, reason = parse_clean((line() + "\n" + text + "\n").encode(), CHECKS)
     assert records is None
     assert why in reason
+
+
+def test_an_event_time_up_to_the_skew_bound_ahead_of_its_arrival_is_clean():
+    """Issue 29 item 10: the bound is inclusive, and measured against the record's own arrival time."""
+    data = [line(event_time_ms=1_700_000_000_055), line(event_time_ms=INGEST + 50, arrival_time_ms=None)]
+    records, why = parse_clean(("\n".join(data) + "\n").encode(), CHECKS)
+    assert why == ""
+    assert records.column("event_time_ms").to_pylist() == [1_700_000_000_055, INGEST + 50]
 
 
 def test_an_empty_split_is_clean_and_a_blank_one_is_not():

@@ -350,5 +350,6 @@ class ArrowReader:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
+            max_event_ahead_ms=opts.max_event_ahead_ms,
             spill=str(self.spill_folder()),
         )

@@ -75,6 +75,7 @@ class BatchInput:
             ingest_ms=ingest_ms,
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
+            max_event_ahead_ms=opts.max_event_ahead_ms,
             malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
             reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,

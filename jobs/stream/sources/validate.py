@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.common.schemas import QUARANTINE_REASONS
-from jobs.stream.options import Fields
+from jobs.stream.options import DEFAULT_MAX_EVENT_AHEAD_MS, Fields
 from watermark.timeparse import spark_epoch_ms
 
 __all__ = [
@@ -72,6 +72,7 @@ def validate(
     ingest_ms: int,
     future_bound_ms: int,
     max_field_bytes: int,
+    max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS,
     malformed: str = "malformed_json",
     reread_corrupt: bool = False,
     plans: dict[Any, list[list[Any]]] | None = None,
@@ -92,7 +93,7 @@ def validate(
     from pyspark.sql import functions as F
 
     types = tuple((f.name, f.dataType.simpleString()) for f in records.schema.fields)
-    key = (types, fields, future_bound_ms, max_field_bytes, malformed, reread_corrupt)
+    key = (types, fields, future_bound_ms, max_field_bytes, max_event_ahead_ms, malformed, reread_corrupt)
     steps = plans.get(key) if plans is not None else None
     if steps is None:
         steps = validation_steps(
@@ -100,6 +101,7 @@ def validate(
             fields,
             future_bound_ms=future_bound_ms,
             max_field_bytes=max_field_bytes,
+            max_event_ahead_ms=max_event_ahead_ms,
             malformed=malformed,
             reread_corrupt=reread_corrupt,
         )
@@ -119,6 +121,7 @@ def validation_steps(
     max_field_bytes: int,
     malformed: str,
     reread_corrupt: bool,
+    max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS,
 ) -> list[list[Any]]:
     """The projections :func:`validate` applies to records whose columns have these Spark types.
 
@@ -129,7 +132,7 @@ def validation_steps(
         *([steps.reread()] if reread_corrupt else []),
         steps.texts(max_field_bytes),
         steps.typed(),
-        steps.judged(future_bound_ms, malformed),
+        steps.judged(future_bound_ms, max_event_ahead_ms, malformed),
     ]
 
 
@@ -290,8 +293,15 @@ class _Steps:
             self._given("value").alias("_value_given"),
         ]
 
-    def judged(self, future_bound_ms: int, malformed: str) -> list[Any]:
-        """The valid row's columns and its ``reason``: the first of the quarantine reasons that applies."""
+    def judged(self, future_bound_ms: int, max_event_ahead_ms: int, malformed: str) -> list[Any]:
+        """The valid row's columns and its ``reason``: the first of the quarantine reasons that applies.
+
+        ``event_time_ahead_of_arrival``: an event time more than ``max_event_ahead_ms`` ahead of the record's
+        own arrival time (the batch's ingestion time when it has none; on Kafka the record's timestamp). One
+        such record would move its partition's event-time frontier ahead of every record that follows it
+        (under ``periodic`` or ``adaptive`` all of them late, for up to the future bound, a day); the bound
+        caps that at the clock skew a real producer has.
+        """
         from pyspark.sql import functions as F
 
         te, tp, value = F.col("event_time_ms"), F.col("arrival_time_ms"), F.col("value")
@@ -310,6 +320,7 @@ class _Steps:
             F.when(tp < 0, F.lit("arrival_time_before_1970")),
             # One arrival far ahead would move the ingestion clock for good (no window would fire again).
             F.when(tp > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("arrival_time_in_future")),
+            F.when(te - tp > F.lit(max_event_ahead_ms), F.lit("event_time_ahead_of_arrival")),
             F.when(~F.col("_value_given"), F.lit("missing_value")),
             F.when(~finite, F.lit("bad_value")),
         )

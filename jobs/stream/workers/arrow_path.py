@@ -60,6 +60,8 @@ class RecordChecks:
     ingest_ms: int
     future_bound_ms: int
     max_field_bytes: int
+    #: An event time more than this ahead of its arrival time is quarantined (event_time_ahead_of_arrival).
+    max_event_ahead_ms: int
     #: The run's private folder for parsed splits (:func:`jobs.stream.sources.arrow_reader.spill_dir`);
     #: empty: kept in memory only.
     spill: str = ""
@@ -100,8 +102,9 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
 
     Plainly valid: one JSON object per non-blank line, ids and keys non-empty text without surrounding
     whitespace (the Spark path trims), the partition absent, null or such text, integer times within the
-    bounds, a finite number for the value, and no text field longer than ``max_field_bytes``. The arrival
-    time, when absent or null, is the ingestion time.
+    bounds (the event time at most ``max_event_ahead_ms`` ahead of the arrival time), a finite number for
+    the value, and no text field longer than ``max_field_bytes``. The arrival time, when absent or null, is
+    the ingestion time.
     """
     import pyarrow.json as pj
 
@@ -160,6 +163,9 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
     low, high = pc.min_max(tp).values()
     if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.future_bound_ms:
         return None, f"{c.arrival_time} before 1970 or beyond the future bound"
+    ahead = pc.max(pc.subtract(te, tp)).as_py()  # both within [0, ingest + future bound]: no overflow
+    if ahead is not None and ahead > c.max_event_ahead_ms:
+        return None, f"{c.event_time} more than {c.max_event_ahead_ms} ms ahead of {c.arrival_time}"
     value = table.column(c.value).chunk(0)
     if value.null_count or not _all(pc.is_finite(value)):
         return None, f"a missing or non-finite {c.value}"

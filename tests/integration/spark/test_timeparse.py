@@ -14,6 +14,7 @@ FIELDS = Fields()
 INGEST = ms(2100, 1, 1)
 
 FUTURE = 2**63 - 1 - INGEST  # no time is in the future: the test compares parsing alone
+AHEAD = FUTURE  # nor ahead of its arrival time
 
 CHECKS = RecordChecks(
     "event_id",
@@ -25,6 +26,7 @@ CHECKS = RecordChecks(
     ingest_ms=INGEST,
     future_bound_ms=FUTURE,
     max_field_bytes=1_000,
+    max_event_ahead_ms=AHEAD,
 )
 
 # JSON integers only: Spark re-reads a JSON number with a fraction or exponent as the text of a double
@@ -40,6 +42,7 @@ def spark_rows(frame, reread_corrupt=False):
         ingest_ms=INGEST,
         future_bound_ms=FUTURE,
         max_field_bytes=1_000,
+        max_event_ahead_ms=AHEAD,
         reread_corrupt=reread_corrupt,
     )
     return {int(r["event_id"]): (r["event_time_ms"], r["reason"]) for r in rows.collect()}

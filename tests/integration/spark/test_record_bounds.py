@@ -1,0 +1,141 @@
+"""Issue 29, items 10 and 11 (part), on the job: one record far ahead of its own arrival time is quarantined
+(``event_time_ahead_of_arrival``) instead of making its partition's later records late, on every read path;
+a line too long to read whole is quarantined (``record_too_long``) and the file's other records are read.
+The rules without Spark: tests/unit/test_record_bounds.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jobs.common.tables import DeltaTables
+from jobs.stream.options import Fields, JobOptions
+from jobs.stream.run import run_job
+from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema, validate
+from tests.integration.spark.test_source_hardening import land, read
+from watermark.config import PipelineConfig
+
+BASE = 1_600_000_000_000
+HOUR = 3_600_000
+
+
+def periodic():
+    return PipelineConfig.from_dict(
+        {"version": 1, "strategy": "periodic", "params": {"delay_ms": 0, "period_ms": 10}, "window_ms": 1_000}
+    )
+
+
+def record(i, ahead_ms=0):
+    """The partition's i-th record, in order, 5 ms after its event; ``ahead_ms`` moves its event time."""
+    return {
+        "event_id": f"e{i}",
+        "key": "k",
+        "partition": "p",
+        "event_time_ms": BASE + 10 * i + ahead_ms,
+        "arrival_time_ms": BASE + 10 * i + 5,
+        "value": 1.0,
+    }
+
+
+def run(spark, tmp, **kw):
+    opts = JobOptions(
+        input=str(tmp / "in"),
+        output=str(tmp / "out"),
+        checkpoint=str(tmp / "ck"),
+        config=periodic(),
+        progress=False,
+        flush_at_end=True,
+        **kw,
+    )
+    reports = run_job(spark, opts)
+    return DeltaTables(opts.output, "test-reader"), reports
+
+
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_one_record_23_hours_ahead_is_quarantined_and_the_partition_s_later_records_are_on_time(
+    spark, tmp_path, reader
+):
+    # Within the future bound (a day), so it used to pass validation: periodic's watermark then jumped 23 h
+    # and every one of the partition's 149 later records was late.
+    records = [record(i, ahead_ms=23 * HOUR if i == 50 else 0) for i in range(200)]
+    land(tmp_path / "in", {"a.json": records})
+    tables, reports = run(spark, tmp_path, reader=reader)
+    quarantine = read(tables, "quarantine").to_pylist()
+    assert [(r["reason"], r["line"]) for r in quarantine] == [("event_time_ahead_of_arrival", 50)]
+    assert json.loads(quarantine[0]["raw"])["event_id"] == "e50"
+    assert sum(r.late for r in reports) == 0  # it used to be 149
+    assert read(tables, "late_events").num_rows == 0
+    aggregates = read(tables, "aggregates")
+    assert int(np.sum(aggregates.column("count").to_numpy())) == 199
+    assert sum(r.quarantined for r in reports) == 1
+    assert {r.path for r in reports} == {"spark"}  # the Arrow path passes the batch to Spark's reader
+
+
+def test_the_skew_bound_is_the_flag_s_and_the_arrival_time_is_the_record_s_own_or_the_ingestion_time(
+    spark,
+):
+    ingest = BASE + 10 * HOUR
+    rows = [
+        ("f", 0, "a", "k", "p", BASE + 1_000, BASE, 1.0, None),  # 1000 ms ahead: the bound, valid
+        ("f", 1, "b", "k", "p", BASE + 1_001, BASE, 1.0, None),  # 1001 ms ahead
+        ("f", 2, "c", "k", "p", ingest + 1_000, None, 1.0, None),  # no arrival time: the ingestion time
+        ("f", 3, "d", "k", "p", ingest + 1_001, None, 1.0, None),
+        ("f", 4, "e", "k", "p", BASE - HOUR, BASE, 1.0, None),  # behind its arrival: any amount
+    ]
+    schema = "file string, line bigint, event_id string, key string, partition string, "
+    schema += f"event_time_ms bigint, arrival_time_ms bigint, value double, {CORRUPT} string"
+    frame = spark.createDataFrame(rows, schema)
+    common = {"ingest_ms": ingest, "future_bound_ms": 86_400_000, "max_field_bytes": 1_000}
+    got = validate(frame, Fields(), max_event_ahead_ms=1_000, **common).collect()
+    assert [r["reason"] for r in got] == [
+        None,
+        "event_time_ahead_of_arrival",
+        None,
+        "event_time_ahead_of_arrival",
+        None,
+    ]
+    # 0 ms: an event time may equal its arrival time, never pass it
+    got = validate(frame, Fields(), max_event_ahead_ms=0, **common).collect()
+    assert [r["reason"] for r in got] == ["event_time_ahead_of_arrival"] * 4 + [None]
+
+
+def test_on_kafka_the_arrival_time_is_the_record_timestamp_not_the_value_s(spark):
+    """The Kafka source's records (jobs.stream.sources.readers.kafka_stream): the value parsed with the typed
+    schema, the partition and the record timestamp in :data:`SOURCE_COLUMNS`."""
+    from pyspark.sql import functions as F
+
+    ts = BASE
+    values = [
+        # the value claims an arrival 23 h later; the timestamp, 23 h earlier than the event, is the arrival
+        {
+            "event_id": "a",
+            "key": "k",
+            "event_time_ms": ts + 23 * HOUR,
+            "arrival_time_ms": ts + 23 * HOUR,
+            "value": 1,
+        },
+        {"event_id": "b", "key": "k", "event_time_ms": ts + 300_000, "value": 1},
+    ]
+    frame = spark.createDataFrame([(json.dumps(v), i) for i, v in enumerate(values)], "v string, line bigint")
+    parsed = F.from_json("v", typed_json_schema(Fields()), {"columnNameOfCorruptRecord": CORRUPT}).alias("r")
+    names = list(dict.fromkeys(vars(Fields()).values()))
+    records = frame.select(F.lit("t/0").alias("file"), "line", parsed).select(
+        "file",
+        "line",
+        *[F.col(f"r.`{n}`").alias(n) for n in names],
+        F.col(f"r.{CORRUPT}").alias(CORRUPT),
+        F.lit("0").alias(SOURCE_COLUMNS["partition"]),
+        F.lit(ts).cast("bigint").alias(SOURCE_COLUMNS["tp"]),
+    )
+    got = validate(
+        records,
+        Fields(),
+        ingest_ms=ts + 24 * HOUR,
+        future_bound_ms=86_400_000,
+        max_field_bytes=1_000,
+        reread_corrupt=True,
+    ).collect()
+    assert [(r["arrival_time_ms"], r["reason"]) for r in got] == [
+        (ts, "event_time_ahead_of_arrival"),
+        (ts, None),  # 5 minutes ahead: the default bound
+    ]
