@@ -14,6 +14,7 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.stream.options import (
     DEFAULT_MAX_EVENT_AHEAD_MS,
+    DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_METRICS_PORT,
     FORMATS,
     DeferPolicy,
@@ -22,6 +23,7 @@ from jobs.stream.options import (
     KafkaOptions,
     RateOptions,
     check_max_event_ahead_ms,
+    check_max_record_bytes,
     trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
@@ -265,6 +267,13 @@ def _validation_flags(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_MAX_EVENT_AHEAD_MS})",
     )
     p.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        help="a JSON or CSV record's line may be this long; a longer one is quarantined (record_too_long) "
+        f"without being read whole (1024 to {1 << 30}, default {DEFAULT_MAX_RECORD_BYTES})",
+    )
+    p.add_argument(
         "--dedup-horizon-ms",
         type=int,
         default=None,
@@ -423,6 +432,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         msg = f"--rate-max-delay-ms must be >= 0, got {args.rate_max_delay_ms}"
         raise ValueError(msg)
     check_max_event_ahead_ms(args.max_event_ahead_ms)  # before the checkpoint's application id is made
+    check_max_record_bytes(args.max_record_bytes)
     rate = RateOptions(
         rows_per_second=args.rate_rows_per_second,
         keys=args.rate_keys,
@@ -450,6 +460,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         future_bound_ms=args.future_bound_ms,
         max_field_bytes=args.max_field_bytes,
         max_event_ahead_ms=args.max_event_ahead_ms,
+        max_record_bytes=args.max_record_bytes,
         reader=args.reader,
         metrics_port=args.metrics_port or None,
         metrics_host=args.metrics_host,

@@ -127,6 +127,10 @@ class BatchHandler:
         return self.commits.flush_deferred()
 
     def close(self) -> None:
-        """Drop the Delta states prepared for a batch that will not come; remove the run's spill folder."""
+        """Drop the Delta states prepared for a batch that will not come; remove the run's temporary files.
+
+        The Arrow path's spill folder, and the screened copies of landing files with lines too long.
+        """
         self.commits.close()
         self.arrow.close()
+        self.input.close()

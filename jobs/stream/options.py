@@ -35,6 +35,12 @@ DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.y
 DEFAULT_MAX_EVENT_AHEAD_MS = 300_000
 #: The largest ``--max-event-ahead-ms`` (one day: the future bound's default).
 MAX_EVENT_AHEAD_LIMIT_MS = 86_400_000
+#: ``--max-record-bytes``: a record's line may be this long; a longer one is quarantined as
+#: ``record_too_long`` and never read whole (jobs.stream.sources.long_lines). 16 MiB: 256 fields of the
+#: 64 KiB ``--max-field-bytes`` allows.
+DEFAULT_MAX_RECORD_BYTES = 16 << 20
+#: The range of ``--max-record-bytes``: from a KiB to a GiB (what one reader may hold of a line).
+MAX_RECORD_BYTES_RANGE = (1 << 10, 1 << 30)
 
 
 @dataclass(frozen=True)
@@ -441,6 +447,9 @@ class JobOptions:
     #: Quarantine a record whose event time is more than this ahead of its arrival time
     #: (``event_time_ahead_of_arrival``; :data:`DEFAULT_MAX_EVENT_AHEAD_MS`).
     max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS
+    #: A record's line (JSON, CSV) may be this long in bytes; a longer one is ``record_too_long``, read with
+    #: bounded memory (:data:`DEFAULT_MAX_RECORD_BYTES`).
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     reader: str = (
         "arrow"  # JSON: "arrow" (pyarrow in executors; Spark's reader for unclean batches) or "spark"
     )
@@ -477,6 +486,7 @@ class JobOptions:
             msg = f"clock_margin_ms must be between 0 and 86400000 (one day), got {self.clock_margin_ms}"
             raise ValueError(msg)
         check_max_event_ahead_ms(self.max_event_ahead_ms)
+        check_max_record_bytes(self.max_record_bytes)
         if self.stage_in not in STAGE_SITES:
             msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
             raise ValueError(msg)
@@ -505,6 +515,19 @@ def check_max_event_ahead_ms(value: int) -> int:
     """
     if not 0 <= value <= MAX_EVENT_AHEAD_LIMIT_MS:
         msg = f"--max-event-ahead-ms must be between 0 and {MAX_EVENT_AHEAD_LIMIT_MS} (one day), got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def check_max_record_bytes(value: int) -> int:
+    """``--max-record-bytes`` as given, or ValueError outside :data:`MAX_RECORD_BYTES_RANGE`.
+
+    >>> check_max_record_bytes(1024)
+    1024
+    """
+    low, high = MAX_RECORD_BYTES_RANGE
+    if not low <= value <= high:
+        msg = f"--max-record-bytes must be between {low} and {high} (1 KiB to 1 GiB), got {value}"
         raise ValueError(msg)
     return value
 

@@ -40,6 +40,7 @@ CHECKS = RecordChecks(
     future_bound_ms=1_000,
     max_field_bytes=16,
     max_event_ahead_ms=50,
+    max_record_bytes=1 << 20,
 )
 
 

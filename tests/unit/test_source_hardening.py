@@ -29,6 +29,7 @@ def test_the_arrow_path_passes_a_record_with_invalid_utf8_anywhere_to_spark():
     checks = RecordChecks(
         "event_id", "key", "partition", "event_time_ms", "arrival_time_ms", "value",
         ingest_ms=BASE, future_bound_ms=86_400_000, max_field_bytes=65_536, max_event_ahead_ms=300_000,
+        max_record_bytes=16 << 20,
     )  # fmt: skip
     clean = b'{"event_id":"1","key":"k","partition":"p","event_time_ms":1,"value":1'
     assert parse_clean(clean + b"}\n", checks)[0] is not None

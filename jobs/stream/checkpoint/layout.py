@@ -23,6 +23,8 @@ Spark's logs.
     │   │   └── manifest.json        names, sizes and SHA-256 of the files above, written last
     │   ├── open/batch-N/        open windows after batch N when its stage ran in the executors
     │   │                        (Parquet by the executors, _SUCCESS last; jobs.stream.stage.executors)
+    │   ├── screened/batch-N/    copies of batch N's landing files with lines too long replaced by a
+    │   │                        placeholder (jobs.stream.sources.long_lines); removed after the batch
     │   └── pending/             the deferred tables' rows (jobs.stream.sinks.deferred)
     │       └── batch-N/
     │           ├── TABLE.parquet        a Parquet file written by the driver,
@@ -48,6 +50,9 @@ rename or fsync (an object becomes visible whole when its PUT completes; on a lo
                                  ``manifest.json`` last, naming them with their sizes and SHA-256: a state
                                  exists when its manifest does; a replay of batch N writes new files and a
                                  new manifest (the old files are removed after it)
+``stage/screened/batch-N/``      streamed by the driver before Spark reads batch N; written again
+                                 whole when the batch runs again (a kill leaves at most a partial copy
+                                 that the next screen of the batch replaces)
 ``stage/open/batch-N/``          Parquet written by Spark's executors, ``_SUCCESS`` last (Spark's commit
                                  protocol); the state that names it is written after it
 ``stage/pending/batch-N/``       the tables' rows first, ``meta.json`` last: a folder without it is an
@@ -212,6 +217,14 @@ class CheckpointLayout:
     def open_windows_at(self, ref: str) -> Location:
         """The open-window folder a state names (:meth:`open_windows_ref`)."""
         return self.stage / ref
+
+    def screened(self, batch_id: int) -> Location:
+        """``stage/screened/batch-N``: batch N's landing files with their too-long lines set aside."""
+        return self.stage / "screened" / f"batch-{batch_id:012d}"
+
+    def screened_batches(self) -> list[tuple[int, Location]]:
+        """Every ``stage/screened/batch-N``, by N."""
+        return _numbered(self.stage / "screened", "batch-")
 
     # -- the deferred tables' rows -----------------------------------------------------------------------
     @property

@@ -351,5 +351,6 @@ class ArrowReader:
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
             max_event_ahead_ms=opts.max_event_ahead_ms,
+            max_record_bytes=opts.max_record_bytes,
             spill=str(self.spill_folder()),
         )

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
 from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
+from jobs.stream.sources.long_lines import LongLineScreen
 from jobs.stream.sources.readers import (
     ListedFiles,
     kafka_batch_files,
@@ -36,6 +37,12 @@ class BatchInput:
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
         self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
+        # Lines too long to read whole (record_too_long): landing files' copies without them.
+        self.screen = (
+            LongLineScreen(options.checkpoint, options.format, options.max_record_bytes)
+            if self._listed is not None
+            else None
+        )
         horizon = options.dedup_horizon_ms
         #: The event ids of the horizon (``--dedup-horizon-ms``), or None: ids are not deduplicated.
         self.seen = SeenIds(options.checkpoint, horizon) if horizon is not None else None
@@ -66,8 +73,11 @@ class BatchInput:
     def records(self, batch: Any, files: list[str], batch_id: int, ingest_ms: int) -> Any:
         """The batch's records, numbered and validated (``reason`` null for a valid one)."""
         opts = self.options
+        marker = None
         if self._listed is not None:
-            batch = self._listed.frame(batch, files)
+            copies = self.screen.screen(files, batch_id) if self.screen is not None else {}
+            batch = self._listed.frame(batch, files, copies)
+            marker = self.screen.marker if self.screen is not None and self.screen.on else None
         records = number_records(batch, files)
         rows = validate(
             records,
@@ -79,7 +89,13 @@ class BatchInput:
             malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
             reread_corrupt=opts.format in ("json", "kafka"),
             plans=self._plans,
+            too_long_marker=marker,
         )
         if self.seen is not None:  # repeated event ids: duplicate_event_id
             rows = mark_duplicates(self.spark, rows, self.seen, batch_id)
         return rows
+
+    def close(self) -> None:
+        """Remove the screened copies of the run's last batch."""
+        if self.screen is not None:
+            self.screen.clear()

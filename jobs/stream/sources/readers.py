@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -300,10 +300,12 @@ class ListedFiles:
             reader = reader.option("maxFilesPerTrigger", str(self.options.max_files_per_trigger))
         return self._project(reader.load(self.options.input))
 
-    def frame(self, batch: Any, files: list[str]) -> Any:
+    def frame(self, batch: Any, files: list[str], copies: dict[str, str] | None = None) -> Any:
         """The records of exactly ``files`` (source-log URIs), as the stream gives them.
 
         ``batch``, the stream's micro-batch, is returned as it is for a source that is not landing files.
+        ``copies``: a file's screened copy to read in its place (:mod:`jobs.stream.sources.long_lines`);
+        its records' ``file`` is still the landing file's URI.
         """
         if self.options.format not in ("json", "csv", "parquet"):
             return batch
@@ -315,7 +317,27 @@ class ListedFiles:
             columns += [(n, read.get(n, T.StringType())) for n in self.names if n != CORRUPT]
             columns.append((CORRUPT, T.StringType()))
             return self.spark.createDataFrame([], T.StructType([T.StructField(n, t) for n, t in columns]))
-        return self._project(self._reader(self.spark.read).load([_literal(f) for f in files]))
+        copies = copies or {}
+        frame = self._project(self._reader(self.spark.read).load([_literal(copies.get(f, f)) for f in files]))
+        if not copies:
+            return frame
+        from pyspark.sql import functions as F
+
+        pairs = [(spelling, uri) for uri, copy in copies.items() for spelling in _spellings_of(copy)]
+        landing = F.create_map(*[F.lit(x) for pair in pairs for x in pair])
+        return frame.withColumn("file", F.coalesce(F.element_at(landing, F.col("file")), F.col("file")))
+
+
+def _spellings_of(where: str) -> list[str]:
+    """How ``_metadata.file_path`` may spell the file at ``where`` (a local path or a URI): URL-encoded.
+
+    >>> _spellings_of("/ck/a b.json"), _spellings_of("s3a://b/k/a.json")
+    (['file:///ck/a%20b.json', 'file:/ck/a%20b.json'], ['s3a://b/k/a.json'])
+    """
+    parts = urlsplit(where)
+    if not parts.scheme:
+        return _uri_spellings("file://" + quote(where))
+    return [f"{parts.scheme}://{parts.netloc}{quote(parts.path)}"]
 
 
 def _latin1(name: str) -> str:

@@ -76,6 +76,7 @@ def validate(
     malformed: str = "malformed_json",
     reread_corrupt: bool = False,
     plans: dict[Any, list[list[Any]]] | None = None,
+    too_long_marker: str | None = None,
 ) -> Any:
     """Typed columns and ``reason`` (null for a valid row) from records.
 
@@ -87,13 +88,26 @@ def validate(
     expression is evaluated once per row. ``raw`` is the line of a malformed or re-read record and the
     record's fields re-serialised as JSON otherwise (only the quarantine action computes it).
 
+    ``too_long_marker``: the start of the placeholder lines a screened copy holds in place of lines too long
+    to read (:mod:`jobs.stream.sources.long_lines`); such a line is ``record_too_long``, its ``raw`` the
+    line's head and ``…[truncated, N bytes]``.
+
     Building the expressions takes a few thousand calls into the JVM; ``plans``, a dict the caller keeps
     across batches, holds them for the next batch with the same input types and options.
     """
     from pyspark.sql import functions as F
 
     types = tuple((f.name, f.dataType.simpleString()) for f in records.schema.fields)
-    key = (types, fields, future_bound_ms, max_field_bytes, max_event_ahead_ms, malformed, reread_corrupt)
+    key = (
+        types,
+        fields,
+        future_bound_ms,
+        max_field_bytes,
+        max_event_ahead_ms,
+        malformed,
+        reread_corrupt,
+        too_long_marker,
+    )
     steps = plans.get(key) if plans is not None else None
     if steps is None:
         steps = validation_steps(
@@ -104,6 +118,7 @@ def validate(
             max_event_ahead_ms=max_event_ahead_ms,
             malformed=malformed,
             reread_corrupt=reread_corrupt,
+            too_long_marker=too_long_marker,
         )
         if plans is not None:
             plans[key] = steps
@@ -122,6 +137,7 @@ def validation_steps(
     malformed: str,
     reread_corrupt: bool,
     max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS,
+    too_long_marker: str | None = None,
 ) -> list[list[Any]]:
     """The projections :func:`validate` applies to records whose columns have these Spark types.
 
@@ -130,7 +146,7 @@ def validation_steps(
     steps = _Steps(types, fields, reread_corrupt)
     return [
         *([steps.reread()] if reread_corrupt else []),
-        steps.texts(max_field_bytes),
+        steps.texts(max_field_bytes, too_long_marker),
         steps.typed(),
         steps.judged(future_bound_ms, max_event_ahead_ms, malformed),
     ]
@@ -198,7 +214,7 @@ class _Steps:
         again = F.col("_again").getField(name)
         return F.when(self._retyped(), again).otherwise(self._col(name)) if self._is_text(name) else again
 
-    def texts(self, max_field_bytes: int) -> list[Any]:
+    def texts(self, max_field_bytes: int, too_long_marker: str | None = None) -> list[Any]:
         """``raw``, the record-wide checks (length, encoding, corrupt) and every slot's trimmed text."""
         from pyspark.sql import functions as F
 
@@ -207,6 +223,11 @@ class _Steps:
         lengths = [F.coalesce(F.octet_length(c), F.lit(0)) for c in texts]
         longest = F.greatest(*lengths) if len(lengths) > 1 else lengths[0] if lengths else F.lit(0)
         too_long = longest > F.lit(max_field_bytes)
+        raw = capped_raw(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names]))))
+        if too_long_marker is not None:  # a screened copy's placeholder of a line too long to read
+            placeholder = F.coalesce(F.col(CORRUPT).startswith(F.lit(too_long_marker)), F.lit(False))
+            too_long = too_long | placeholder
+            raw = F.when(placeholder, placeholder_raw(F.col(CORRUPT), too_long_marker)).otherwise(raw)
         corrupt = F.col("_again").getField(CORRUPT).isNotNull() if self.reread_corrupt else self._retyped()
         # Invalid UTF-8 would become U+FFFD (so different bad keys collide): a text field as read, or the
         # record's raw text (JSON's parser sets such a record aside whole, and its re-read would replace
@@ -218,9 +239,7 @@ class _Steps:
             F.col("file"),
             F.col("line"),
             F.col("_ingest_ms"),
-            capped_raw(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[col(n) for n in names])))).alias(
-                "raw"
-            ),
+            raw.alias("raw"),
             too_long.alias("_too_long"),
             bad_encoding.alias("_bad_encoding"),
             F.coalesce(corrupt, F.lit(False)).alias("_corrupt"),
@@ -336,6 +355,19 @@ class _Steps:
             value,
             reason.alias("reason"),
         ]
+
+
+def placeholder_raw(line: Any, marker: str) -> Any:
+    """``raw`` of a placeholder line (``MARKER<length>:<base64 head>``): its head, ``…[truncated, N bytes]``.
+
+    The same text :func:`capped_raw` gives a record longer than :data:`RAW_MAX_BYTES`.
+    """
+    from pyspark.sql import functions as F
+
+    rest = F.substring(line, len(marker) + 1, 1 << 30)
+    size = F.substring_index(rest, ":", 1)
+    head = F.unbase64(F.substring_index(rest, ":", -1)).cast("string")
+    return F.make_valid_utf8(F.concat(head, F.lit("…[truncated, "), size, F.lit(" bytes]")))
 
 
 def capped_raw(raw: Any) -> Any:

@@ -62,13 +62,24 @@ class RecordChecks:
     max_field_bytes: int
     #: An event time more than this ahead of its arrival time is quarantined (event_time_ahead_of_arrival).
     max_event_ahead_ms: int
+    #: A record's line may be this long (bytes, without its newline); a longer one makes the split unclean.
+    max_record_bytes: int
     #: The run's private folder for parsed splits (:func:`jobs.stream.sources.arrow_reader.spill_dir`);
     #: empty: kept in memory only.
     spill: str = ""
 
 
-def read_split(split: Split) -> bytes:
-    """The bytes of the lines that start in ``[start, end)``, each with its newline."""
+class RecordTooLong(ValueError):
+    """A split has a line longer than the record bound (``--max-record-bytes``): it is not read whole."""
+
+
+def read_split(split: Split, max_record_bytes: int | None = None) -> bytes:
+    """The bytes of the lines that start in ``[start, end)``, each with its newline.
+
+    With ``max_record_bytes``, a line longer than it (without its newline) raises :class:`RecordTooLong`,
+    and at most that many bytes are read past the split's end to finish the split's last line: a worker
+    holds its split plus at most the bound, however long a line is.
+    """
     with open(split.path, "rb") as handle:
         begin = max(split.start - 1, 0)
         handle.seek(begin)
@@ -80,6 +91,7 @@ def read_split(split: Split) -> bytes:
             data = data[cut + 1 :]
         if data and not data.endswith(b"\n"):
             tail = []
+            so_far = len(data) - (data.rfind(b"\n") + 1)  # of the last line, within the split
             while True:
                 chunk = handle.read(1 << 16)
                 if not chunk:
@@ -89,8 +101,37 @@ def read_split(split: Split) -> bytes:
                     tail.append(chunk[: newline + 1])
                     break
                 tail.append(chunk)
+                so_far += len(chunk)
+                if max_record_bytes is not None and so_far > max_record_bytes:
+                    msg = f"{split.path}: a line longer than {max_record_bytes} bytes"
+                    raise RecordTooLong(msg)
             data += b"".join(tail)
+    if max_record_bytes is not None and has_long_line(data, max_record_bytes):
+        msg = f"{split.path}: a line longer than {max_record_bytes} bytes"
+        raise RecordTooLong(msg)
     return data
+
+
+def has_long_line(data: bytes, bound: int) -> bool:
+    r"""Whether ``data`` has a line longer than ``bound`` bytes (its newline not counted).
+
+    Such a line covers a whole aligned block of ``bound // 2`` bytes, so only the blocks without a newline
+    are measured: a few ``find`` calls per block, no copy.
+
+    >>> has_long_line(b"ab\ncdef\n", 4), has_long_line(b"ab\ncdefg\n", 4), has_long_line(b"abcde", 4)
+    (False, True, True)
+    """
+    if len(data) <= bound:
+        return False
+    half = max(bound // 2, 1)
+    for block in range(0, len(data), half):
+        if data.find(b"\n", block, block + half) >= 0:
+            continue
+        begin = data.rfind(b"\n", 0, block) + 1
+        end = data.find(b"\n", block)
+        if (end if end >= 0 else len(data)) - begin > bound:
+            return True
+    return False
 
 
 def _lines(data: bytes) -> int:
@@ -380,7 +421,10 @@ def collect_pass(
         if _file_changed(split):
             records, why = None, f"{split.path} changed size since the batch was planned"
         else:
-            records, why = parse_clean(read_split(split), checks)
+            try:
+                records, why = parse_clean(read_split(split, checks.max_record_bytes), checks)
+            except RecordTooLong as exc:  # Spark's reader quarantines it (record_too_long)
+                records, why = None, str(exc)
         if records is None:
             yield SplitCollected(split.sid, False, why or "unclean records", 0, None)
             continue
@@ -403,7 +447,7 @@ def aggregate_pass(
         records = _take(job, batch_id, split, checks.spill)
         reparsed = records is None
         if records is None:
-            records, why = parse_clean(read_split(split), checks)
+            records, why = parse_clean(read_split(split, checks.max_record_bytes), checks)
             if records is None:
                 msg = f"split {split.path} [{split.start}, {split.end}) no longer parses cleanly: {why}"
                 raise RuntimeError(msg)

@@ -139,3 +139,75 @@ def test_on_kafka_the_arrival_time_is_the_record_timestamp_not_the_value_s(spark
         (ts, "event_time_ahead_of_arrival"),
         (ts, None),  # 5 minutes ahead: the default bound
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Item 11 (part): a line too long to read whole
+
+MIB = 1 << 20
+
+
+def write_with_long_lines(path, before, after, long_bytes, tail_bytes):
+    """``before`` records, a 64 MiB record (a JSON record whose extra field pads it: valid but for its
+    length), ``after`` records, and a last line of ``tail_bytes`` without a newline. Streamed to disk."""
+    with path.open("wb") as out:
+        for i in range(before):
+            out.write(json.dumps(record(i)).encode() + b"\n")
+        head = json.dumps(record(before))[:-1].encode() + b', "pad": "'
+        out.write(head)
+        pad = long_bytes - len(head) - 2
+        block = b"x" * MIB
+        while pad > 0:
+            out.write(block[: min(pad, MIB)])
+            pad -= MIB
+        out.write(b'"}\n')
+        for i in range(before + 1, before + 1 + after):
+            out.write(json.dumps(record(i)).encode() + b"\n")
+        for _ in range(tail_bytes // MIB):
+            out.write(block)
+    return head
+
+
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_a_64_mib_line_is_quarantined_as_record_too_long_and_the_file_s_other_records_are_counted(
+    spark, tmp_path, reader
+):
+    """The bound is 4 MiB: neither reader holds a longer line (the Arrow path stops reading it at the bound
+    and passes the batch on; the driver's screen reads the file 1 MiB at a time and gives Spark a copy
+    with a placeholder in its place: jobs/stream/sources/long_lines.py). Memory is not measured here."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.json"
+    head = write_with_long_lines(path, before=30, after=40, long_bytes=64 * MIB, tail_bytes=8 * MIB)
+    tables, reports = run(spark, tmp_path, reader=reader, max_record_bytes=4 * MIB)
+    quarantine = sorted(read(tables, "quarantine").to_pylist(), key=lambda r: r["line"])
+    assert [(r["reason"], r["line"]) for r in quarantine] == [
+        ("record_too_long", 30),
+        ("record_too_long", 71),
+    ]
+    first, last = quarantine
+    assert first["raw"].startswith(head.decode()) and first["raw"].endswith(f"…[truncated, {64 * MIB} bytes]")
+    assert last["raw"] == "x" * 1_024 + f"…[truncated, {8 * MIB} bytes]"
+    assert {r["file"] for r in quarantine} == {f"file://{path}"}  # the landing file, not the copy
+    aggregates = read(tables, "aggregates")
+    late = read(tables, "late_events")
+    counted = int(np.sum(aggregates.column("count").to_numpy())) + (late.num_rows if late is not None else 0)
+    assert counted == 70  # every other record of the file
+    assert sum(r.rows for r in reports) == 72 and sum(r.quarantined for r in reports) == 2
+    assert {r.path for r in reports} == {"spark"}
+    assert not any((tmp_path / "ck" / "stage" / "screened").glob("batch-*"))  # the copies are removed
+
+
+def test_a_csv_line_too_long_is_quarantined_too(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.csv"
+    rows = [f"e{i},k,p,{BASE + 10 * i},{BASE + 10 * i + 5},1" for i in range(6)]
+    long_row = "big,k,p,1,1," + "9" * (3 * MIB)
+    text = "event_id,key,partition,event_time_ms,arrival_time_ms,value\n" + "\n".join(
+        rows[:2] + [long_row] + rows[2:]
+    )
+    path.write_text(text + "\n")
+    tables, reports = run(spark, tmp_path, format="csv", max_record_bytes=MIB)
+    quarantine = read(tables, "quarantine").to_pylist()
+    assert [(r["reason"], r["line"]) for r in quarantine] == [("record_too_long", 2)]
+    assert quarantine[0]["raw"].startswith("big,k,p,1,1,999")
+    assert int(np.sum(read(tables, "aggregates").column("count").to_numpy())) == 6

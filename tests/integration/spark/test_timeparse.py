@@ -27,6 +27,7 @@ CHECKS = RecordChecks(
     future_bound_ms=FUTURE,
     max_field_bytes=1_000,
     max_event_ahead_ms=AHEAD,
+    max_record_bytes=1 << 20,
 )
 
 # JSON integers only: Spark re-reads a JSON number with a fraction or exponent as the text of a double
