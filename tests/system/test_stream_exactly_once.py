@@ -57,9 +57,20 @@ def job_command(tmp: Path | str, inp: Path | str | list[str]) -> list[str]:
     ]
 
 
+#: Where each run's standard error is kept (a failing test leaves them in its folder), or None.
+LOGS: list[Path] = []
+
+
+def keep_log(text: str) -> None:
+    if LOGS:
+        with LOGS[-1].open("a") as fh:
+            fh.write(text + "\n==== end of a run ====\n")
+
+
 def run_to_end(tmp: Path | str, inp: Path | str | list[str], env: dict[str, str]) -> list[int]:
     """Run the job until its input is exhausted; the ids of the batches it ran."""
     proc = subprocess.run(job_command(tmp, inp), env=env, capture_output=True, text=True, check=False)
+    keep_log(proc.stderr)
     errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Exception" in line]
     assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the command prints its summary
@@ -92,7 +103,7 @@ def kill_inside_batch(
     killed = False
     try:
         for line in proc.stderr:
-            tail = [*tail[-40:], line.rstrip()]
+            tail = [*tail[-400:], line.rstrip()]
             if line.startswith("batch "):
                 done.append(batch_id(line))
                 if done[-1] >= after:
@@ -104,6 +115,7 @@ def kill_inside_batch(
         if not killed and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=600)
+        keep_log("\n".join(tail))
     assert killed, f"the job ended (status {proc.returncode}) before batch {after}:\n" + "\n".join(tail)
     return done
 
@@ -136,6 +148,7 @@ def killed_three_times_gives_the_tables_of_one_run(
     (the job as a process with the environment ``env``): every table holds the same rows. The killed run
     writes under ``crashed`` (default: a folder of ``tmp_path``; a URI puts its tables and checkpoint on an
     object store) and reads ``crashed_input`` (default: ``inp``; the same files elsewhere)."""
+    LOGS[:] = [tmp_path / "job-stderr.log"]
     reference = tmp_path / "reference"
     assert run_to_end(reference, inp, env)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
 
@@ -159,6 +172,12 @@ def killed_three_times_gives_the_tables_of_one_run(
     aggregates = stable(want.read("aggregates"), ["window_start_ms", "key", "flushed"])
     late = stable(want.read("late_events"), ["event_id"])
     assert aggregates and late  # windows and late rows: the comparison is not vacuous
+    got_aggregates = stable(got.read("aggregates"), ["window_start_ms", "key", "flushed"])
+    if got_aggregates != aggregates:  # kept for a look at a failure
+        (tmp_path / "got-aggregates.json").write_text(json.dumps(got_aggregates, indent=1))
+        (tmp_path / "want-aggregates.json").write_text(json.dumps(aggregates, indent=1))
+        (tmp_path / "got-watermark_log.json").write_text(json.dumps(log_rows(got), indent=1))
+        (tmp_path / "want-watermark_log.json").write_text(json.dumps(log_rows(want), indent=1))
     assert stable(got.read("aggregates"), ["window_start_ms", "key", "flushed"]) == aggregates
     assert stable(got.read("late_events"), ["event_id"]) == late
     assert got.read("quarantine").num_rows == want.read("quarantine").num_rows == 0
