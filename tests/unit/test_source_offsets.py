@@ -42,3 +42,20 @@ def test_without_the_offset_log_the_entry_of_the_batch_id_is_taken(tmp_path):
     assert source_offsets(str(tmp_path), 3) is None
     assert logged_batch_files(str(tmp_path), 3) == ["/in/a.json"]
     assert logged_batch_files(str(tmp_path), 4) is None
+
+
+def test_the_temporary_files_a_killed_query_left_in_spark_s_logs_are_removed_at_start(tmp_path):
+    from jobs.stream.run import clear_interrupted_log_writes
+
+    write_logs(tmp_path, {0: 0}, {0: ["/in/a.json"]})
+    left = [
+        tmp_path / "query" / "offsets" / ".1.ff0cd3d8.tmp",
+        tmp_path / "query" / "commits" / "..0.ff0cd3d8.tmp.crc",
+        tmp_path / "query" / "sources" / "0" / ".1.9c0b6294.tmp",
+    ]
+    (tmp_path / "query" / "commits").mkdir()
+    for path in left:
+        path.write_text("")
+    removed = clear_interrupted_log_writes(str(tmp_path))
+    assert sorted(r.name for r in removed) == sorted(p.name for p in left)
+    assert not any(p.exists() for p in left) and (tmp_path / "query" / "sources" / "0" / "0").exists()

@@ -131,8 +131,8 @@ class CheckpointLayout:
         return self.query / "commits"
 
     def spark_logs(self) -> list[Location]:
-        """The offset and commit logs (where a killed query may leave a temporary ``.N.<uuid>.tmp``)."""
-        return [self.offsets, self.commits]
+        """Spark's logs where a killed query leaves a ``.N.<uuid>.tmp``: offsets, commits, the source's."""
+        return [self.offsets, self.commits, self.source_log]
 
     def commit(self, batch_id: int) -> Location:
         """``query/commits/N``."""
