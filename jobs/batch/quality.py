@@ -20,6 +20,12 @@ events of those windows (date-partition pruning). The totals compare the same sc
 those batches with the job's count of them, and the checked windows' ``late_count`` with the reconciled
 late rows they hold; the on-time slack needs every window and is checked only on whole tables.
 
+**Cut-off.** The streaming job commits ``late_events`` and ``watermark_log`` in separate Delta commits (and
+defers them over several batches), so a read can find one table a few batches ahead of the other. Both are
+cut at the newest batch both hold: the ``txnVersion`` the job's Delta application id committed to each.
+That id is the checkpoint's (``CHECKPOINT/app-id``, ``jobs.stream-<hex>``) when ``checkpoint`` is given,
+else the newest stream application id in the two tables' Delta logs (:func:`stream_app_id`).
+
 :func:`check_tables` runs them all and returns a :class:`QualityReport`; its :meth:`~QualityReport.summary`
 is what a failed Airflow task prints: one line per failed expectation, with the table, what was expected,
 how many rows broke it and a few of them.
@@ -28,6 +34,8 @@ how many rows broke it and a few of them.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,12 +43,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.common.reads import TableReader
+from jobs.common.reads import TableReader, table_path
 from jobs.common.schemas import QUARANTINE_REASONS
 from watermark import storage
+from watermark.storage import Location
 
 #: The tables checked (``arrivals`` is the tuner's input and has no suite of its own).
 CHECKED = ("aggregates", "late_events", "quarantine")
+#: The streaming job's Delta application ids (``txnAppId``): ``jobs.stream-<hex>``, made with its checkpoint,
+#: or ``jobs.stream`` (a checkpoint older than its ``app-id`` file). ``<id>.flush`` (the end-of-input flush,
+#: ``aggregates`` only) and other writers do not match.
+STREAM_APP_ID = re.compile(r"jobs\.stream(-[0-9a-f]+)?")
+#: The file of a checkpoint that holds its application id (``jobs.stream.checkpoint.layout``).
+CHECKPOINT_APP_ID_FILE = "app-id"
+#: The tables whose batches the cut-off compares.
+CUT_TABLES = ("late_events", "watermark_log")
+_COMMIT = re.compile(r"(\d{20})\.json")
 
 
 @dataclass(frozen=True)
@@ -156,18 +174,91 @@ def conservation_totals(tables: dict[str, pa.Table]) -> pa.Table:
     )
 
 
-def read_tables(tables: str, app_id: str = "jobs.stream") -> dict[str, pa.Table]:
+def _log_transactions(log: Location) -> list[tuple[tuple[int, int], str]]:
+    """The ``txn`` actions of one Delta log still in effect: ``((lastUpdated, commit), appId)`` each.
+
+    Read from the last checkpoint (its ``txn`` column) and the JSON commits after it, as a Delta reader
+    reconstructs them; without a checkpoint, from every commit.
+    """
+    import pyarrow.parquet as pq
+
+    entries = storage.listdir(log)
+    out: list[tuple[tuple[int, int], str]] = []
+    checkpoint = -1
+    pointer = log / "_last_checkpoint"
+    if storage.exists(pointer):
+        checkpoint = int(json.loads(storage.read_text(pointer))["version"])
+        prefix = f"{checkpoint:020d}.checkpoint"
+        for entry in entries:
+            if not (entry.name.startswith(prefix) and entry.name.endswith(".parquet")):
+                continue
+            file = pq.ParquetFile(storage.open_input_file(entry.location))
+            if "txn" not in file.schema_arrow.names:
+                continue
+            for txn in file.read(columns=["txn"]).column("txn").to_pylist():
+                if txn and txn.get("appId"):
+                    out.append(((int(txn.get("lastUpdated") or 0), checkpoint), str(txn["appId"])))
+    for entry in entries:
+        match = _COMMIT.fullmatch(entry.name)
+        if match is None or int(match[1]) <= checkpoint:
+            continue
+        for line in storage.read_text(entry.location).splitlines():
+            if '"txn"' not in line:
+                continue
+            txn = json.loads(line).get("txn")
+            if txn and txn.get("appId"):
+                out.append(((int(txn.get("lastUpdated") or 0), int(match[1])), str(txn["appId"])))
+    return out
+
+
+def stream_app_id(tables: str, checkpoint: str | None = None) -> str | None:
+    """The streaming job's Delta application id: whose committed batches the cut-off compares.
+
+    With ``checkpoint`` (the job's ``--checkpoint``), the id stored in it (``CHECKPOINT/app-id``). Without,
+    the stream application id (:data:`STREAM_APP_ID`) of the newest transaction in the Delta logs of
+    ``late_events`` and ``watermark_log`` (the running job's; an output is written from one checkpoint).
+    None when neither table holds one (nothing to cut by).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``checkpoint`` is given and holds no application id.
+
+    """
+    if checkpoint:
+        path = Location.of(checkpoint) / CHECKPOINT_APP_ID_FILE
+        if not storage.is_file(path):
+            msg = f"{path}: no application id (is {checkpoint} the streaming job's --checkpoint?)"
+            raise FileNotFoundError(msg)
+        return storage.read_text(path).strip()
+    newest: tuple[tuple[int, int], str] | None = None
+    for table in CUT_TABLES:
+        log = Location.of(table_path(tables, table)) / "_delta_log"
+        for when, app_id in _log_transactions(log):
+            if STREAM_APP_ID.fullmatch(app_id) and (newest is None or when > newest[0]):
+                newest = (when, app_id)
+    return None if newest is None else newest[1]
+
+
+def _cutoff(tables: str, app_id: str | None) -> int | None:
+    """The newest batch both ``late_events`` and ``watermark_log`` hold of ``app_id`` (None: no cut)."""
+    if app_id is None:
+        return None
+    sink = TableReader(tables, app_id)  # reads only: the app id names whose batch versions to look up
+    versions = [sink.committed_version(n) if sink.exists(n) else None for n in CUT_TABLES]
+    return min((v for v in versions if v is not None), default=None)
+
+
+def read_tables(tables: str, app_id: str | None = None) -> dict[str, pa.Table]:
     """The checked tables and the watermark log, as of one stream batch (missing tables: empty).
 
     The streaming job may be appending while the tables are read one after the other, so the late events
-    and the watermark log are cut at the newest batch both hold (the stream's ``txn`` version of each,
-    read before the rows), and their totals compare the same batches.
+    and the watermark log are cut at the newest batch both hold (the ``txn`` version of each for the
+    stream's application id, ``app_id`` or else :func:`stream_app_id`, read before the rows), and their
+    totals compare the same batches.
     """
-    sink = TableReader(tables, app_id)  # reads only: the app id names whose batch versions to look up
-    versions = [
-        sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
-    ]
-    cutoff = min((v for v in versions if v is not None), default=None)
+    cutoff = _cutoff(tables, app_id or stream_app_id(tables))
+    sink = TableReader(tables, "jobs.stream")  # reads rows only
     names = (*CHECKED, "watermark_log")
     out = {n: sink.read(n) for n in names}
     if cutoff is not None:
@@ -177,18 +268,16 @@ def read_tables(tables: str, app_id: str = "jobs.stream") -> dict[str, pa.Table]
 
 
 def read_interval(
-    tables: str, start_ms: int, end_ms: int, window_ms: int | None, app_id: str = "jobs.stream"
+    tables: str, start_ms: int, end_ms: int, window_ms: int | None, app_id: str | None = None
 ) -> dict[str, pa.Table]:
     """The rows of one data interval ``[start_ms, end_ms)`` of ingestion time (module docstring, Scope).
 
     Returns the checked tables, ``watermark_log`` and ``reconciled_in_windows`` (the reconciled late rows
     falling in the checked aggregates' windows; tumbling windows of ``window_ms``, None: not computed).
+    The watermark log is cut as in :func:`read_tables` (``app_id``, else :func:`stream_app_id`).
     """
-    sink = TableReader(tables, app_id)
-    versions = [
-        sink.committed_version(n) if sink.exists(n) else None for n in ("late_events", "watermark_log")
-    ]
-    cutoff = min((v for v in versions if v is not None), default=None)
+    cutoff = _cutoff(tables, app_id or stream_app_id(tables))
+    sink = TableReader(tables, "jobs.stream")  # reads rows only
     ingested = pc.field("ingested_at_ms")
     log = sink.read("watermark_log", filters=(ingested >= start_ms) & (ingested < end_ms))
     if cutoff is not None:
@@ -257,22 +346,26 @@ def check_tables(
     sliding: bool = False,
     interval: tuple[int, int] | None = None,
     window_ms: int | None = None,
+    checkpoint: str | None = None,
 ) -> QualityReport:
     """Run every suite on the tables under ``tables``; ``sliding`` skips the one-window-per-row total.
 
     ``interval=(start_ms, end_ms)`` checks the rows of that interval only (module docstring, Scope);
     ``window_ms`` is the tumbling window length its late-row total needs (None: that total is skipped).
+    ``checkpoint``: the streaming job's, whose application id the cut-off uses (None: the newest stream
+    application id in the tables' Delta logs, :func:`stream_app_id`).
     """
     if not storage.exists(tables):
         msg = f"no tables at {tables}: run the streaming job (python -m jobs.stream --output {tables}) first"
         raise FileNotFoundError(msg)
     import great_expectations as gx
 
+    app_id = stream_app_id(tables, checkpoint)
     if interval is None:
-        data = read_tables(tables)
+        data = read_tables(tables, app_id)
         totals = conservation_totals(data)
     else:
-        data = read_interval(tables, interval[0], interval[1], None if sliding else window_ms)
+        data = read_interval(tables, interval[0], interval[1], None if sliding else window_ms, app_id)
         totals = interval_totals(data)
         sliding = sliding or window_ms is None
     frames = {name: data[name].to_pandas() for name in CHECKED}
@@ -329,15 +422,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("tables", help="the streaming job's --output")
     p.add_argument("--sliding", action="store_true", help="the job uses sliding windows")
+    p.add_argument(
+        "--checkpoint",
+        help="the streaming job's --checkpoint: its application id names the batches the late events and "
+        "the watermark log are cut at (default: the newest one in the tables' Delta logs)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.batch.quality TABLES [--sliding]``: print the summary; exit 1 on a broken one."""
+    """``python -m jobs.batch.quality TABLES [--sliding] [--checkpoint CK]``: exit 1 on a failure."""
     from watermark.clilog import run_main
 
     def run(args: argparse.Namespace) -> int:
-        report = check_tables(storage.checked(args.tables, "--tables"), sliding=args.sliding)
+        tables = storage.checked(args.tables, "--tables")
+        report = check_tables(tables, sliding=args.sliding, checkpoint=args.checkpoint)
         print(report.summary())
         return 0 if report.success else 1
 

@@ -81,3 +81,57 @@ def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(
     # The stray window breaks conservation too: more counted on time than the job accepted.
     assert not any("conservation" in x for x in lines)  # count 0 keeps the totals balanced
     assert len(lines) == len(report.failures) == 4
+
+
+def test_the_cut_off_uses_the_jobs_own_application_id_so_a_table_a_batch_ahead_raises_no_false_alarm(
+    spark, reconciled_tables, tmp_path
+):
+    """The job commits ``late_events`` and ``watermark_log`` separately: a reader can see one a batch ahead.
+
+    The cut-off used to look up the constant ``jobs.stream``, which no table holds (the job's id is
+    ``jobs.stream-<hex>``, kept in ``CHECKPOINT/app-id``), so it never cut and such a read failed.
+    """
+    import shutil
+
+    import pyarrow.compute as pc
+
+    from jobs.batch.quality import stream_app_id
+
+    checkpoint = reconciled_tables.parent / "ck"
+    app_id = (checkpoint / "app-id").read_text().strip()
+    assert app_id.startswith("jobs.stream-")
+    assert stream_app_id(str(reconciled_tables)) == app_id  # from the tables' Delta logs
+    assert stream_app_id(str(reconciled_tables), str(checkpoint)) == app_id  # from the checkpoint
+    with pytest.raises(FileNotFoundError, match="no application id"):
+        stream_app_id(str(reconciled_tables), str(tmp_path / "not-a-checkpoint"))
+
+    def a_batch_ahead(table: str, name: str, writer: str, ahead: int = 1, **changed) -> tuple:
+        """A copy of the tables; its ``table`` got a row of ``writer``'s batch ``ahead`` after both's last."""
+        tables = tmp_path / name
+        shutil.copytree(reconciled_tables, tables)
+        reader = DeltaTables(str(tables), app_id)
+        batch = max(reader.committed_version(t) for t in ("late_events", "watermark_log")) + ahead
+        rows = reader.read(table)
+        row = rows.filter(pc.equal(rows.column("batch_id"), pc.max(rows.column("batch_id")))).slice(0, 1)
+        row = row.to_pylist()[0] | {"batch_id": batch} | changed
+        new = pa.Table.from_pylist([row], rows.schema)
+        DeltaTables(str(tables), writer, spark).append(table, new, batch)  # txnVersion: the batch id
+        return tables, row
+
+    # Whole tables: late_events holds a late row of the next batch, whose watermark_log rows are not in yet.
+    tables, _ = a_batch_ahead("late_events", "late-ahead", app_id, event_id="next-batch", reconciled=False)
+    report = check_tables(str(tables))
+    assert report.success, report.summary()
+    assert check_tables(str(tables), checkpoint=str(checkpoint)).success
+    # A stray row of a batch the job has committed (another writer's) is not cut: it still fails.
+    tables, _ = a_batch_ahead("late_events", "stray", "vandal", 0, event_id="stray", reconciled=False)
+    report = check_tables(str(tables))
+    assert not report.success and "conservation" in report.summary()
+
+    # One interval: watermark_log holds the next batch (7 late rows) before late_events does.
+    tables, row = a_batch_ahead("watermark_log", "log-ahead", app_id, late=7)
+    log = DeltaTables(str(tables), app_id).read("watermark_log")
+    interval = (int(pc.min(log.column("ingested_at_ms")).as_py()), row["ingested_at_ms"] + 1)
+    report = check_tables(str(tables), interval=interval, window_ms=1_000)
+    assert report.success, report.summary()
+    assert report.rows["late_events"] > 0  # the interval checked the batches before it
