@@ -49,7 +49,7 @@ def awm_data_quality() -> None:
 
     @task(execution_timeout=timedelta(minutes=2))
     def settings_(**context: Any) -> dict[str, str]:
-        return settings.resolve(context["params"])
+        return settings.resolve_run(context)
 
     @task(execution_timeout=timedelta(minutes=20))
     def check_tables(resolved: dict[str, str], **context: Any) -> dict[str, Any]:

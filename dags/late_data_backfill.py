@@ -52,7 +52,7 @@ def awm_late_data_backfill() -> None:
 
     @task(execution_timeout=timedelta(minutes=2))
     def settings_(**context: Any) -> dict[str, str]:
-        return settings.resolve(context["params"])
+        return settings.resolve_run(context)
 
     @task(execution_timeout=timedelta(minutes=2))
     def check_spark_connection() -> dict[str, str]:

@@ -2,7 +2,12 @@
 
 Nothing here reads the environment or the metadata DB when a DAG file is parsed. Settings are Airflow
 Variables and Connections, looked up by the first task of each run (:func:`resolve`), which hands them to
-the others by XCom; a run's params (``--conf`` or the UI) override the Variables.
+the others by XCom. A run's conf (``--conf`` or the UI) may give only the Params its DAG declares: Airflow
+merges any key of ``dag_run.conf`` into ``params`` (``core.dag_run_conf_overrides_params``, on by default,
+checks the declared ones against their schema and lets any other key through), so :func:`resolve` fails
+the run on a key no Param declares. Of the settings, only the locations ``tables``, ``config`` and
+``reports`` are Params; the Python of Spark (hence the first ``PATH`` entry of ``spark-submit``) and the
+retentions come from their Variables only, whoever triggers the run.
 
 Variables (built-in default in parentheses):
 
@@ -10,7 +15,10 @@ Variables (built-in default in parentheses):
 - ``awm_config``: the job's ``--config``, its watermark configuration (``<project>/out/demo/watermark.json``)
 - ``awm_reports``: re-tuning reports and plots (``<project>/out/reports``)
 - ``awm_python``: Python of the Spark driver and executors (the worker's interpreter)
-- ``awm_vacuum_retain_hours``: VACUUM keeps files removed less than this long ago (``168``, 7 days)
+- ``awm_vacuum_retain_hours``: VACUUM keeps files removed less than this long ago (``168``, 7 days; below
+  Delta's own 168 h floor only with ``awm_vacuum_allow_below_floor``)
+- ``awm_vacuum_allow_below_floor``: ``true`` lets ``awm_vacuum_retain_hours`` go below 168 h, with a warning
+  in the task's log each run (``false``: such a retention fails the run)
 - ``awm_arrivals_retain_days``: ``arrivals`` rows that arrived longer ago are deleted (``30``)
 
 Connections:
@@ -25,6 +33,8 @@ never on a worker's local disk.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +43,7 @@ from airflow.sdk import Asset
 
 from dags import outcome
 
+log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 #: Built-in defaults of the Variables (used when a Variable is not defined).
 VARIABLES: dict[str, str] = {
@@ -43,6 +54,13 @@ VARIABLES: dict[str, str] = {
     "awm_vacuum_retain_hours": "168",
     "awm_arrivals_retain_days": "30",
 }
+#: The settings a run's params may give (each a Param of the DAGs: :func:`location_params`, ``reports`` of
+#: the re-tuning DAG); every other one comes from its Variable only.
+RUN_PARAMS = frozenset({"tables", "config", "reports"})
+#: Delta's own default VACUUM retention (``delta.deletedFileRetentionDuration``, 7 days): the floor.
+VACUUM_FLOOR_HOURS = 168.0
+#: The Variable that, set to ``true``, allows a VACUUM retention below the floor (logged each run).
+ALLOW_BELOW_FLOOR = "awm_vacuum_allow_below_floor"
 SPARK_CONN_ID = "awm_spark"
 PUSHGATEWAY_CONN_ID = outcome.PUSHGATEWAY_CONN_ID
 
@@ -107,26 +125,87 @@ def location_params() -> dict[str, Any]:
     }
 
 
-def resolve(params: dict[str, Any]) -> dict[str, str]:
-    """Run time: every setting, from the run's params, else the Airflow Variable, else the default.
+def resolve(
+    params: Mapping[str, Any], *, declared: Iterable[str], conf: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Run time: every setting, from the run's params (:data:`RUN_PARAMS` only), else Variable, else default.
 
-    Also the worker's ``PATH`` with the Spark driver's Python first (``spark-submit`` runs from it).
+    ``params`` are the task's (Airflow merges the run's conf into them), ``declared`` the names of the
+    DAG's Params and ``conf`` the run's ``dag_run.conf``. Also the worker's ``PATH`` with the Spark
+    driver's Python (Variable ``awm_python``) first: ``spark-submit`` runs from it.
+
+    Raises
+    ------
+    AirflowFailException
+        (the run fails, no retry) if the run's conf or params hold a key no Param declares, if
+        ``awm_vacuum_retain_hours`` or ``awm_arrivals_retain_days`` is not a number >= 0, or if the VACUUM
+        retention is below :data:`VACUUM_FLOOR_HOURS` without ``awm_vacuum_allow_below_floor=true``.
+
     """
     import os
     import sys
 
     from airflow.sdk import Variable
+    from airflow.sdk.exceptions import AirflowFailException
 
+    known = set(declared)
+    undeclared = sorted((set(params) | set(conf or {})) - known)
+    if undeclared:
+        msg = (
+            f"this run's conf gives {', '.join(map(repr, undeclared))}, which no Param of the DAG declares "
+            f"(its Params: {', '.join(sorted(known)) or 'none'}). The Python of Spark, the PATH and the "
+            "retentions are Airflow Variables (awm_python, awm_vacuum_retain_hours, "
+            "awm_arrivals_retain_days), never a run's conf: trigger the run without those keys"
+        )
+        raise AirflowFailException(msg)
     out = {}
     for name, default in VARIABLES.items():
         key = name.removeprefix("awm_")
-        given = params.get(key)
+        given = params.get(key) if key in RUN_PARAMS and key in known else None
         out[key] = str(given) if given not in (None, "") else str(Variable.get(name, default=default))
     out["python"] = out["python"] or sys.executable
     out["path"] = os.pathsep.join([str(Path(out["python"]).parent), os.environ.get("PATH", "")])
     out["root"] = str(ROOT)
     out["spark_local_ip"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    for key in ("vacuum_retain_hours", "arrivals_retain_days"):
+        try:
+            value = float(out[key])
+        except ValueError:
+            value = float("nan")
+        if not value >= 0:  # NaN too
+            msg = f"the Variable awm_{key} must be a number >= 0, got {out[key]!r}"
+            raise AirflowFailException(msg)
+    hours = float(out["vacuum_retain_hours"])
+    if hours < VACUUM_FLOOR_HOURS:
+        allowed = str(Variable.get(ALLOW_BELOW_FLOOR, default="false")).strip().lower() == "true"
+        if not allowed:
+            msg = (
+                f"the Variable awm_vacuum_retain_hours is {out['vacuum_retain_hours']}, below Delta's "
+                f"{VACUUM_FLOOR_HOURS:g} h: VACUUM would delete files that a reader older than that, or an "
+                "append not committed yet, still needs. Raise it, or set the Variable "
+                f"{ALLOW_BELOW_FLOOR}=true to allow it explicitly"
+            )
+            raise AirflowFailException(msg)
+        log.warning(
+            "VACUUM retention %s h is below Delta's %g h floor, allowed by the Variable %s=true: files "
+            "removed less than %s h ago are deleted, which a reader older than that or an append not "
+            "committed yet may still need",
+            out["vacuum_retain_hours"],
+            VACUUM_FLOOR_HOURS,
+            ALLOW_BELOW_FLOOR,
+            out["vacuum_retain_hours"],
+        )
     return out
+
+
+def resolve_run(context: Mapping[str, Any]) -> dict[str, str]:
+    """:func:`resolve` for the task whose ``context`` is given.
+
+    The DAG's and the task's Params are the declared ones; the run's ``dag_run.conf`` is checked too.
+    """
+    declared = set(context["dag"].params) | set(getattr(context.get("task"), "params", None) or {})
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    return resolve(context["params"], declared=declared, conf=conf)
 
 
 def check_spark_connection() -> dict[str, str]:

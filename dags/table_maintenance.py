@@ -7,7 +7,10 @@ with `spark-submit` like the backfill:
    are deleted;
 2. `OPTIMIZE` every table: the stream's small per-batch files are compacted and Z-ordered by the columns
    its readers filter on (window start and batch for `aggregates`, ingestion time for `arrivals`, ...);
-3. `VACUUM` with `awm_vacuum_retain_hours` (Variable, default 168: Delta's 7 days).
+3. `VACUUM` with `awm_vacuum_retain_hours` (Variable, default 168: Delta's 7 days, also the floor: a
+   lower retention fails the run unless the Variable `awm_vacuum_allow_below_floor` is `true`, and is
+   then logged as a warning each run). Retentions and Spark's Python are Variables only: a run's conf
+   may give only the DAG's Params (`tables`, `config`).
 
 No row changes except the expired arrivals. The report goes to `<tables>/_reports/maintenance/`, and
 `publish` pushes `awm_maintenance_*` (files before and after, files vacuumed, arrivals deleted); a failure
@@ -45,7 +48,7 @@ def awm_table_maintenance() -> None:
 
     @task(execution_timeout=timedelta(minutes=2))
     def settings_(**context: Any) -> dict[str, str]:
-        return settings.resolve(context["params"])
+        return settings.resolve_run(context)
 
     @task(execution_timeout=timedelta(minutes=2))
     def check_spark_connection() -> dict[str, str]:

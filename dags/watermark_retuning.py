@@ -52,7 +52,7 @@ def awm_watermark_retuning() -> None:
 
     @task(execution_timeout=timedelta(minutes=2))
     def settings_(**context: Any) -> dict[str, str]:
-        return settings.resolve(context["params"])
+        return settings.resolve_run(context)
 
     @task(execution_timeout=timedelta(hours=1))
     def retune(resolved: dict[str, str], **context: Any) -> dict[str, Any]:

@@ -255,6 +255,7 @@ def test_the_maintenance_dag_compacts_and_vacuums_through_spark_submit_and_pushe
         for t in ("aggregates", "arrivals")
     }
     monkeypatch.setenv("AIRFLOW_VAR_AWM_VACUUM_RETAIN_HOURS", "0")  # settings are Airflow Variables
+    monkeypatch.setenv("AIRFLOW_VAR_AWM_VACUUM_ALLOW_BELOW_FLOOR", "true")  # below 168 h: said explicitly
     dag = dagbag.get_dag("awm_table_maintenance")
     run = dag.test(logical_date=ending_tomorrow(), run_conf={"tables": str(tables)})
     assert run.state == "success"
