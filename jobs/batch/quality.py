@@ -22,7 +22,8 @@ late rows they hold; the on-time slack needs every window and is checked only on
 
 **Cut-off.** The streaming job commits ``late_events`` and ``watermark_log`` in separate Delta commits (and
 defers them over several batches), so a read can find one table a few batches ahead of the other. Both are
-cut at the newest batch both hold: the ``txnVersion`` the job's Delta application id committed to each.
+cut at the newest batch both hold (:func:`_cutoff`: ``watermark_log`` has rows of every batch, ``late_events``
+only of batches with late rows).
 That id is the checkpoint's (``CHECKPOINT/app-id``, ``jobs.stream-<hex>``) when ``checkpoint`` is given,
 else the newest stream application id in the two tables' Delta logs (:func:`stream_app_id`).
 
@@ -241,12 +242,31 @@ def stream_app_id(tables: str, checkpoint: str | None = None) -> str | None:
 
 
 def _cutoff(tables: str, app_id: str | None) -> int | None:
-    """The newest batch both ``late_events`` and ``watermark_log`` hold of ``app_id`` (None: no cut)."""
+    """The newest batch both ``late_events`` and ``watermark_log`` hold of ``app_id`` (None: no cut).
+
+    ``watermark_log`` has rows of every batch, so its ``txnVersion`` W is how far it is committed.
+    ``late_events`` has rows only of batches with late rows, so its own version L may be far behind W with
+    nothing missing; it lacks rows only when ``watermark_log`` counts late rows in a batch after L (a flush
+    whose ``late_events`` commit is not in yet): the cut is then the batch before the first such one, else
+    W. (Taking the lower of W and L cut every batch since the last late row off the log, and conservation
+    failed on whole tables.)
+    """
     if app_id is None:
         return None
     sink = TableReader(tables, app_id)  # reads only: the app id names whose batch versions to look up
-    versions = [sink.committed_version(n) if sink.exists(n) else None for n in CUT_TABLES]
-    return min((v for v in versions if v is not None), default=None)
+    written = sink.committed_version("watermark_log") if sink.exists("watermark_log") else None
+    if written is None:
+        return None
+    late_through = sink.committed_version("late_events") if sink.exists("late_events") else None
+    after = -1 if late_through is None else late_through
+    pending = sink.read(
+        "watermark_log",
+        columns=["batch_id"],
+        filters=(pc.field("batch_id") > after) & (pc.field("batch_id") <= written) & (pc.field("late") > 0),
+    )
+    if pending.num_rows:
+        return min(written, int(pc.min(pending.column("batch_id")).as_py()) - 1)
+    return written
 
 
 def read_tables(tables: str, app_id: str | None = None) -> dict[str, pa.Table]:
