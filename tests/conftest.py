@@ -43,8 +43,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # JVMs live seconds to minutes on tiny inputs, and C2's compiler threads took a third of their CPU: a 6-batch
 # job on the rate source used 66-72 s of CPU instead of 99-134 s, four test_stream tests 231 s instead of 275.
 # Spark's launcher adds SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the
-# code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
+# a class-data archive of Spark's classes to these options (spark_class_archive).
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+#: Whether the options are the suite's own (not set by the caller, nor inherited by an xdist worker).
+_OWN_SPARK_SUBMIT_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -117,6 +121,15 @@ def pytest_configure(config):
         _guard_processes(Path(tempfile.mkdtemp(prefix="awm-fast-guard-")))
         if "HYPOTHESIS_PROFILE" not in os.environ:
             settings.load_profile("fast")
+    elif _OWN_SPARK_SUBMIT_OPTS and "PYTEST_XDIST_WORKER" not in os.environ:
+        # (xdist's workers inherit the options from the controller's environment)
+        archive = spark_class_archive()
+        if archive is not None:
+            os.environ["SPARK_SUBMIT_OPTS"] = f"{C1_ONLY} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
+    # xdist's --dist loadfile hands out the files with the most tests first unless told not to reorder: the
+    # collection order (SLOW_FILES first, pytest_collection_modifyitems) is the order the workers get them.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
@@ -205,6 +218,87 @@ def _guard_processes(shims: Path) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Spark
+
+#: Where spark_class_archive keeps its archives (git-ignored, like the jars of .jvm/).
+CLASS_ARCHIVES = ROOT / "out" / "jvm-cds"
+
+
+def spark_class_archive() -> Path | None:
+    """A class-data-sharing archive of the Spark driver's classes for this JDK and PySpark's jars, or None.
+
+    A Spark JVM spends seconds of CPU loading and verifying the same thousands of classes of PySpark's jars
+    (Spark, Scala, Hadoop); with ``-XX:SharedArchiveFile`` it maps them from an archive made once by a JVM
+    that loaded them (``-XX:ArchiveClassesAtExit``: JDK 13 and later). A job of 8 micro-batches used 22 s of
+    CPU instead of 29. The archive is made in the background by the job on a few hundred records the first
+    time (about half a minute; the JVMs started meanwhile run without it), under ``out/jvm-cds/`` keyed by
+    the JDK and the jars' names, sizes and times, and replaced when they change. A JVM whose class path
+    differs (the cluster's executors, the Kafka broker) or a stale archive is ignored by the JVM, silently
+    (``-Xlog:cds*=off``); classes of ``spark.jars`` (Delta, the Kafka source) are never archived.
+    """
+    import hashlib
+    import time
+
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    java_home = os.environ.get("JAVA_HOME")  # the java Spark's launcher runs (bin/spark-class)
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        return None
+    jvm = Path(os.path.realpath(java)).parents[1] / "lib" / "server" / "libjvm.so"
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    if not jars or not jvm.exists():
+        return None
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in [jvm, *jars]]
+    key = hashlib.sha256(repr((str(jvm), stats)).encode()).hexdigest()[:16]
+    archive = CLASS_ARCHIVES / f"spark-{key}.jsa"
+    if archive.exists():
+        return archive
+    CLASS_ARCHIVES.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in CLASS_ARCHIVES.glob("spark-*"):
+        if old.suffix == ".jsa" or now - old.stat().st_mtime > 3_600:  # stale archives, abandoned partials
+            old.unlink(missing_ok=True)
+    if any(CLASS_ARCHIVES.glob(f"{archive.stem}.*.partial")):  # another run is making it
+        return archive
+    partial = archive.with_name(f"{archive.stem}.{os.getpid()}.partial")
+    subprocess.Popen(
+        [sys.executable, "-c", _MAKE_CLASS_ARCHIVE, str(partial), str(archive)],
+        cwd=ROOT,
+        env=_process_environment() | {"SPARK_SUBMIT_OPTS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial}"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return archive
+
+
+#: spark_class_archive's background process: the job on a few files (its JVM writes the archive as it
+#: exits), then the archive renamed into place if the job succeeded.
+_MAKE_CLASS_ARCHIVE = """
+import os, shutil, sys, tempfile
+from pyspark import SparkContext
+from jobs.stream.cli import main
+from tools.feed import feed, records_from_synthetic
+partial, archive = sys.argv[1:]
+work = tempfile.mkdtemp(prefix="awm-cds-")
+try:
+    feed(records_from_synthetic(600), os.path.join(work, "in"), rows_per_file=200)
+    flags = ["--input", os.path.join(work, "in"), "--max-files-per-trigger", "1", "--flush-at-end"]
+    flags += ["--output", os.path.join(work, "out"), "--checkpoint", os.path.join(work, "ck")]
+    status = main([*flags, "--metrics-port", "0"])
+    jvm = SparkContext._gateway.proc  # spark-submit exec'd java: closing its input ends it, and it writes
+    jvm.stdin.close()
+    jvm.wait(timeout=600)
+    if status == 0 and os.path.getsize(partial) > 0:
+        os.replace(partial, archive)
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+    if os.path.exists(partial):
+        os.remove(partial)
+"""
 
 
 class SparkSessions:
