@@ -7,10 +7,11 @@ directory outside the checkout. The job goes to it as docs/deployment.md ("Runni
 ``python -m tools.package`` builds the code's archive, ``spark-submit --py-files`` ships it,
 ``spark.pyspark.python`` names the workers' Python. On landing files (the Arrow reader's passes run in the
 executors) and on a 4-partition Kafka topic (the watermark stage in the executors), the cluster's run writes
-the tables the same job writes in local mode (``python -m jobs.stream``), row for row but for the columns
-of the wall clock; and the tasks of a third submission, made the same way, find the project's modules in
-the shipped archive under Spark's work directory, not in the checkout. The runs go one after the other (at
-once they were no faster on two cores, and slowed the suite's other workers); nothing is timed.
+the tables the same job writes in local mode (its command line's options run in the test's local Spark
+session), row for row but for the columns of the wall clock; and the tasks of a third submission, made the
+same way, find the project's modules in the shipped archive under Spark's work directory, not in the checkout.
+The runs go one after the other (at once they were no faster on two cores, and slowed the suite's other
+workers); nothing is timed.
 """
 
 from __future__ import annotations
@@ -129,27 +130,40 @@ def job_flags(tmp: Path, source: list[str]) -> list[str]:
     ]
 
 
-def run_both(tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str]) -> dict[str, list[str]]:
-    """The job in local mode, then on the cluster; each run's progress lines (``batch N: ...``)."""
-    local = [sys.executable, "-m", "jobs.stream", *job_flags(tmp / "local", source)]
+def run_both(spark, tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str]) -> list[str]:
+    """The job in local mode, then on the cluster; the cluster run's progress lines (``batch N: ...``) and
+    the line that says where its executors import the job's code from.
+
+    The local run is the reference: the job's flags, options and code (``jobs.stream.cli``) run in the
+    test's local Spark session (``spark``), whose tables are ``python -m jobs.stream``'s without a JVM of
+    its own to start. The cluster run is ``spark-submit`` as docs/deployment.md runs it."""
+    from jobs.stream.cli import build_parser, options_from_args, summarize
+    from jobs.stream.run import run_job
+
+    local = options_from_args(build_parser().parse_args(job_flags(tmp / "local", source)))
+    run_job(spark, local)
+    summary = summarize(local.output)
+    assert summary["events"] == RECORDS + 1, summary  # and the late record
     submit = submit_command(
         cluster, code, ROOT / "jobs" / "stream" / "__main__.py", *job_flags(tmp / "cluster", source)
     )
-    runs = {"local": (local, env), "cluster": (submit, submit_environment(env))}
-    lines = {}
-    for name, (command, environment) in runs.items():
-        proc = subprocess.run(
-            command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False
-        )
-        out, err = proc.stdout, proc.stderr
-        errors = [line for line in err.splitlines() if "Error" in line or "Exception" in line]
-        assert proc.returncode == 0, f"{name} run:\n" + ("\n".join(errors[:30]) or err[-4000:])
-        # Under spark-submit the driver's standard error reaches standard output (Spark's PythonRunner).
-        logged = (out + err).splitlines()
-        summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-        assert summary["events"] == RECORDS + 1, summary  # and the late record
-        lines[name] = [line for line in logged if line.startswith("batch ") or "job's code" in line]
-    return lines
+    proc = subprocess.run(
+        submit,
+        cwd=ROOT,
+        env=submit_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    out, err = proc.stdout, proc.stderr
+    errors = [line for line in err.splitlines() if "Error" in line or "Exception" in line]
+    assert proc.returncode == 0, "cluster run:\n" + ("\n".join(errors[:30]) or err[-4000:])
+    # Under spark-submit the driver's standard error reaches standard output (Spark's PythonRunner).
+    logged = (out + err).splitlines()
+    summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    assert summary["events"] == RECORDS + 1, summary  # and the late record
+    return [line for line in logged if line.startswith("batch ") or "job's code" in line]
 
 
 def rows(root: Path, table: str) -> list[dict]:
@@ -190,7 +204,7 @@ def bad_lines(records: pa.Table) -> list[str]:
 
 
 def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
-    tmp_path, spark_cluster, code_zip, jvm_process
+    spark, tmp_path, spark_cluster, code_zip, jvm_process
 ):
     records = iot_records(RECORDS)
     inp = tmp_path / "in"
@@ -201,21 +215,19 @@ def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
     os.utime(bad, (newest + 5, newest + 5))
 
     source = ["--input", str(inp), "--max-files-per-trigger", "1"]
-    lines = run_both(tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env)
 
     tables = assert_same_tables(tmp_path)
     assert [q["reason"] for q in tables["quarantine"]] == ["malformed_json", "event_time_before_1970"]
     assert "late-1" in {r["event_id"] for r in tables["late_events"]}
     # The cluster's executors ran the Arrow reader's passes, with the code spark-submit shipped.
-    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(
-        lines["cluster"]
-    )
-    cluster_batches = [line for line in lines["cluster"] if line.startswith("batch ")]
+    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(lines)
+    cluster_batches = [line for line in lines if line.startswith("batch ")]
     assert len(cluster_batches) == 3 and sum("(arrow reader" in line for line in cluster_batches) == 2
 
 
 def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local_mode(
-    tmp_path, spark_cluster, code_zip, kafka_broker, jvm_process
+    spark, tmp_path, spark_cluster, code_zip, kafka_broker, jvm_process
 ):
     from confluent_kafka import Producer
 
@@ -235,15 +247,13 @@ def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local
     # source's path, and the shipped archive's differs from one application to the next): 30 s or more.
     source += ["--stage-in", "executors", "--max-offsets-per-trigger", "600"]
     source += ["--strategy", "periodic", "--set", "delay_ms=100", "--set", "period_ms=50"]
-    lines = run_both(tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env)
 
     tables = assert_same_tables(tmp_path)
     assert sorted(q["reason"] for q in tables["quarantine"]) == ["event_time_before_1970", "malformed_json"]
     assert "late-1" in {r["event_id"] for r in tables["late_events"]}
-    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(
-        lines["cluster"]
-    )
-    cluster_batches = [line for line in lines["cluster"] if line.startswith("batch ")]
+    assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(lines)
+    cluster_batches = [line for line in lines if line.startswith("batch ")]
     assert len(cluster_batches) == 2 and all("stage in executors" in line for line in cluster_batches)
 
 

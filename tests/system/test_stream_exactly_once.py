@@ -78,6 +78,18 @@ def run_to_end(tmp: Path | str, inp: Path | str | list[str], env: dict[str, str]
     return [batch_id(line) for line in proc.stderr.splitlines() if line.startswith("batch ")]
 
 
+def run_in_process(spark, tmp: Path, inp: Path | list[str]) -> list[int]:
+    """The job of :func:`job_command` (the same flags, options and code) run to the end of its input in this
+    process's Spark session, as the uninterrupted run the killed ones are compared with: its tables are
+    the command's, without a JVM of its own to start (the kills and restarts are the processes' subject).
+    The ids of the batches it ran."""
+    from jobs.stream.cli import build_parser, options_from_args
+    from jobs.stream.run import run_job
+
+    options = options_from_args(build_parser().parse_args(job_command(tmp, inp)[3:]))
+    return [report.batch_id for report in run_job(spark, options)]
+
+
 def batch_id(progress_line: str) -> int:
     """The batch id of the job's progress line ``batch N: ...`` (standard error)."""
     return int(progress_line.split(":", 1)[0].split()[1])
@@ -129,28 +141,31 @@ def batches_done(tmp: Path | str) -> int:
     return max(ids) + 1 if ids else 0
 
 
-@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
-def test_sigkill_three_times_then_restart_gives_identical_tables(tmp_path, jvm_process):
+# Five runs of the job, four in JVMs of their own: minutes, more on a busy machine.
+@pytest.mark.timeout(2_400)
+def test_sigkill_three_times_then_restart_gives_identical_tables(spark, tmp_path, jvm_process):
     records = iot_records(RECORDS)
     inp = tmp_path / "in"
     feed(records, inp, rows_per_file=PER_BATCH)  # 8 files, one per micro-batch
-    killed_three_times_gives_the_tables_of_one_run(tmp_path, inp, jvm_process.env)
+    killed_three_times_gives_the_tables_of_one_run(spark, tmp_path, inp, jvm_process.env)
 
 
 def killed_three_times_gives_the_tables_of_one_run(
+    spark,
     tmp_path: Path,
     inp: Path | list[str],
     env: dict[str, str],
     crashed: str | None = None,
     crashed_input: str | None = None,
 ) -> None:
-    """An uninterrupted run, then a run SIGKILLed inside its batches three times and restarted to the end
-    (the job as a process with the environment ``env``): every table holds the same rows. The killed run
-    writes under ``crashed`` (default: a folder of ``tmp_path``; a URI puts its tables and checkpoint on an
-    object store) and reads ``crashed_input`` (default: ``inp``; the same files elsewhere)."""
+    """An uninterrupted run (in the session ``spark``: :func:`run_in_process`), then a run SIGKILLed inside
+    its batches three times and restarted to the end (the job as a process with the environment ``env``):
+    every table holds the same rows. The killed run writes under ``crashed`` (default: a folder of
+    ``tmp_path``; a URI puts its tables and checkpoint on an object store) and reads ``crashed_input``
+    (default: ``inp``; the same files elsewhere)."""
     LOGS[:] = [tmp_path / "job-stderr.log"]
     reference = tmp_path / "reference"
-    assert run_to_end(reference, inp, env)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
+    assert run_in_process(spark, reference, inp)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
 
     crashed = crashed or str(tmp_path / "crashed")
     inp = crashed_input or inp

@@ -15,9 +15,10 @@ from tools.feed import feed_kafka
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
+# Five runs of the job, four in JVMs of their own: minutes, more on a busy machine.
+@pytest.mark.timeout(2_400)
 def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_tables(
-    tmp_path, kafka_broker, jvm_process
+    spark, tmp_path, kafka_broker, jvm_process
 ):
     records = iot_records(RECORDS)
     servers = kafka_broker.bootstrap_servers
@@ -26,5 +27,5 @@ def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_table
     # 8 micro-batches of 250 offsets; a restart replays the offsets of its batch from Spark's checkpoint.
     source = ["--format", "kafka", "--kafka-bootstrap-servers", servers, "--topic", "killed"]
     killed_three_times_gives_the_tables_of_one_run(
-        tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)], jvm_process.env
+        spark, tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)], jvm_process.env
     )

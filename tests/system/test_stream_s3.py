@@ -16,9 +16,10 @@ from tools.feed import feed
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(2_400)  # five runs of the job, each its own JVM: minutes, more on a loaded machine
+# Five runs of the job, four in JVMs of their own: minutes, more on a busy machine.
+@pytest.mark.timeout(2_400)
 def test_sigkill_three_times_on_s3_then_restart_gives_the_tables_of_a_run_on_local_disk(
-    tmp_path, s3_server, jvm_process
+    spark, tmp_path, s3_server, jvm_process
 ):
     records = iot_records(RECORDS)
     root = f"s3a://{s3_server.new_bucket()}"
@@ -26,5 +27,5 @@ def test_sigkill_three_times_on_s3_then_restart_gives_the_tables_of_a_run_on_loc
     feed(records, f"{root}/in", rows_per_file=PER_BATCH)  # the same 8 files on S3
     env = jvm_process.env | s3_server.env()
     killed_three_times_gives_the_tables_of_one_run(
-        tmp_path, tmp_path / "in", env, crashed=f"{root}/crashed", crashed_input=f"{root}/in"
+        spark, tmp_path, tmp_path / "in", env, crashed=f"{root}/crashed", crashed_input=f"{root}/in"
     )

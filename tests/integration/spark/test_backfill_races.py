@@ -43,9 +43,10 @@ def run_then_land_the_rest(spark, tmp_path, records, first: int, rows_per_file: 
 
 
 def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_commit(spark, tmp_path):
-    records = one_partition(iot_records(6_000))
-    # The stream goes on with the rest of the input, one file per batch, while backfills run.
-    out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 3_000, 500)
+    records = one_partition(iot_records(3_000))
+    # The stream goes on with the rest of the input, one file per batch (3), while backfills run: the race
+    # needs its first append; the later batches commit beside the nested backfill's MERGE and its retries.
+    out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 1_500, 500)
     assert DeltaTables(str(out), "r").read("late_events").num_rows > 0
     start_version = DeltaTable(str(out / "aggregates")).version()
     worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
