@@ -112,6 +112,9 @@ def adwin_state(adwin: ADWIN) -> dict[str, Any]:
             "0.26's AdaptiveWindowing); pin river at the version in requirements.lock"
         )
         raise RuntimeError(msg)
+    # The sensitivity the detector rebuilds its window with after a drift (``ADWIN.delta``): a change made
+    # since the last reset is not in the blob until the next update resets it.
+    state["next_delta"] = float(adwin.delta)
     return state
 
 
@@ -122,7 +125,7 @@ def restore_adwin(state: Mapping[str, Any]) -> ADWIN:
         raise ValueError(msg)
     checked = _checked(state)
     adwin = new_adwin(
-        delta=checked["delta"],
+        delta=checked["next_delta"],  # the blob below sets the window's own
         clock=checked["clock"],
         max_buckets=checked["max_buckets"],
         min_window_length=checked["min_window_length"],
@@ -152,6 +155,7 @@ def _checked(state: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"drift_detected": bool(state.get("drift_detected", False))}
     try:
         out["delta"] = number("delta", state["delta"], float, 1e-300, 1.0)
+        out["next_delta"] = number("next_delta", state.get("next_delta", out["delta"]), float, 1e-300, 1.0)
         out["clock"] = number("clock", state["clock"], int, 1, i32)
         out["max_buckets"] = number("max_buckets", state["max_buckets"], int, 1, _MAX_BUCKET_SIZE)
         out["min_window_length"] = number("min_window_length", state["min_window_length"], int, 1, i32)

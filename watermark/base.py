@@ -223,6 +223,23 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         self._advance(now, arrival=False)
         return self
 
+    def hold_floor(self, floor_ms: int) -> Self:
+        """Raise the watermark to at least ``floor_ms`` (never lowers it); later arrivals never go below it.
+
+        A generator that replaces another under a new configuration starts from its predecessor's
+        watermark, so that no window the old one closed opens again (a tuple below the floor is late).
+
+        Examples
+        --------
+        >>> from watermark.registry import make
+        >>> gen = make("periodic", {"delay_ms": 500}).hold_floor(10_000)
+        >>> gen.watermark_ms, gen.process([2_000, 20_000], [2_000, 20_000]).tolist()
+        (10000, [10000, 10000])
+
+        """
+        self._raise(int(floor_ms))
+        return self
+
     def _raise(self, proposal: int) -> None:
         if proposal > self._wm:
             self._wm = proposal

@@ -578,8 +578,12 @@ class PartitionedWatermark(WatermarkReadout):
 
         The global watermark, clock, arrivals and counts carry over, so the watermark never regresses.
         With the same strategy, parameters and mode (``None``: this one's) the generators carry over too;
-        otherwise every partition starts a fresh generator of the new strategy, and the global watermark
-        holds until they emit.
+        otherwise every partition starts a fresh generator of the new strategy that holds its predecessor's
+        watermark as a floor (:meth:`~watermark.base.WatermarkGenerator.hold_floor`): no partition's
+        watermark goes back, so no window a partition closed opens again (in the scoped mode windows fire
+        by their partition's own watermark). Across a change of mode each new generator holds the
+        watermark its partition was judged by: its own (``min``, ``scoped``) or the shared one
+        (``global``); the shared generator of a new ``global`` mode holds the global watermark.
         """
         mode = self.mode if mode is None else mode
         new = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms, mode=mode)
@@ -592,8 +596,13 @@ class PartitionedWatermark(WatermarkReadout):
             new._shared = self._shared
         if same:
             new._gens = dict(self._gens)
+        elif new._shared is not None:
+            new._shared.hold_floor(self._wm)
+            new._gens = dict.fromkeys(self._gens, new._shared)
         else:
-            new._gens = {key: new._shared or make(strategy, params) for key in self._gens}
+            new._gens = {
+                key: make(strategy, params).hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
+            }
         new._last_tp = dict(self._last_tp)
         new._wm, new._wm_at_arrival, new._clock = self._wm, self._wm_at_arrival, self._clock
         new._n_seen, new._n_late = self._n_seen, self._n_late

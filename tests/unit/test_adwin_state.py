@@ -85,3 +85,21 @@ def test_the_adaptive_strategy_snapshot_holds_no_pickle_and_restores_its_detecto
         gen.update(1_000 * i - (i % 5) * 40, 1_000 * i)
         twin.update(1_000 * i - (i % 5) * 40, 1_000 * i)
         assert twin.watermark_ms == gen.watermark_ms
+
+
+def test_a_sensitivity_changed_at_a_drift_survives_a_snapshot_taken_before_the_next_update():
+    """The adaptive strategy lowers ``delta`` at a drift; river applies it when the next update resets the
+    window. A checkpoint in between must rebuild with the new ``delta``, not the window's old one."""
+    a = ADWIN(delta=1.0)
+    values = [0.0] * 200 + [50.0] * 200
+    fed = 0
+    while not a.drift_detected:
+        a.update(values[fed])
+        fed += 1
+    a.delta = 0.5  # what watermark.adaptive does at a drift
+    b = restore_adwin(adwin_state(a))
+    assert b.delta == 0.5
+    for x in values[fed:]:
+        a.update(x)
+        b.update(x)
+    assert adwin_state(b) == adwin_state(a) and adwin_state(a)["delta"] == 0.5
