@@ -8,9 +8,10 @@ default, or ``"global"``) says how partitions make the watermark
 (:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
 batch boundaries (:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with
 :func:`write_config`. A new version applies only if it is valid and its ``version`` is higher than the
-running one; anything else is refused with a reason and the running configuration is kept. The window
-cannot change under a running job (its open windows were cut by the old one): such a version is refused
-too.
+running one; anything else is refused with a reason and the running configuration is kept. The window,
+the straggler band and the partition mode cannot change under a job (its open windows were cut and owned
+under the old ones, :func:`shape_change`): such a version is refused too, by a running job and at a
+restart.
 
 Example document::
 
@@ -226,6 +227,36 @@ def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
     storage.write_text(storage.Location.of(path), text)
 
 
+def shape_change(running: PipelineConfig, candidate: PipelineConfig) -> str:
+    """What ``candidate`` changes that a job cannot take over from ``running`` ('' when nothing).
+
+    The window (length and slide), the straggler band and the partition mode shape the open windows and
+    who fires them: open windows of the old window merge with partials of another length, and a window
+    judged by another mode's watermark can be emitted a second time. The strategy, its parameters, the
+    SLO and the idleness timeout may change (each partition keeps its watermark as a floor).
+
+    Examples
+    --------
+    >>> a = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1000})
+    >>> shape_change(a, a.with_version(2, straggler_ms=0))
+    'the straggler band (500 ms -> 0 ms)'
+    >>> shape_change(a, a.with_version(2, params={"delay_ms": 9}))
+    ''
+
+    """
+    changes = []
+    if candidate.window != running.window:
+        changes.append(
+            f"the window ({running.window.window_ms} ms, slide {running.window.slide_ms} -> "
+            f"{candidate.window.window_ms} ms, slide {candidate.window.slide_ms})"
+        )
+    if candidate.straggler_ms != running.straggler_ms:
+        changes.append(f"the straggler band ({running.straggler_ms} ms -> {candidate.straggler_ms} ms)")
+    if candidate.partition_mode != running.partition_mode:
+        changes.append(f"the partition mode ({running.partition_mode} -> {candidate.partition_mode})")
+    return ", ".join(changes)
+
+
 @dataclass(frozen=True)
 class ConfigChange:
     """What a :meth:`ConfigWatcher.poll` found: an applied version, or a refused one with its reason."""
@@ -288,10 +319,10 @@ class ConfigWatcher:
             return self._refuse(
                 f"version {candidate.version} is not newer than the running version {running.version}"
             )
-        if candidate.window != running.window:
+        if changed := shape_change(running, candidate):
             return self._refuse(
-                f"version {candidate.version} changes the window ({running.window.window_ms} ms, slide "
-                f"{running.window.slide_ms}) under a running job; restart with a new output"
+                f"version {candidate.version} changes {changed} under a running job; its open windows were "
+                "made by the running version: start a new output and checkpoint to use it"
             )
         self._current = candidate
         self._last_refusal = None

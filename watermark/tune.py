@@ -272,25 +272,48 @@ def tune(
         )
         for r in rows
     ]
-    meeting = [c for c in candidates if c.dropped_pct <= target_late_pct and c.windows_fired]
-    if not meeting:
+    choice = stable_choice(
+        candidates, target_late_pct, te_a, tp_a, window, partition, key, straggler_ms, idle_timeout_ms
+    )
+    if choice is None:
         lowest = min(candidates, key=lambda c: c.dropped_pct)
         msg = (
             f"no setting keeps late tuples at or below {target_late_pct} % with windows firing; the lowest "
             f"is {lowest.dropped_pct} % ({lowest.strategy} {lowest.params})"
         )
         raise TuneError(msg)
+    return TuneResult(target_late_pct, window, choice, candidates, int(te_a.size))
+
+
+def stable_choice(
+    candidates: Sequence[Candidate],
+    target_late_pct: float,
+    te: np.ndarray,
+    tp: np.ndarray,
+    window: WindowSpec,
+    partition: ArrayLike | None = None,
+    key: ArrayLike | None = None,
+    straggler_ms: int = DEFAULT_STRAGGLER_MS,
+    idle_timeout_ms: int | None = None,
+) -> Candidate | None:
+    """The fastest of ``candidates`` (replayed on ``te``/``tp``) that meets the target, None when none does.
+
+    Of the :data:`STABILITY_CHECKS` fastest that meet it over the whole history, the first that also meets
+    it on each half of the history is preferred (else the fastest).
+    """
+    meeting = [c for c in candidates if c.dropped_pct <= target_late_pct and c.windows_fired]
+    if not meeting:
+        return None
     ranked = sorted(meeting, key=lambda c: (c.mean_latency_ms, c.dropped_pct))  # stable: first of ties
-    choice = next(
+    return next(
         (
             c
             for c in ranked[:STABILITY_CHECKS]
-            if _worst_half_late_pct(c, te_a, tp_a, window, partition, key, straggler_ms, idle_timeout_ms)
+            if _worst_half_late_pct(c, te, tp, window, partition, key, straggler_ms, idle_timeout_ms)
             <= target_late_pct
         ),
         ranked[0],
     )
-    return TuneResult(target_late_pct, window, choice, candidates, int(te_a.size))
 
 
 def _worst_half_late_pct(

@@ -35,7 +35,7 @@ from jobs.common.reads import TableReader
 from watermark import storage
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.storage import Location
-from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, tune
+from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, stable_choice, tune
 
 DAY_MS = 86_400_000
 
@@ -71,6 +71,8 @@ class RetuneOutcome:
     report: str | None = None
     plot: str | None = None
     frontier: list[dict[str, Any]] = field(default_factory=list)
+    #: The tuner's choice when it runs another partition mode than the job (which cannot change it).
+    other_mode: dict[str, Any] | None = None
 
     @property
     def published(self) -> bool:
@@ -177,8 +179,31 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
         outcome.reason = f"no setting meets the target: {exc}"
         return _keep_report(outcome, options, None)
     chosen = result.choice
-    outcome.chosen = chosen.as_dict()
     outcome.frontier = [c.as_dict() for c in result.frontier]
+    if (chosen.partition_mode or "min") != running.partition_mode:
+        # The job refuses a new partition mode (watermark.config.shape_change): the choice is published only
+        # within the running mode; the other mode's figures stay in the report for a new deployment.
+        outcome.other_mode = chosen.as_dict()
+        in_mode = stable_choice(
+            [c for c in result.candidates if (c.partition_mode or "min") == running.partition_mode],
+            target,
+            te,
+            tp,
+            running.window,
+            part,
+            part,
+            running.straggler_ms,
+            running.idle_timeout_ms,
+        )
+        if in_mode is None:
+            outcome.reason = (
+                f"only partition mode {chosen.partition_mode} meets the target ({chosen.strategy} "
+                f"{chosen.params}); the job's mode ({running.partition_mode}) cannot change under it: start "
+                "a new output and checkpoint with that mode"
+            )
+            return _keep_report(outcome, options, result)
+        chosen = in_mode
+    outcome.chosen = chosen.as_dict()
     candidate = _candidate_config(options, running, chosen, n, target)
     same = (candidate.strategy, dict(candidate.params), candidate.partition_mode) == (
         running.strategy,
@@ -205,6 +230,13 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             else f"mean emit latency {current.mean_latency_ms:.0f} -> {chosen.mean_latency_ms:.0f} ms"
         )
         outcome.reason = f"published version {candidate.version}: {chosen.strategy} {chosen.params}; {why}"
+    if outcome.other_mode is not None:
+        other = outcome.other_mode
+        outcome.reason += (
+            f" (partition mode {other['partition_mode']} would give mean emit latency "
+            f"{other['emit_latency_ms'].get('mean', float('nan')):.0f} ms; the mode cannot change under a "
+            "running job: a new output and checkpoint can use it)"
+        )
     return _keep_report(outcome, options, result)
 
 

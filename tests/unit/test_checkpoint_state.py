@@ -304,3 +304,36 @@ def test_a_version_that_fails_to_apply_is_refused_and_rolled_back(tmp_path, monk
     assert handler.states.store.batch_meta(1, v2)[1] == V1  # a replay of the batch runs version 1 too
     handler.states.store.save(1, watermark, empty_partials(), config.version)
     assert handler.states.store.load_before(2) is not None  # and its state matches its pinned version
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"window_ms": 2_000}, "the window (1000 ms, slide None -> 2000 ms, slide None)"),
+        ({"straggler_ms": 0}, "the straggler band"),
+        ({"partition_mode": "scoped"}, "the partition mode (min -> scoped)"),
+    ],
+)
+@pytest.mark.parametrize("by_file", [False, True])
+def test_a_restart_with_another_window_band_or_mode_is_refused_before_any_batch(
+    tmp_path, change, needle, by_file
+):
+    from jobs.stream.handler import BatchHandler
+    from jobs.stream.options import JobOptions
+
+    path = tmp_path / "watermark.json"
+    folders = {name: str(tmp_path / name) for name in ("input", "output", "checkpoint")}
+    first = JobOptions(**folders, config=V1)
+    run_batches(BatchHandler(None, first).states.store, 2)
+    other = PipelineConfig.from_dict(V1.to_dict() | {"version": 2} | change)
+    if by_file:  # the file edited while the job was down
+        write_config(path, other)
+    again = JobOptions(**{**first.__dict__, "config": other, "config_path": str(path) if by_file else None})
+    with pytest.raises(CheckpointError) as info:
+        BatchHandler(None, again)
+    text = str(info.value)
+    assert needle in text and "batch 1" in text and "start a new --output and --checkpoint" in text
+    assert (str(path) if by_file else "the command line") in text
+    # new parameters of the same shape go on from the state (the stage reconfigures, keeping floors)
+    same_shape = JobOptions(**{**first.__dict__, "config": V1.with_version(2, params={"delay_ms": 300})})
+    assert BatchHandler(None, same_shape).states.start(2).config.version == 2

@@ -179,3 +179,22 @@ def test_by_default_a_silent_partition_stops_stalling_the_watermark_after_the_id
     for t in range(1_000, 120_001, 1_000):  # only partition a speaks, for two minutes
         pw.process(["a"], [t], [t])
     assert pw.watermark_ms > stalled + 100_000 and pw.active_partitions() == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"straggler_ms": 0}, "the straggler band (500 ms -> 0 ms)"),
+        ({"partition_mode": "scoped"}, "the partition mode (min -> scoped)"),
+        ({"slide_ms": 500}, "the window (1000 ms, slide None -> 1000 ms, slide 500)"),
+    ],
+)
+def test_a_running_job_refuses_a_version_that_changes_the_shape_of_its_open_windows(tmp_path, change, needle):
+    path = write(tmp_path / "w.json", BASE | {"version": 5})
+    watcher = ConfigWatcher(path)
+    write(path, BASE | {"version": 6} | change)
+    reason = watcher.poll().refused_reason
+    assert needle in reason and "start a new output and checkpoint" in reason
+    assert watcher.current.version == 5
+    write(path, BASE | {"version": 7, "params": {"delay_ms": 7}})  # parameters may change
+    assert watcher.poll().applied.version == 7

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from jobs.common.windows import empty_partials
-from jobs.stream.checkpoint.state import SavedStage, StageStore
+from jobs.stream.checkpoint.state import CheckpointError, SavedStage, StageStore
 from jobs.stream.options import JobOptions
 from jobs.stream.stage.executors import prune_open_dirs
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from monitoring.metrics import JobMetrics
 from watermark.combine import PartitionedWatermark
-from watermark.config import ConfigWatcher, PipelineConfig
+from watermark.config import ConfigWatcher, PipelineConfig, shape_change
 from watermark.timeutil import NO_WATERMARK
 
 log = logging.getLogger("jobs.stream")
@@ -50,6 +50,31 @@ class StageStates:
         self.store = StageStore(options.checkpoint)
         self.watcher = ConfigWatcher(options.config_path, options.config) if options.config_path else None
         self._pinned: PipelineConfig | None = None  # without a watcher: the version a refusal rolled back to
+        self.check_restart()
+
+    def check_restart(self) -> None:
+        """Refuse to go on from a saved state under a configuration of another shape (at start).
+
+        The newest state's open windows were cut, and owned, under its batch's configuration; a restart
+        whose flags or configuration file change the window, the straggler band or the partition mode
+        (:func:`watermark.config.shape_change`) would merge them with partials of another shape, or fire
+        them by another watermark. Raises :class:`~jobs.stream.checkpoint.state.CheckpointError`.
+        """
+        latest = self.store.latest_batch()
+        if latest is None:
+            return
+        saved = self.store.load_before(latest + 1)
+        if saved is None or saved.config is None:
+            return
+        wanted = self.watcher.current if self.watcher is not None else self.options.config
+        if changed := shape_change(saved.config, wanted):
+            where = self.options.config_path or "the command line"
+            msg = (
+                f"{where} changes {changed} against the checkpoint's state (batch {latest}, configuration "
+                f"version {saved.config.version}); open windows of one shape cannot go on under another: put "
+                "the old settings back, or start a new --output and --checkpoint"
+            )
+            raise CheckpointError(msg)
 
     def config(self) -> PipelineConfig:
         """The configuration in force now (a new version of the file applies from the next batch)."""
