@@ -314,26 +314,55 @@ def test_a_version_that_fails_to_apply_is_refused_and_rolled_back(tmp_path, monk
         ({"partition_mode": "scoped"}, "the partition mode (min -> scoped)"),
     ],
 )
-@pytest.mark.parametrize("by_file", [False, True])
-def test_a_restart_with_another_window_band_or_mode_is_refused_before_any_batch(
-    tmp_path, change, needle, by_file
-):
+def test_a_restart_with_another_window_band_or_mode_is_refused_before_any_batch(tmp_path, change, needle):
+    """Flags of another shape than the checkpoint's state: exit 2 (CheckpointError) before any batch; flags
+    of the same shape with other parameters go on from the state (reconfigured, each partition's watermark
+    a floor)."""
     from jobs.stream.handler import BatchHandler
     from jobs.stream.options import JobOptions
 
-    path = tmp_path / "watermark.json"
     folders = {name: str(tmp_path / name) for name in ("input", "output", "checkpoint")}
     first = JobOptions(**folders, config=V1)
     run_batches(BatchHandler(None, first).states.store, 2)
     other = PipelineConfig.from_dict(V1.to_dict() | {"version": 2} | change)
-    if by_file:  # the file edited while the job was down
-        write_config(path, other)
-    again = JobOptions(**{**first.__dict__, "config": other, "config_path": str(path) if by_file else None})
     with pytest.raises(CheckpointError) as info:
-        BatchHandler(None, again)
+        BatchHandler(None, JobOptions(**folders, config=other))
     text = str(info.value)
-    assert needle in text and "batch 1" in text and "start a new --output and --checkpoint" in text
-    assert (str(path) if by_file else "the command line") in text
-    # new parameters of the same shape go on from the state (the stage reconfigures, keeping floors)
-    same_shape = JobOptions(**{**first.__dict__, "config": V1.with_version(2, params={"delay_ms": 300})})
+    assert needle in text and "the command line" in text and "batch 1" in text
+    assert "start a new --output and --checkpoint" in text
+    same_shape = JobOptions(**folders, config=V1.with_version(2, params={"delay_ms": 300}))
     assert BatchHandler(None, same_shape).states.start(2).config.version == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"window_ms": 2_000}, "the window"),
+        ({"partition_mode": "scoped"}, "the partition mode (min -> scoped)"),
+    ],
+)
+def test_a_file_changing_the_shape_while_the_job_was_down_is_refused_and_the_state_version_goes_on(
+    tmp_path, change, needle, caplog
+):
+    """As a running job refuses such a version: a log line and ``awm_config_refused_total``; the restart
+    runs the state's version, and the file is read again only when it changes."""
+    from prometheus_client import CollectorRegistry
+
+    from jobs.stream.handler import BatchHandler
+    from jobs.stream.options import JobOptions
+    from monitoring.metrics import JobMetrics
+
+    path = tmp_path / "watermark.json"
+    write_config(path, V1)
+    folders = {name: str(tmp_path / name) for name in ("input", "output", "checkpoint")}
+    run_batches(BatchHandler(None, JobOptions(**folders, config=V1, config_path=str(path))).states.store, 2)
+    edited = PipelineConfig.from_dict(V1.to_dict() | {"version": 2} | change)
+    write_config(path, edited)
+    metrics = JobMetrics(CollectorRegistry())
+    with caplog.at_level(logging.WARNING, logger="jobs.stream"):
+        handler = BatchHandler(None, JobOptions(**folders, config=edited, config_path=str(path)), metrics)
+    assert any(needle in r.getMessage() and "version 2" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value("awm_config_refused_total") == 1
+    assert handler.states.start(2).config == V1
+    write_config(path, V1.with_version(3, params={"delay_ms": 300}))  # the same shape: applies
+    assert handler.states.config().version == 3

@@ -56,9 +56,12 @@ class StageStates:
         """Refuse to go on from a saved state under a configuration of another shape (at start).
 
         The newest state's open windows were cut, and owned, under its batch's configuration; a restart
-        whose flags or configuration file change the window, the straggler band or the partition mode
+        whose configuration changes the window, the straggler band or the partition mode
         (:func:`watermark.config.shape_change`) would merge them with partials of another shape, or fire
-        them by another watermark. Raises :class:`~jobs.stream.checkpoint.state.CheckpointError`.
+        them by another watermark. Flags that do are refused: :class:`CheckpointError` (exit 2). A
+        configuration file that does (a version published or edited while the job was down) is refused as
+        the running job refuses it: a log line, ``awm_config_refused_total``, and the job goes on under the
+        state's version until the file changes again.
         """
         latest = self.store.latest_batch()
         if latest is None:
@@ -67,14 +70,25 @@ class StageStates:
         if saved is None or saved.config is None:
             return
         wanted = self.watcher.current if self.watcher is not None else self.options.config
-        if changed := shape_change(saved.config, wanted):
-            where = self.options.config_path or "the command line"
+        changed = shape_change(saved.config, wanted)
+        if not changed:
+            return
+        if self.watcher is None:
             msg = (
-                f"{where} changes {changed} against the checkpoint's state (batch {latest}, configuration "
-                f"version {saved.config.version}); open windows of one shape cannot go on under another: put "
-                "the old settings back, or start a new --output and --checkpoint"
+                f"the command line changes {changed} against the checkpoint's state (batch {latest}, "
+                f"configuration version {saved.config.version}); open windows of one shape cannot go on "
+                "under another: put the old settings back, or start a new --output and --checkpoint"
             )
             raise CheckpointError(msg)
+        reason = (
+            f"version {wanted.version} of {self.options.config_path} changes {changed} against the "
+            f"checkpoint's state (batch {latest}); its open windows were made by version "
+            f"{saved.config.version}, which stays in force: start a new output and checkpoint to use it"
+        )
+        log.warning("configuration refused: %s", reason)
+        if self.metrics is not None:
+            self.metrics.config_refused.inc()
+        self.watcher.roll_back(saved.config, reason)
 
     def config(self) -> PipelineConfig:
         """The configuration in force now (a new version of the file applies from the next batch)."""
