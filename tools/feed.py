@@ -512,9 +512,9 @@ def kafka_partition_map(
     {'dev_2': 0, 'dev_7': 1, 'dev_10': 0}
 
     """
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-        msg = f"partitions must be an integer >= 1, got {partitions!r}"
-        raise ValueError(msg)
+    from tools.local.kafka import check_partitions
+
+    check_partitions(partitions)
     if isinstance(values, pa.Array | pa.ChunkedArray):
         distinct = pc.unique(values).to_pylist()
     else:
@@ -662,18 +662,15 @@ def _feed_kafka(
     """:func:`feed_kafka` with the client settings in librdkafka's spelling."""
     from confluent_kafka import KafkaException, Producer
 
-    from tools.local.kafka import QUIET, KafkaLocalError, ensure_topic
+    from tools.local.kafka import QUIET, KafkaLocalError, check_partitions, ensure_topic
 
     check_options(pace=pace, speed=speed)
     _check_bootstrap_servers(bootstrap_servers)
     if not isinstance(topic, str) or not _TOPIC_NAME.match(topic) or topic in (".", ".."):
         msg = f"a Kafka topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -, got {topic!r}"
         raise ValueError(msg)
-    if partitions is not None and (
-        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
-    ):
-        msg = f"partitions must be an integer >= 1, got {partitions!r}"
-        raise ValueError(msg)
+    if partitions is not None:
+        check_partitions(partitions)
     table = _normalise(records)
     tp_ms = np.asarray(table.column("arrival_time_ms").to_numpy(), dtype=np.int64)
     if len(tp_ms) > 1 and bool((np.diff(tp_ms) < 0).any()):

@@ -63,10 +63,8 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +74,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.local import processes
+from tools.local.processes import free_port
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser
 from watermark.clilog import entry_prog, plain_text, run_main
 
@@ -101,8 +101,8 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_ITERATIONS = 8192
 #: A SCRAM user name: kept to characters that need no quoting in a JAAS line or a SCRAM message.
 _SCRAM_USER = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-EXIT_FAILED = 1
-EXIT_NOT_RUNNING = 3
+EXIT_FAILED = processes.EXIT_FAILED
+EXIT_NOT_RUNNING = processes.EXIT_NOT_RUNNING
 
 #: librdkafka client settings that keep its own log lines (connection refused, retries) off stderr: failures
 #: reach the caller as exceptions and delivery reports instead.
@@ -118,36 +118,6 @@ class KafkaLocalError(RuntimeError):
     """The local broker cannot be started, reached or stopped; the message says why and what to do."""
 
 
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port on ``host`` that is free now (the operating system's choice).
-
-    Parameters
-    ----------
-    host : str, default "127.0.0.1"
-        The address to bind.
-
-    Returns
-    -------
-    int
-        The port number.
-
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_busy(host: str, port: int) -> bool:
-    """Whether ``host:port`` cannot be bound (something listens on it, or it is otherwise taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def _accepts(host: str, port: int) -> bool:
     """Whether a TCP connection to ``host:port`` succeeds."""
     try:
@@ -155,20 +125,6 @@ def _accepts(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _check_port(port: object, what: str = "port") -> int:
-    """``port`` as an int in 1..65535, else a ValueError naming ``what``."""
-    if isinstance(port, str):
-        try:
-            port = int(port.strip())
-        except ValueError:
-            msg = f"{what} must be an integer in 1..65535, got {port!r}"
-            raise ValueError(msg) from None
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        msg = f"{what} must be an integer in 1..65535, got {port!r}"
-        raise ValueError(msg)
-    return port
 
 
 def check_scram_users(users: Mapping[str, str] | None) -> dict[str, str]:
@@ -220,38 +176,28 @@ def scram_client_config(
     }
 
 
+def check_partitions(partitions: object) -> int:
+    """``partitions`` as a topic's partition count, else a ValueError: an integer >= 1 (a bool is none).
+
+    >>> check_partitions(4)
+    4
+    >>> check_partitions(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: partitions must be an integer >= 1, got 0
+    """
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        msg = f"partitions must be an integer >= 1, got {partitions!r}"
+        raise ValueError(msg)
+    return partitions
+
+
 def _cluster_id() -> str:
     """A random Kafka cluster id: 16 bytes in URL-safe base64 without padding (as ``random-uuid`` prints)."""
     while True:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         if not text.startswith("-"):  # Kafka avoids ids that look like command-line flags
             return text
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    """The command line of process ``pid`` (empty when it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a text file ('' when it is missing)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _main_thread(pid: int, frames: int = 12) -> str:
@@ -315,11 +261,8 @@ def ensure_topic(
     if not isinstance(name, str) or not name or len(name) > 249:
         msg = f"a topic name must be 1 to 249 characters, got {name!r}"
         raise ValueError(msg)
-    if partitions is not None and (
-        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
-    ):
-        msg = f"partitions must be an integer >= 1, got {partitions!r}"
-        raise ValueError(msg)
+    if partitions is not None:
+        check_partitions(partitions)
     refused: list[str] = []  # the broker's answer to a failed login (librdkafka reports it by error_cb)
 
     def on_error(error: Any) -> None:
@@ -447,26 +390,21 @@ class LocalKafka:
         scram_users: Mapping[str, str] | None = None,
         sasl_port: int | None = None,
     ) -> None:
-        if port is None:
-            port = _check_port(os.environ[PORT_ENV], PORT_ENV) if os.environ.get(PORT_ENV) else DEFAULT_PORT
-        self.port = _check_port(port)
-        self.controller_port = None if controller_port is None else _check_port(controller_port)
+        self.port = processes.check_port(processes.port_setting(port, PORT_ENV, DEFAULT_PORT))
+        self.controller_port = None if controller_port is None else processes.check_port(controller_port)
         if self.controller_port == self.port:
             msg = f"the controller port must differ from the broker port {self.port}"
             raise ValueError(msg)
         self.host = host
-        self.dir = Path(dir if dir is not None else os.environ.get(DIR_ENV) or DEFAULT_DIR).absolute()
-        self.jars = Path(jars if jars is not None else os.environ.get(JARS_ENV) or DEFAULT_JARS).absolute()
+        self.dir = processes.path_setting(dir, DIR_ENV, DEFAULT_DIR)
+        self.jars = processes.path_setting(jars, JARS_ENV, DEFAULT_JARS)
         self.heap = heap
-        if not (isinstance(start_timeout, int | float) and start_timeout > 0):
-            msg = f"start_timeout must be a number > 0, got {start_timeout!r}"
-            raise ValueError(msg)
-        self.start_timeout = float(start_timeout)
+        self.start_timeout = processes.check_timeout(start_timeout)
         self._scram_users = check_scram_users(scram_users)  # never printed (see __repr__)
         if sasl_port is not None and not self._scram_users:
             msg = "a SASL port needs SCRAM users (scram_users, --sasl-scram USER:PASSWORD)"
             raise ValueError(msg)
-        self.sasl_port = None if sasl_port is None else _check_port(sasl_port, "the SASL port")
+        self.sasl_port = None if sasl_port is None else processes.check_port(sasl_port, "the SASL port")
         if self.sasl_port is not None and self.sasl_port in (self.port, self.controller_port):
             msg = f"the SASL port {self.sasl_port} must differ from the broker and controller ports"
             raise ValueError(msg)
@@ -525,16 +463,15 @@ class LocalKafka:
 
     def _state(self) -> dict[str, Any] | None:
         """The state file of a broker that still runs (None otherwise; a stale file is removed)."""
-        path = self.dir / _STATE
-        try:
-            state = json.loads(path.read_text())
-            pid = int(state["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        if _alive(pid) and _MAIN_CLASS in _cmdline(pid) and str(self.dir) in " ".join(_cmdline(pid)):
-            return dict(state)
-        path.unlink(missing_ok=True)
-        return None
+        return processes.read_state(self.dir / _STATE, self._serves)
+
+    def _serves(self, pid: int) -> bool:
+        """Whether ``pid`` is the broker of this directory."""
+        return (
+            processes.alive(pid)
+            and _MAIN_CLASS in processes.cmdline(pid)
+            and str(self.dir) in " ".join(processes.cmdline(pid))
+        )
 
     def status(self) -> dict[str, Any]:
         """Whether a broker runs in this directory.
@@ -718,14 +655,14 @@ class LocalKafka:
             )
             raise KafkaLocalError(msg)
         classpath = self._classpath()
-        if _port_busy(self.host, self.port):
+        if processes.port_busy(self.host, self.port):
             msg = (
                 f"port {self.port} on {self.host} is already in use (another broker? see bin/kafka-local "
                 f"status); choose another with --port or ${PORT_ENV}"
             )
             raise KafkaLocalError(msg)
         controller_port = self.controller_port or free_port(self.host)
-        if _port_busy(self.host, controller_port):
+        if processes.port_busy(self.host, controller_port):
             msg = f"the controller port {controller_port} on {self.host} is already in use"
             raise KafkaLocalError(msg)
         sasl_port = None
@@ -733,21 +670,15 @@ class LocalKafka:
             sasl_port = self.sasl_port
             while sasl_port is None or sasl_port in (self.port, controller_port):
                 sasl_port = free_port(self.host)
-            if _port_busy(self.host, sasl_port):
+            if processes.port_busy(self.host, sasl_port):
                 msg = f"the SASL port {sasl_port} on {self.host} is already in use (choose one: --sasl-port)"
                 raise KafkaLocalError(msg)
         server = self._write_config(controller_port, sasl_port)
         self._format(classpath, server)
         self.log_file.unlink(missing_ok=True)
-        with open(self.out_file, "wb") as out:
-            self._process = subprocess.Popen(
-                self._java(classpath, _MAIN_CLASS, str(server)),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,  # a Ctrl-C in the starting shell does not reach the broker
-            )
+        self._process = processes.spawn(
+            self._java(classpath, _MAIN_CLASS, str(server)), self.out_file, cwd=self.dir
+        )
         state = {
             "pid": self._process.pid,
             "host": self.host,
@@ -757,16 +688,14 @@ class LocalKafka:
             "scram_users": self.scram_users,  # names only
             "started_at": time.time(),
         }
-        (self.dir / _STATE).write_text(json.dumps(state) + "\n")
-        try:
+
+        def ready() -> None:
             self._wait_ready(begin)
             if sasl_port is not None:
                 self._add_scram_users(begin)
                 self._wait_sasl_ready(begin, sasl_port)
-        except BaseException:
-            self._terminate(self._process.pid, timeout=10)
-            (self.dir / _STATE).unlink(missing_ok=True)
-            raise
+
+        processes.record_start(self._process, state, self.dir / _STATE, ready)
         self.start_seconds = time.monotonic() - begin
         return self
 
@@ -856,37 +785,12 @@ class LocalKafka:
 
     def _log_tail(self) -> str:
         """The tails of the broker's log and output, for an error message."""
-        parts = []
-        for path in (self.log_file, self.out_file):
-            if tail := _tail(path):
-                parts.append(f"--- {path} (tail) ---\n{tail}")
-        return "\n".join(parts) if parts else f"its log ({self.log_file}) is still empty"
+        return processes.log_tails(
+            [self.log_file, self.out_file], f"its log ({self.log_file}) is still empty"
+        )
 
     # ----------------------------------------------------------------------------------------------
     # Stop.
-
-    def _terminate(self, pid: int, timeout: float) -> bool:
-        """SIGTERM ``pid``, wait up to ``timeout`` s, then SIGKILL; True when it stopped on SIGTERM."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        clean = True
-        while self._running(pid):
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                clean = False
-                while self._running(pid):
-                    time.sleep(0.05)
-                break
-            time.sleep(0.05)
-        return clean
-
-    def _running(self, pid: int) -> bool:
-        """Whether ``pid`` runs; reaps it when it is this object's child."""
-        if self._process is not None and self._process.pid == pid:
-            return self._process.poll() is None
-        return _alive(pid)
 
     def stop(self, timeout: float = 30.0) -> dict[str, Any]:
         """Stop the broker that runs in the directory: SIGTERM, wait, SIGKILL after ``timeout`` s.
@@ -903,17 +807,10 @@ class LocalKafka:
             when no broker ran, ``clean`` False when it had to be killed.
 
         """
-        begin = time.monotonic()
-        state = self._state()
-        pid = state["pid"] if state is not None else None
-        if pid is None and self._process is not None and self._process.poll() is None:
-            pid = self._process.pid
-        if pid is None:
-            return {"stopped": False, "pid": None, "clean": True, "seconds": 0.0}
-        clean = self._terminate(pid, timeout)
-        (self.dir / _STATE).unlink(missing_ok=True)
-        self._process = None
-        return {"stopped": True, "pid": pid, "clean": clean, "seconds": round(time.monotonic() - begin, 2)}
+        result = processes.stop_server(self._state, self._process, self.dir / _STATE, timeout)
+        if result["stopped"]:
+            self._process = None
+        return result
 
     # ----------------------------------------------------------------------------------------------
     # Topics and context management.
@@ -1043,10 +940,8 @@ def _listeners(status: Mapping[str, Any]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    port = None if args.port is None else _check_port(args.port, "--port")
-    if not args.timeout > 0:
-        msg = f"--timeout must be > 0, got {args.timeout:g}"
-        raise ValueError(msg)
+    port = None if args.port is None else processes.check_port(args.port, "--port")
+    processes.check_timeout_option(args.timeout)
     users = _scram_users(args.sasl_scram)
     if (users or args.sasl_port is not None) and args.command != "start":
         msg = f"--sasl-scram and --sasl-port are for start, not {args.command}"
@@ -1057,10 +952,10 @@ def _run(args: argparse.Namespace) -> int:
     sasl_port = None
     if users:
         if args.sasl_port is not None:
-            sasl_port = _check_port(args.sasl_port, "--sasl-port")
+            sasl_port = processes.check_port(args.sasl_port, "--sasl-port")
         else:
             base = port if port is not None else LocalKafka(dir=args.dir).port
-            sasl_port = _check_port(base + 1, "--port + 1 (the default --sasl-port)")
+            sasl_port = processes.check_port(base + 1, "--port + 1 (the default --sasl-port)")
     kafka = LocalKafka(
         port=port, dir=args.dir, start_timeout=args.timeout, scram_users=users, sasl_port=sasl_port
     )
@@ -1073,15 +968,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"kafka: not running (dir {kafka.dir})")
         return EXIT_NOT_RUNNING
     if args.command == "stop":
-        result = kafka.stop(timeout=args.timeout)
-        if not result["stopped"]:
-            print(f"kafka: not running (dir {kafka.dir})")
-        elif result["clean"]:
-            print(f"kafka: stopped pid {result['pid']} in {result['seconds']:.1f} s")
-        else:
-            print(f"kafka: pid {result['pid']} did not stop within {args.timeout:g} s of SIGTERM: killed")
-            return EXIT_FAILED
-        return 0
+        return processes.print_stop("kafka", kafka.stop(timeout=args.timeout), kafka.dir, args.timeout)
     kafka.start()
     status = kafka.status()
     print(

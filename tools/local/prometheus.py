@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,15 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.local.processes import free_port, terminate
+
 INSTALL_HINT = "install it with: apt-get install -y prometheus prometheus-pushgateway"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def binary(name: str) -> str:
@@ -75,12 +68,7 @@ class LocalServer:
     def stop(self) -> None:
         """Terminate the process (kill it if it does not stop within 10 s)."""
         if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            terminate(self.process.pid, 10, child=self.process)
 
     def get_json(self, path: str, **params: str) -> Any:
         """GET ``path`` with query ``params``; the decoded JSON body (also for 4xx answers)."""

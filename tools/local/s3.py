@@ -62,10 +62,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -74,6 +71,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.local import processes
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser
 from watermark.clilog import entry_prog, plain_text, run_main
 
@@ -96,73 +94,14 @@ DEFAULT_REGION = "us-east-1"
 ACCESS_KEY_ID = "awm-local"
 SECRET_ACCESS_KEY = "awm-local-secret"
 PORT_ENV, DIR_ENV = "AWM_S3_PORT", "AWM_S3_DIR"
-EXIT_FAILED = 1
-EXIT_NOT_RUNNING = 3
+EXIT_FAILED = processes.EXIT_FAILED
+EXIT_NOT_RUNNING = processes.EXIT_NOT_RUNNING
 _STATE = "server.json"
 _MODULE = "tools.local.s3"
 
 
 class S3LocalError(RuntimeError):
     """The local server cannot be started, reached or stopped; the message says why and what to do."""
-
-
-def _check_port(port: object, what: str = "port") -> int:
-    """``port`` as an int in 1..65535, else a ValueError naming ``what``."""
-    if isinstance(port, str):
-        try:
-            port = int(port.strip())
-        except ValueError:
-            msg = f"{what} must be an integer in 1..65535, got {port!r}"
-            raise ValueError(msg) from None
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        msg = f"{what} must be an integer in 1..65535, got {port!r}"
-        raise ValueError(msg)
-    return port
-
-
-def _port_busy(host: str, port: int) -> bool:
-    """Whether ``host:port`` cannot be bound (something listens on it, or it is otherwise taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    """The command line of process ``pid`` (empty when it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def _cwd(pid: int) -> str:
-    """The working directory of process ``pid`` ('' when unknown)."""
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a text file ('' when it is missing)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _error_code(exc: Exception) -> str:
@@ -206,16 +145,11 @@ class LocalS3:
         region: str = DEFAULT_REGION,
         start_timeout: float = 30.0,
     ) -> None:
-        if port is None:
-            port = _check_port(os.environ[PORT_ENV], PORT_ENV) if os.environ.get(PORT_ENV) else DEFAULT_PORT
-        self.port = _check_port(port)
+        self.port = processes.check_port(processes.port_setting(port, PORT_ENV, DEFAULT_PORT))
         self.host = host
         self.region = region
-        self.dir = Path(dir if dir is not None else os.environ.get(DIR_ENV) or DEFAULT_DIR).absolute()
-        if not (isinstance(start_timeout, int | float) and start_timeout > 0):
-            msg = f"start_timeout must be a number > 0, got {start_timeout!r}"
-            raise ValueError(msg)
-        self.start_timeout = float(start_timeout)
+        self.dir = processes.path_setting(dir, DIR_ENV, DEFAULT_DIR)
+        self.start_timeout = processes.check_timeout(start_timeout)
         self.start_seconds: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -253,20 +187,20 @@ class LocalS3:
 
     def _state(self) -> dict[str, Any] | None:
         """The state file of a server that still runs (None otherwise; a stale file is removed)."""
-        path = self.dir / _STATE
-        try:
-            state = json.loads(path.read_text())
-            pid = int(state["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return processes.read_state(self.dir / _STATE, self._serves)
+
+    def _serves(self, pid: int) -> bool:
+        """Whether ``pid`` is the server of this directory."""
         if self._process is not None and self._process.pid == pid and self._process.poll() is None:
-            return dict(state)  # this object's child (right after the fork it still shows our command line)
-        command = _cmdline(pid)
+            return True  # this object's child (right after the fork it still shows our command line)
+        command = processes.cmdline(pid)
         here = os.path.realpath(self.dir)  # /proc/PID/cwd names the folder without symbolic links
-        if _alive(pid) and _MODULE in command and "serve" in command and _cwd(pid) == here:
-            return dict(state)
-        path.unlink(missing_ok=True)
-        return None
+        return (
+            processes.alive(pid)
+            and _MODULE in command
+            and "serve" in command
+            and processes.working_dir(pid) == here
+        )
 
     def status(self) -> dict[str, Any]:
         """Whether a server runs in this directory.
@@ -315,7 +249,7 @@ class LocalS3:
                 f"{state['port']}); stop it first (bin/s3-local stop)"
             )
             raise S3LocalError(msg)
-        if _port_busy(self.host, self.port):
+        if processes.port_busy(self.host, self.port):
             msg = (
                 f"port {self.port} on {self.host} is already in use (another server? see bin/s3-local "
                 f"status); choose another with --port or ${PORT_ENV}"
@@ -329,16 +263,7 @@ class LocalS3:
             "TMPDIR": str(self.dir / "tmp"),
         }
         command = [sys.executable, "-m", _MODULE, "serve", "--host", self.host, "--port", str(self.port)]
-        with open(self.log_file, "ab") as out:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                env=env,
-                start_new_session=True,  # a Ctrl-C in the starting shell does not reach the server
-            )
+        self._process = processes.spawn(command, self.log_file, cwd=self.dir, env=env, append=True)
         state = {
             "pid": self._process.pid,
             "host": self.host,
@@ -346,13 +271,7 @@ class LocalS3:
             "region": self.region,
             "started_at": time.time(),
         }
-        (self.dir / _STATE).write_text(json.dumps(state) + "\n")
-        try:
-            self._wait_ready(begin)
-        except BaseException:
-            self._terminate(self._process.pid, timeout=10)
-            (self.dir / _STATE).unlink(missing_ok=True)
-            raise
+        processes.record_start(self._process, state, self.dir / _STATE, lambda: self._wait_ready(begin))
         self.start_seconds = time.monotonic() - begin
         return self
 
@@ -378,31 +297,7 @@ class LocalS3:
 
     def _log_tail(self) -> str:
         """The tail of the server's log, for an error message."""
-        tail = _tail(self.log_file)
-        return f"--- {self.log_file} (tail) ---\n{tail}" if tail else f"its log ({self.log_file}) is empty"
-
-    def _terminate(self, pid: int, timeout: float) -> bool:
-        """SIGTERM ``pid``, wait up to ``timeout`` s, then SIGKILL; True when it stopped on SIGTERM."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        clean = True
-        while self._running(pid):
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                clean = False
-                while self._running(pid):
-                    time.sleep(0.05)
-                break
-            time.sleep(0.05)
-        return clean
-
-    def _running(self, pid: int) -> bool:
-        """Whether ``pid`` runs; reaps it when it is this object's child."""
-        if self._process is not None and self._process.pid == pid:
-            return self._process.poll() is None
-        return _alive(pid)
+        return processes.log_tails([self.log_file], f"its log ({self.log_file}) is empty")
 
     def stop(self, timeout: float = 30.0) -> dict[str, Any]:
         """Stop the server that runs in the directory: SIGTERM, wait, SIGKILL after ``timeout`` s.
@@ -414,17 +309,10 @@ class LocalS3:
             when no server ran, ``clean`` False when it had to be killed.
 
         """
-        begin = time.monotonic()
-        state = self._state()
-        pid = state["pid"] if state is not None else None
-        if pid is None and self._process is not None and self._process.poll() is None:
-            pid = self._process.pid
-        if pid is None:
-            return {"stopped": False, "pid": None, "clean": True, "seconds": 0.0}
-        clean = self._terminate(pid, timeout)
-        (self.dir / _STATE).unlink(missing_ok=True)
-        self._process = None
-        return {"stopped": True, "pid": pid, "clean": clean, "seconds": round(time.monotonic() - begin, 2)}
+        result = processes.stop_server(self._state, self._process, self.dir / _STATE, timeout)
+        if result["stopped"]:
+            self._process = None
+        return result
 
     # ----------------------------------------------------------------------------------------------
     # Buckets and context management.
@@ -583,10 +471,8 @@ def _exports(s3: LocalS3) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    port = None if args.port is None else _check_port(args.port, "--port")
-    if not args.timeout > 0:
-        msg = f"--timeout must be > 0, got {args.timeout:g}"
-        raise ValueError(msg)
+    port = None if args.port is None else processes.check_port(args.port, "--port")
+    processes.check_timeout_option(args.timeout)
     if args.bucket and args.command != "start":
         msg = "--bucket goes with start"
         raise ValueError(msg)
@@ -603,15 +489,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"s3: not running (dir {s3.dir})")
         return EXIT_NOT_RUNNING
     if args.command == "stop":
-        result = s3.stop(timeout=args.timeout)
-        if not result["stopped"]:
-            print(f"s3: not running (dir {s3.dir})")
-        elif result["clean"]:
-            print(f"s3: stopped pid {result['pid']} in {result['seconds']:.1f} s")
-        else:
-            print(f"s3: pid {result['pid']} did not stop within {args.timeout:g} s of SIGTERM: killed")
-            return EXIT_FAILED
-        return 0
+        return processes.print_stop("s3", s3.stop(timeout=args.timeout), s3.dir, args.timeout)
     s3.start()
     try:
         buckets = [s3.create_bucket(name) for name in args.bucket]

@@ -56,8 +56,6 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -68,6 +66,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.local import processes
 from watermark.cli import EXIT_BAD_INPUT, OneLineParser
 from watermark.clilog import entry_prog, plain_text, run_main
 
@@ -89,8 +88,8 @@ DEFAULT_DIR = ROOT / "out" / "spark-cluster"
 #: Where :func:`worker_python` keeps the workers' virtualenvs, one per key (lock, dependencies, Python).
 ENV_CACHE = ROOT / "out" / "spark-worker-env"
 PORT_ENV, UI_PORT_ENV, DIR_ENV = "AWM_SPARK_PORT", "AWM_SPARK_UI_PORT", "AWM_SPARK_DIR"
-EXIT_FAILED = 1
-EXIT_NOT_RUNNING = 3
+EXIT_FAILED = processes.EXIT_FAILED
+EXIT_NOT_RUNNING = processes.EXIT_NOT_RUNNING
 
 _STATE = "cluster.json"
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -234,56 +233,9 @@ def _spark_home(python: Path) -> Path:
 # Small helpers
 
 
-def _check_port(port: object, what: str = "port") -> int:
-    """``port`` as an int in 1..65535, else a ValueError naming ``what``."""
-    if isinstance(port, str):
-        try:
-            port = int(port.strip())
-        except ValueError:
-            msg = f"{what} must be an integer in 1..65535, got {port!r}"
-            raise ValueError(msg) from None
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        msg = f"{what} must be an integer in 1..65535, got {port!r}"
-        raise ValueError(msg)
-    return port
-
-
-def _port_busy(host: str, port: int) -> bool:
-    """Whether ``host:port`` cannot be bound (something listens on it, or it is otherwise taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _runs(pid: int, main_class: str) -> bool:
     """Whether ``pid`` is alive and still the JVM of ``main_class`` (not a reused pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return main_class in cmdline and _alive(pid)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    """The last ``lines`` lines of a text file ('' when it is missing)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return main_class in processes.cmdline(pid) and processes.alive(pid)
 
 
 def _check_memory(memory: str) -> str:
@@ -345,13 +297,10 @@ class LocalSparkCluster:
         python: str | os.PathLike[str] | None = None,
         start_timeout: float = 90.0,
     ) -> None:
-        if port is None:
-            port = _check_port(os.environ[PORT_ENV], PORT_ENV) if os.environ.get(PORT_ENV) else DEFAULT_PORT
-        if ui_port is None:
-            env_ui = os.environ.get(UI_PORT_ENV)
-            ui_port = _check_port(env_ui, UI_PORT_ENV) if env_ui else DEFAULT_UI_PORT
-        self.port = _check_port(port)
-        self.ui_port = _check_port(ui_port, "ui_port")
+        port = processes.port_setting(port, PORT_ENV, DEFAULT_PORT)
+        ui_port = processes.port_setting(ui_port, UI_PORT_ENV, DEFAULT_UI_PORT)
+        self.port = processes.check_port(port)
+        self.ui_port = processes.check_port(ui_port, "ui_port")
         if self.port == self.ui_port:
             msg = f"the master's port and its UI port must differ, both are {self.port}"
             raise ValueError(msg)
@@ -359,16 +308,13 @@ class LocalSparkCluster:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 msg = f"{name} must be an integer >= 1, got {value!r}"
                 raise ValueError(msg)
-        if not (isinstance(start_timeout, int | float) and start_timeout > 0):
-            msg = f"start_timeout must be a number > 0, got {start_timeout!r}"
-            raise ValueError(msg)
+        self.start_timeout = processes.check_timeout(start_timeout)
         self.workers = workers
         self.cores = cores
         self.memory = _check_memory(memory)
         self.host = host
-        self.dir = Path(dir if dir is not None else os.environ.get(DIR_ENV) or DEFAULT_DIR).absolute()
+        self.dir = processes.path_setting(dir, DIR_ENV, DEFAULT_DIR)
         self._python = None if python is None else Path(python).absolute()
-        self.start_timeout = float(start_timeout)
         self.start_seconds: float | None = None
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -439,14 +385,14 @@ class LocalSparkCluster:
         if state is None:
             return {"running": False}
         pids = [state["master"]["pid"], *(w["pid"] for w in state["workers"])]
-        alive = None
+        workers_alive = None
         with contextlib.suppress(OSError, ValueError):
-            alive = len(self.alive_workers())
+            workers_alive = len(self.alive_workers())
         return {
             "running": True,
             "pids": pids,
             "workers_running": sum(_runs(w["pid"], _WORKER_CLASS) for w in state["workers"]),
-            "workers_alive": alive,
+            "workers_alive": workers_alive,
             "master_url": f"spark://{state['host']}:{state['port']}",
             "ui_url": f"http://{state['host']}:{state['ui_port']}",
             "python": state["python"],
@@ -481,16 +427,8 @@ class LocalSparkCluster:
 
     def _launch(self, name: str, command: list[str], env: dict[str, str], cwd: Path) -> int:
         cwd.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file(name), "wb") as out:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,  # its own process group: stop reaches the executors it started
-            )
+        # Its own process group: stop reaches the executors it started.
+        process = processes.spawn(command, self.log_file(name), cwd=cwd, env=env)
         self._processes[process.pid] = process
         return process.pid
 
@@ -522,7 +460,7 @@ class LocalSparkCluster:
             msg = "java not found on PATH: Spark needs Java 17 (bin/bootstrap.sh installs it)"
             raise SparkClusterError(msg)
         for port, what in ((self.port, "--port"), (self.ui_port, "--ui-port")):
-            if _port_busy(self.host, port):
+            if processes.port_busy(self.host, port):
                 msg = (
                     f"port {port} on {self.host} is already in use (another cluster? see bin/spark-local "
                     f"status); choose another with {what}"
@@ -602,11 +540,8 @@ class LocalSparkCluster:
 
     def _log_tails(self) -> str:
         """The tails of the JVMs' logs, for an error message."""
-        parts = []
-        for path in sorted((self.dir / "logs").glob("*.out")):
-            if tail := _tail(path):
-                parts.append(f"--- {path} (tail) ---\n{tail}")
-        return "\n".join(parts) if parts else f"the logs under {self.dir / 'logs'} are still empty"
+        paths = sorted((self.dir / "logs").glob("*.out"))
+        return processes.log_tails(paths, f"the logs under {self.dir / 'logs'} are still empty", lines=20)
 
     # ----------------------------------------------------------------------------------------------
     # Stop.
@@ -617,35 +552,7 @@ class LocalSparkCluster:
         The group is a JVM and the executors (and their Python workers) it started. True when it stopped
         on SIGTERM.
         """
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self._group_alive(pid):
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                while self._group_alive(pid):
-                    time.sleep(0.1)
-                return False
-            time.sleep(0.1)
-        return True
-
-    def _group_alive(self, pgid: int) -> bool:
-        """Whether a process of group ``pgid`` still runs (reaping this object's child first)."""
-        process = self._processes.get(pgid)
-        if process is not None:
-            process.poll()
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        members = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, IndexError):
-                fields = stat.read_text().rsplit(")", 1)[-1].split()
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    members.append(stat)
-        return bool(members)
+        return processes.terminate(pid, timeout, child=self._processes.get(pid), group=True)
 
     def _stop_all(self, state: dict[str, Any], timeout: float) -> bool:
         """Workers first (and their executors), then the master; True when all stopped on SIGTERM."""
@@ -734,11 +641,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    port = None if args.port is None else _check_port(args.port, "--port")
-    ui_port = None if args.ui_port is None else _check_port(args.ui_port, "--ui-port")
-    if not args.timeout > 0:
-        msg = f"--timeout must be > 0, got {args.timeout:g}"
-        raise ValueError(msg)
+    port = None if args.port is None else processes.check_port(args.port, "--port")
+    ui_port = None if args.ui_port is None else processes.check_port(args.ui_port, "--ui-port")
+    processes.check_timeout_option(args.timeout)
     cluster = LocalSparkCluster(
         port=port,
         ui_port=ui_port,
@@ -765,14 +670,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "stop":
         result = cluster.stop(timeout=args.timeout)
-        if not result["stopped"]:
-            print(f"spark: not running (dir {cluster.dir})")
-        elif result["clean"]:
-            print(f"spark: stopped pids {' '.join(map(str, result['pids']))} in {result['seconds']:.1f} s")
-        else:
-            print(f"spark: a JVM did not stop within {args.timeout:g} s of SIGTERM: killed")
-            return EXIT_FAILED
-        return 0
+        pids = f"pids {' '.join(map(str, result['pids']))}"
+        return processes.print_stop("spark", result, cluster.dir, args.timeout, stopped=pids, killed="a JVM")
     cluster.start()
     print(
         f"spark: started in {cluster.start_seconds:.1f} s, master {cluster.master_url} "
