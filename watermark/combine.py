@@ -12,12 +12,21 @@ At an arrival from partition ``q`` at ingestion time ``t``:
 2. ``q``'s generator advances to ``t`` and the global watermark in force is
    ``max(W, min over partitions active before t of their watermark at t)``; the tuple is judged against it;
 3. after ``q`` observes the tuple (and is active again), ``W = max(W, min over active partitions)``.
+
+A partition silent for a retention can be forgotten (:meth:`PartitionedWatermark.evict`): its generator and
+last arrival go, so the state and the cost of a batch follow the partitions alive, not every partition ever
+seen. What comes back after that is judged so that no window closes twice: in ``scoped`` mode one scalar,
+the *eviction floor* (the highest watermark a forgotten partition had), is the starting watermark of every
+partition new to the combination, and the floor of every key a partition claims while its own watermark is
+below it (:meth:`PartitionedWatermark.hold_key_floors`); in ``min`` mode only idle partitions are forgotten
+and the global watermark never goes back, so a returning partition is a new one; ``global`` mode only
+tracks partitions.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
@@ -181,6 +190,10 @@ class PartitionedWatermark(WatermarkReadout):
         self._last_tp: dict[Hashable, int] = {}
         self._reset_readout()
         self._holdback: Hashable | None = None
+        #: Scoped mode: the highest watermark a forgotten partition had (:meth:`evict`).
+        self._evicted_floor = NO_WATERMARK
+        #: Scoped mode: key -> (its owner partition, the floor its rows are judged against at least).
+        self._key_floors: dict[str, tuple[Hashable, int]] = {}
 
     # -- read-only state (watermark_ms, watermark_at_arrival_ms, clock_ms, n_seen, n_late: inherited)
     @property
@@ -216,8 +229,104 @@ class PartitionedWatermark(WatermarkReadout):
     def _generator(self, key: Hashable) -> WatermarkGenerator:
         gen = self._gens.get(key)
         if gen is None:
-            gen = self._gens[key] = self._shared or make(self.strategy, self.params)
+            gen = self._gens[key] = self._shared or self.new_generator()
         return gen
+
+    def new_generator(self) -> WatermarkGenerator:
+        """The generator a partition new to the combination starts with (scoped: at the eviction floor)."""
+        gen = make(self.strategy, self.params)
+        if self.mode == "scoped" and self._evicted_floor != NO_WATERMARK:
+            gen.hold_floor(self._evicted_floor)
+        return gen
+
+    # -- forgetting partitions -------------------------------------------------------------------------
+    @property
+    def evicted_floor_ms(self) -> int:
+        """Scoped mode: the highest watermark a forgotten partition had (``NO_WATERMARK``: none forgotten).
+
+        Every window of a forgotten partition's keys that may have fired ends at or below it, so a partition
+        new to the combination starts with its watermark there, and a key without an owner (new, or one
+        whose owner was forgotten) is judged against at least it by the partition that claims it.
+        """
+        return self._evicted_floor
+
+    @property
+    def key_floors(self) -> dict[str, int]:
+        """Scoped mode: keys claimed while their owner's watermark was below :attr:`evicted_floor_ms`.
+
+        A row of such a key is judged against at least its floor until its owner's watermark reaches it.
+        """
+        return {key: floor for key, (_, floor) in self._key_floors.items()}
+
+    def hold_key_floors(self, claims: Iterable[tuple[str, Hashable]]) -> None:
+        """Scoped mode: keys claimed in a batch ``(key, partition)`` keep the eviction floor as their floor.
+
+        Called after the batch's arrivals: only the keys whose owner's watermark is still below the floor
+        are kept, and every kept floor its owner's watermark has reached since (or whose owner was
+        forgotten) is dropped, so the table holds only what still changes a decision.
+        """
+        floor = self._evicted_floor
+        if self.mode != "scoped":
+            return
+        if floor != NO_WATERMARK:
+            by_text = {str(p): p for p in self._gens}
+            for key, partition in claims:
+                owner = by_text.get(str(partition))
+                if owner is not None and self._gens[owner].watermark_ms < floor:
+                    self._key_floors[str(key)] = (owner, floor)
+        self._key_floors = {
+            key: (owner, f)
+            for key, (owner, f) in self._key_floors.items()
+            if owner in self._gens and self._gens[owner].watermark_ms < f
+        }
+
+    def idle_partitions(self, retention_ms: int, keep: Collection[Hashable] = ()) -> list[Hashable]:
+        """Partitions :meth:`evict` would forget now (see there), in order of first appearance."""
+        clock = self._clock
+        if clock is None:
+            return []
+        kept = {str(k) for k in keep}
+        out = []
+        for p, last in self._last_tp.items():
+            if str(p) in kept or clock - last < retention_ms:
+                continue
+            if self.mode == "min" and (self.idle_timeout_ms is None or self._is_active(clock, last)):
+                continue  # it still counts in the minimum: forgetting it would move the watermark
+            out.append(p)
+        return out
+
+    def evict(self, retention_ms: int, keep: Collection[Hashable] = ()) -> dict[Hashable, int]:
+        """Forget the partitions silent for ``retention_ms`` of the clock; returns their last watermark.
+
+        Partitions in ``keep`` (compared as text) stay: the caller's, say those that own an open window or
+        arrived in the batch. In ``min`` mode a partition must also be idle (``idle_timeout_ms``; never
+        without one), so forgetting it never changes the global watermark; in ``scoped`` mode partitions
+        do not wait for one another, and the eviction floor (:attr:`evicted_floor_ms`) rises to the
+        highest watermark forgotten. The decisions for the other partitions do not change.
+
+        >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, mode="scoped")
+        >>> _ = pw.process(["a", "b", "b"], [100, 5_000, 9_000], [100, 5_000, 9_000])
+        >>> pw.evict(5_000), pw.evicted_floor_ms
+        ({'a': 99}, 99)
+        >>> pw.process(["a"], [50], [9_100]).tolist()  # a comes back: its old rows are late
+        [99]
+        """
+        gone = self.idle_partitions(check_int("retention_ms", retention_ms, 0), keep)
+        if not gone:
+            return {}
+        out = {}
+        for p in gone:
+            out[p] = self._gens.pop(p).watermark_ms
+            del self._last_tp[p]
+        if self.mode == "scoped":
+            self._evicted_floor = max(self._evicted_floor, *out.values())
+            self.hold_key_floors(())
+        if self._holdback in out:  # (scoped mode without idleness: in min mode it is active)
+            self._holdback = None
+            if self._shared is None and self._clock is not None:
+                clock = self._clock
+                self._settle([p for p, last in self._last_tp.items() if self._is_active(clock, last)])
+        return out
 
     # -- global mode: one generator for the stream, partitions only tracked ------------------------------
     def _update_global(self, shared: WatermarkGenerator, key: Hashable, te: int, now: int) -> None:
@@ -604,6 +713,7 @@ class PartitionedWatermark(WatermarkReadout):
                 key: make(strategy, params).hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
             }
         new._last_tp = dict(self._last_tp)
+        new._evicted_floor, new._key_floors = self._evicted_floor, dict(self._key_floors)
         new._wm, new._wm_at_arrival, new._clock = self._wm, self._wm_at_arrival, self._clock
         new._n_seen, new._n_late = self._n_seen, self._n_late
         new._holdback = self._holdback
@@ -664,6 +774,8 @@ class PartitionedWatermark(WatermarkReadout):
             ],
             "mode": self.mode,
             "shared": None if self._shared is None else self._shared.snapshot(),
+            "evicted_floor": self._evicted_floor,
+            "key_floors": [[key, owner, floor] for key, (owner, floor) in sorted(self._key_floors.items())],
         }
 
     @classmethod
@@ -697,4 +809,7 @@ class PartitionedWatermark(WatermarkReadout):
             obj._gens[_plain(key)] = gen
             if last is not None:
                 obj._last_tp[_plain(key)] = int(last)
+        obj._evicted_floor = int(snap.get("evicted_floor", NO_WATERMARK))
+        for key, owner, floor in snap.get("key_floors", ()):
+            obj._key_floors[str(key)] = (_plain(owner), int(floor))
         return obj

@@ -55,6 +55,7 @@ _FIELDS = (
     "straggler_ms",
     "note",
     "partition_mode",
+    "partition_retention_ms",
 )
 _REQUIRED = ("version", "strategy", "window_ms")
 
@@ -77,6 +78,28 @@ def default_idle_timeout_ms(window: WindowSpec) -> int:
     return max(IDLE_TIMEOUT_WINDOWS * window.window_ms, MIN_DEFAULT_IDLE_TIMEOUT_MS)
 
 
+#: ``partition_retention_ms`` when a document does not give one: at least this many windows...
+RETENTION_WINDOWS = 100
+#: ...and at least one hour (and never below the idleness timeout).
+MIN_DEFAULT_RETENTION_MS = 3_600_000
+
+
+def default_partition_retention_ms(window: WindowSpec, idle_timeout_ms: int | None) -> int:
+    """How long a partition stays silent before it is forgotten, when a document does not say.
+
+    max(the idleness timeout, 100 windows, 1 hour): a partition (and, in partition-scoped mode, the keys it
+    owns) without an arrival for that long, and without an open window, is forgotten
+    (:meth:`watermark.combine.PartitionedWatermark.evict`), so the stage's state and the cost of a batch
+    follow the partitions alive.
+
+    >>> default_partition_retention_ms(WindowSpec(1_000), 60_000)
+    3600000
+    >>> default_partition_retention_ms(WindowSpec(60_000), 600_000)
+    6000000
+    """
+    return max(idle_timeout_ms or 0, RETENTION_WINDOWS * window.window_ms, MIN_DEFAULT_RETENTION_MS)
+
+
 class ConfigError(ValueError):
     """An invalid configuration document; the message is one line."""
 
@@ -96,6 +119,9 @@ class PipelineConfig:
     source: str | None = field(default=None, compare=False)
     #: How partitions make the watermark (:data:`watermark.combine.COMBINATION_MODES`).
     partition_mode: str = "min"
+    #: Silence after which a partition without an open window is forgotten (None: never; a document
+    #: without the field: :func:`default_partition_retention_ms`).
+    partition_retention_ms: int | None = None
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str | None = None) -> PipelineConfig:
@@ -141,6 +167,10 @@ class PipelineConfig:
             if mode not in COMBINATION_MODES:
                 msg = f"partition_mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
                 raise ValueError(msg)
+            retention: int | None = default_partition_retention_ms(window, idle)
+            if "partition_retention_ms" in doc:  # null: partitions are never forgotten
+                kept = doc["partition_retention_ms"]
+                retention = None if kept is None else check_int("partition_retention_ms", kept, 1)
             note = doc.get("note")
             if note is not None and not isinstance(note, str):
                 msg = f"note must be text, got {type(note).__name__}"
@@ -161,21 +191,35 @@ class PipelineConfig:
             note=note,
             source=source,
             partition_mode=mode,
+            partition_retention_ms=retention,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The document form (what :func:`write_config` stores)."""
-        return {
-            "version": self.version,
-            "strategy": self.strategy,
-            "params": dict(self.params),
-            "window_ms": self.window.window_ms,
-            "slide_ms": self.window.slide_ms,
-            "late_slo_pct": self.late_slo_pct,
-            "idle_timeout_ms": self.idle_timeout_ms,
-            "straggler_ms": self.straggler_ms,
-            "note": self.note,
-        } | ({} if self.partition_mode == "min" else {"partition_mode": self.partition_mode})
+        return (
+            {
+                "version": self.version,
+                "strategy": self.strategy,
+                "params": dict(self.params),
+                "window_ms": self.window.window_ms,
+                "slide_ms": self.window.slide_ms,
+                "late_slo_pct": self.late_slo_pct,
+                "idle_timeout_ms": self.idle_timeout_ms,
+                "straggler_ms": self.straggler_ms,
+                "note": self.note,
+            }
+            | ({} if self.partition_mode == "min" else {"partition_mode": self.partition_mode})
+            | (
+                {}
+                if self.partition_retention_ms == self.default_retention_ms
+                else {"partition_retention_ms": self.partition_retention_ms}
+            )
+        )
+
+    @property
+    def default_retention_ms(self) -> int:
+        """The ``partition_retention_ms`` a document without the field has (its window and idle timeout's)."""
+        return default_partition_retention_ms(self.window, self.idle_timeout_ms)
 
     def with_version(self, version: int, **changes: Any) -> PipelineConfig:
         """A copy as a new version with some fields changed (validated again)."""

@@ -34,6 +34,7 @@ from jobs.stream.sinks.rows import (
     aggregate_rows,
     arrival_rows,
     late_rows,
+    live_rows,
     partition_counts,
     quarantine_rows,
     watermark_log_rows,
@@ -41,9 +42,9 @@ from jobs.stream.sinks.rows import (
 from jobs.stream.sources.arrow_reader import ArrowRows
 from jobs.stream.sources.readers import RecordNumbers, file_quarantine_rows, reason_counts
 from jobs.stream.sources.spark_rows import SparkRows
-from jobs.stream.stage.driver import StageResult, arrival_order, run_stage
+from jobs.stream.stage.driver import StageResult, arrival_order, evict_partitions, run_stage
 from jobs.stream.stage.executors import release, run_in_executors
-from jobs.stream.stage.scoped import claim, fire_scoped
+from jobs.stream.stage.scoped import claim, claims_of, fire_scoped, open_owners, row_floors
 from jobs.stream.stage.states import StageStart
 from monitoring.metrics import BatchObservation
 from watermark.combine import PartitionedWatermark
@@ -113,12 +114,18 @@ def on_driver(
 
     def deferred_rows() -> dict[str, Any]:
         """The deferred tables' rows (built while ``aggregates`` is appended)."""
-        if result is None or late is None:
-            return {}
         ingest_ms = start.ingest_ms
+        if result is None or late is None:
+            if not stage.evicted:
+                return {}
+            evicted = stage.evicted
+            log_rows.extend(watermark_log_rows(start.watermark, {}, batch_id, config, ingest_ms, evicted))
+            return {"watermark_log": pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)}
         rows = {"late_events": late_rows(late, narrow, result, keys, batch_id, ingest_ms)}
         counts = partition_counts(narrow, result)
-        log_rows.extend(watermark_log_rows(start.watermark, counts, batch_id, config, ingest_ms))
+        log_rows.extend(
+            watermark_log_rows(start.watermark, counts, batch_id, config, ingest_ms, stage.evicted)
+        )
         rows["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
         if options.arrival_history:
             ordered = narrow.take(pa.array(result.order))
@@ -136,7 +143,7 @@ def on_driver(
         open_windows,
         stage.owners if stage.scoped else None,
         None,
-        lambda: observation(report, result, narrow, fired, log_rows, config),
+        lambda: observation(report, result, narrow, fired, live_rows(log_rows), config),
         later=deferred_rows,
     )
 
@@ -172,19 +179,24 @@ class _DriverStage:
         self.open_windows = start.open_windows
         self.fired = flush(empty_partials())
         self.boundary_ms = options.boundary_ms(start.ingest_ms)
+        self.evicted: dict[str, int] = {}  # partitions the batch forgot (their last watermark)
 
     def run(
         self, source: SparkRows | ArrowRows, narrow: pa.Table, batch_id: int, report: BatchReport, tick: float
     ) -> tuple[StageResult, pa.Table, float]:
         """Judge the batch's valid rows, label and aggregate them, fire; the result, late rows and tick."""
         start, config = self.start, self.start.config
-        foreign, order = None, None
+        foreign, order, floors = None, None, None
         if self.scoped:
             order = arrival_order(narrow)
+            before = self.owners
+            floors = row_floors(start.watermark, before, narrow.column("key"))
             foreign = self._claim(narrow, order, batch_id)
         result = run_stage(
-            start.watermark, narrow, config.straggler_ms, start.closed_until_ms, foreign, order
+            start.watermark, narrow, config.straggler_ms, start.closed_until_ms, foreign, order, floors
         )
+        if self.scoped:
+            start.watermark.hold_key_floors(claims_of(before, self.owners))
         tick = report.mark("stage", tick)
         partials, late, tick = source.aggregate(narrow, result, config.window, report, tick)
         if late.num_rows != result.n_late:
@@ -199,15 +211,34 @@ class _DriverStage:
             result.timeline,
             result.partition_timelines,
         )
+        self._evict(parts)
         tick = report.mark("windows", tick)
         report.late = result.n_late
         return result, late, tick
 
     def without_records(self) -> None:
         """A batch without a valid record: time still went on to its boundary (the trigger's timer)."""
+        if self.scoped:  # as after a batch's arrivals (the stage in the executors does the same)
+            self.start.watermark.hold_key_floors(())
         if self.boundary_ms is not None:
             none = np.empty(0, np.int64)
             self._fire(np.empty(0, object), none, none)
+        self._evict(np.empty(0, object))
+
+    def _evict(self, arrived: Any) -> None:
+        """Forget the partitions silent for the retention that own no open window (nor arrived now)."""
+        keep = set(map(str, dict.fromkeys(arrived.tolist())))
+        if self.scoped:
+            keep |= open_owners(self.open_windows, self.owners)
+        eviction = evict_partitions(
+            self.start.watermark,
+            self.start.config.partition_retention_ms,
+            keep,
+            self.owners if self.scoped else None,
+        )
+        self.evicted = eviction.partitions
+        if eviction.owners is not None:
+            self.owners = eviction.owners
 
     def _claim(self, narrow: pa.Table, order: Any, batch_id: int) -> Any:
         """Partition-scoped mode: claim the batch's new keys; the rows whose key another partition owns."""
@@ -334,7 +365,9 @@ def in_executors(
             rows_out["quarantine"] = quarantine_rows(bad, keys, batch_id, ingest_ms)
             report.reasons = reason_counts(rows_out["quarantine"])
         tick = report.mark("quarantine", tick)
-        log_rows = watermark_log_rows(start.watermark, outcome.per_partition, batch_id, config, ingest_ms)
+        log_rows = watermark_log_rows(
+            start.watermark, outcome.per_partition, batch_id, config, ingest_ms, outcome.evicted
+        )
         rows_out["watermark_log"] = pa.Table.from_pylist(log_rows, schema=WATERMARK_LOG_SCHEMA)
     except BaseException:
         release(outcome)
@@ -348,6 +381,6 @@ def in_executors(
         empty_partials(),
         outcome.owners,
         outcome.open_folder,
-        lambda: executors_observation(report, outcome, log_rows, config),
+        lambda: executors_observation(report, outcome, live_rows(log_rows), config),
         release=lambda: release(outcome),
     )

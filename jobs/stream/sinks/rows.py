@@ -2,13 +2,15 @@
 
 ``aggregates`` (windows fired or flushed), ``quarantine`` (invalid records), ``late_events`` (each with the
 watermark it missed), ``arrivals`` (every valid record's partition and times) and ``watermark_log`` (one row
-per partition). Records are named by their landing file and record number (:class:`RecordKeys`). The stage
+per partition that arrived in the batch or is active, and a last row for each partition the batch forgot).
+Records are named by their landing file and record number (:class:`RecordKeys`). The stage
 in the executors builds the same rows in Spark (:mod:`jobs.stream.stage.executors`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -125,13 +127,23 @@ def watermark_log_rows(
     batch_id: int,
     config: PipelineConfig,
     ingest_ms: int,
+    evicted: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """One ``watermark_log`` row per partition; ``counts``: each partition's rows of the batch."""
+    """The batch's ``watermark_log`` rows; ``counts``: each partition's rows of the batch.
+
+    One row per partition that arrived in the batch or is active (not idle: ``idle_timeout_ms``) or holds
+    the watermark back, so that silent partitions cost no row; and for each partition the batch forgot
+    (``evicted``, :func:`jobs.stream.stage.driver.evict_partitions`) one last row with
+    ``partition_watermark_ms`` null and no events: the latest row of a partition having a null
+    ``partition_watermark_ms`` means the partition was forgotten and holds no open window.
+    """
     active = set(watermark.active_partitions())
     rows = []
     now = int(time.time() * 1000)
     for key, gen in watermark.generators.items():
         mine = counts.get(str(key), {})
+        if not mine and key not in active and key != watermark.holdback_partition:
+            continue
         diag = gen.diagnostics()
         rows.append(
             {
@@ -154,7 +166,34 @@ def watermark_log_rows(
                 "processed_at_ms": now,
             }
         )
+    for key in evicted or {}:
+        rows.append(
+            {
+                "batch_id": batch_id,
+                "partition": str(key),
+                "partition_watermark_ms": None,
+                "global_watermark_ms": watermark.watermark_ms,
+                "max_event_time_ms": None,
+                "events": 0,
+                "late": 0,
+                "stragglers": 0,
+                "learned_delay_ms": None,
+                "sensitivity": None,
+                "drifts": None,
+                "holds_back": False,
+                "active": False,
+                "strategy": config.strategy,
+                "config_version": config.version,
+                "ingested_at_ms": ingest_ms,
+                "processed_at_ms": now,
+            }
+        )
     return rows
+
+
+def live_rows(log_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``watermark_log`` rows of partitions still known (without the last rows of forgotten ones)."""
+    return [row for row in log_rows if row["partition_watermark_ms"] is not None]
 
 
 def aggregate_rows(fired: pa.Table, batch_id: int, version: int) -> pa.Table:

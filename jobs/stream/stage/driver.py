@@ -12,13 +12,14 @@ job can label rows with a short ``CASE`` over struct comparisons in Spark.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from jobs.stream.stage.scoped import drop_owners
 from watermark.combine import PartitionedWatermark
 from watermark.evaluate import LATE, STRAGGLER, classify
 from watermark.timeline import Timeline
@@ -86,6 +87,7 @@ def run_stage(
     floor_ms: int = NO_WATERMARK,
     foreign: NDArray[np.bool_] | None = None,
     order: NDArray[np.intp] | None = None,
+    row_floors: NDArray[np.int64] | None = None,
 ) -> StageResult:
     """Run the generators over one batch's valid rows; ``watermark`` advances (its state is the stage's).
 
@@ -94,7 +96,8 @@ def run_stage(
     ``foreign`` (per narrow row) marks rows that are late whatever their event time: in partition-scoped
     mode, rows whose key another partition owns (:mod:`jobs.stream.stage.scoped`); they are judged against at
     least their event time + 1. ``order`` is :func:`arrival_order` of ``narrow`` when the caller has it
-    already.
+    already. ``row_floors`` (per narrow row) is a floor under each row's watermark: in partition-scoped mode,
+    the eviction floor of a key without an owner (:func:`jobs.stream.stage.scoped.row_floors`).
 
     Examples
     --------
@@ -116,6 +119,8 @@ def run_stage(
     trace = watermark.process_trace(part, te, tp)
     at_arrival = np.maximum(trace.at_arrival, floor_ms)
     after_arrival = np.maximum(trace.after_arrival, floor_ms)
+    if row_floors is not None:
+        at_arrival = np.maximum(at_arrival, row_floors[order])
     if foreign is not None and foreign.any():
         at_arrival = np.where(foreign[order], np.maximum(at_arrival, te + 1), at_arrival)
     sorted_classes = classify(te, at_arrival, straggler_ms)
@@ -133,6 +138,36 @@ def run_stage(
         timeline=trace.timeline,
         partition_timelines=trace.partition_timelines,
     )
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What a batch forgot: the partitions silent for the retention (with the watermark each had)."""
+
+    partitions: dict[str, int]  # partition -> its watermark when forgotten, in order of first appearance
+    owners: pa.Table | None  # partition-scoped mode: the key owners without the forgotten partitions' keys
+
+
+def evict_partitions(
+    watermark: PartitionedWatermark,
+    retention_ms: int | None,
+    keep: Iterable[Hashable],
+    owners: pa.Table | None = None,
+) -> Eviction:
+    """Forget the partitions silent for ``retention_ms`` (None: never), except those in ``keep``.
+
+    ``keep``: the partitions that arrived in the batch and those owning an open window (partition-scoped
+    mode: :func:`jobs.stream.stage.scoped.open_owners`), so a forgotten partition holds no open window. In
+    partition-scoped mode their keys lose their owner (``owners``). What a forgotten partition or key
+    brings later is judged against at least the eviction floor
+    (:attr:`watermark.combine.PartitionedWatermark.evicted_floor_ms`): no window is emitted twice.
+    """
+    if retention_ms is None:
+        return Eviction({}, owners)
+    gone = watermark.evict(retention_ms, set(map(str, keep)))
+    if owners is not None and gone:
+        owners = drop_owners(owners, gone)
+    return Eviction({str(p): wm for p, wm in gone.items()}, owners)
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.common.schemas import AGGREGATES_SCHEMA, ARRIVALS_SCHEMA, LATE_SCHEMA, PARTIAL_SCHEMA
 from jobs.common.session import arrow_frame
 from jobs.common.windows import assign_windows
 from jobs.stream.checkpoint.layout import CheckpointLayout
+from jobs.stream.stage.driver import evict_partitions
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from jobs.stream.stage.summaries import Settled, segment_rows, segments_table, settle
-from jobs.stream.workers.executor_stage import LABELLED_DDL, ROW_COLUMNS, StagePlan, judge_partitions
+from jobs.stream.workers.executor_stage import (
+    LABELLED_DDL,
+    OWNER_FLOORS_SCHEMA,
+    ROW_COLUMNS,
+    StagePlan,
+    StageShared,
+    judge_partitions,
+)
 from watermark import storage
 from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
@@ -68,6 +77,10 @@ class ExecutorOutcome:
     driver_bytes: int = 0  # what the driver received from the executors in this batch
     resplit: bool = False  # a source partition spanned several Spark partitions: judged after a shuffle
     cached: list[Any] = field(default_factory=list)  # frames Spark keeps until the tables are written
+    #: Partitions the batch forgot (silent for the retention, no open window), with their last watermark.
+    evicted: dict[str, int] = field(default_factory=dict)
+    open_owners: set[str] = field(default_factory=set)  # partitions owning an open window after the batch
+    broadcasts: list[Any] = field(default_factory=list)  # the pass's broadcast, destroyed by release()
 
 
 def run_in_executors(
@@ -107,13 +120,20 @@ def run_in_executors(
         phases[phase] = phases.get(phase, 0.0) + now - tick
         tick = now
 
-    plan = _stage_plan(watermark, owners, config, floor_ms)
-    labelled, summaries, settled, resplit = _judge(parsed.select(*ROW_COLUMNS, "reason"), plan)
+    plan = _stage_plan(watermark, owners, config, floor_ms, spark)
+    try:
+        labelled, summaries, settled, resplit = _judge(parsed.select(*ROW_COLUMNS, "reason"), plan)
+    except BaseException:
+        _destroy(plan.shared)
+        raise
     mark("stage")
     out = ExecutorOutcome(rows_out={}, owners=owners, open_folder="", resplit=resplit)
+    if plan.shared is not None:
+        out.broadcasts.append(plan.shared)
     out.invalid = settled.invalid
     out.driver_bytes = summaries.nbytes
     _absorb(watermark, settled)
+    watermark.hold_key_floors(settled.claims)
     at_boundary = _advance_to_boundary(watermark, boundary_ms)
     out.owners = _claim(owners, settled)
     data = labelled.filter(F.col("summary").isNull()).drop("summary")
@@ -134,6 +154,16 @@ def run_in_executors(
     ).parquet(folder.spark)
     out.open_folder = folder.spark
     _window_stats(joined, out)
+    # Forget the partitions silent for the retention that own no open window (nor arrived now).
+    eviction = evict_partitions(
+        watermark,
+        config.partition_retention_ms,
+        out.open_owners | {s.partition for s in settled.summaries},
+        out.owners,
+    )
+    out.evicted = eviction.partitions
+    assert eviction.owners is not None
+    out.owners = eviction.owners
     mark("windows")
     if out.fired:
         fired = joined.filter(F.col("trigger_watermark_ms").isNotNull())
@@ -145,21 +175,62 @@ def run_in_executors(
 
 
 def _stage_plan(
-    watermark: PartitionedWatermark, owners: pa.Table, config: PipelineConfig, floor_ms: int
+    watermark: PartitionedWatermark,
+    owners: pa.Table,
+    config: PipelineConfig,
+    floor_ms: int,
+    spark: Any = None,
 ) -> StagePlan:
-    """What every task of the pass needs: the generators' snapshots, the settings and the key owners."""
+    """What every task of the pass needs: the settings, and the generators' snapshots and the key owners.
+
+    The snapshots and owners grow with the partitions and keys, so they go in one Spark broadcast (each
+    executor fetches it once, and each Python worker reads it once), not into every task's pickle.
+    """
     window = config.window
+    shared = StageShared(
+        {str(k): json.dumps(g.snapshot()) for k, g in watermark.generators.items()},
+        owner_floors(owners, watermark.key_floors),
+    )
     return StagePlan(
         strategy=config.strategy,
         params=dict(config.params),
-        snapshots={str(k): json.dumps(g.snapshot()) for k, g in watermark.generators.items()},
+        snapshots={},
         straggler_ms=config.straggler_ms,
         floor_ms=floor_ms,
         window_ms=window.window_ms,
         step_ms=window.step_ms,
-        owner_keys=tuple(owners.column("key").to_pylist()),
-        owner_partitions=tuple(owners.column("partition").to_pylist()),
+        evicted_floor_ms=watermark.evicted_floor_ms,
+        shared=spark.sparkContext.broadcast(shared) if spark is not None else _Local(shared),
     )
+
+
+@dataclass(frozen=True)
+class _Local:
+    """A broadcast's stand-in without Spark (the value itself)."""
+
+    value: StageShared
+
+
+def owner_floors(owners: pa.Table, floors: dict[str, int]) -> pa.Table:
+    """The owners with each key's floor (``NO_WATERMARK``: none), as the tasks read them."""
+    floor = pa.nulls(owners.num_rows, pa.int64())
+    if floors and owners.num_rows:
+        index = pc.index_in(owners.column("key"), value_set=pa.array(list(floors), pa.string()))
+        floor = pc.take(pa.array(list(floors.values()), pa.int64()), index)
+    return pa.table(
+        {
+            "key": owners.column("key").cast(pa.string()),
+            "partition": owners.column("partition").cast(pa.string()),
+            "floor": pc.fill_null(floor, NO_WATERMARK),
+        },
+        schema=OWNER_FLOORS_SCHEMA,
+    )
+
+
+def _destroy(broadcast: Any) -> None:
+    """Remove a broadcast from the executors and the driver (nothing for a local stand-in)."""
+    if broadcast is not None and not isinstance(broadcast, _Local):
+        broadcast.destroy()
 
 
 def _judge(source: Any, plan: StagePlan) -> tuple[Any, pa.Table, Settled, bool]:
@@ -290,15 +361,17 @@ def _fire_join(spark: Any, merged: Any, fire_table: pa.Table) -> Any:
 
 
 def _window_stats(joined: Any, out: ExecutorOutcome) -> None:
-    """Windows fired and still open, and the fired ones' latencies, into ``out`` (one small collect)."""
+    """Windows fired and open, the fired ones' latencies, the open ones' owners into ``out`` (one collect)."""
     from pyspark.sql import functions as F
 
+    is_open = F.col("trigger_watermark_ms").isNull()
     stats = (
-        joined.groupBy(F.col("trigger_watermark_ms").isNull().alias("open"))
+        joined.groupBy(is_open.alias("open"))
         .agg(
             F.count(F.lit(1)).alias("n"),
             F.collect_list(F.col("fire_arrival_ms") - F.col("window_end_ms")).alias("latency"),
             F.collect_list(F.col("trigger_watermark_ms") - F.col("window_end_ms")).alias("delay"),
+            F.collect_set(F.when(is_open, F.col("owner"))).alias("owners"),
         )
         .toArrow()
     )
@@ -306,6 +379,7 @@ def _window_stats(joined: Any, out: ExecutorOutcome) -> None:
     for row in stats.to_pylist():
         if row["open"]:
             out.open_windows = int(row["n"])
+            out.open_owners = {str(o) for o in row["owners"] if o is not None}
         else:
             out.fired = int(row["n"])
             out.emit_latency_ms = [int(v) for v in row["latency"]]
@@ -349,10 +423,13 @@ def _arrival_rows(data: Any, batch_id: int, ingest_ms: int) -> Any:
 
 
 def release(outcome: ExecutorOutcome) -> None:
-    """Drop what Spark kept for the batch (after its tables are written)."""
+    """Drop what Spark kept for the batch (after its tables are written), and the pass's broadcast."""
     for frame in outcome.cached:
         frame.unpersist()
     outcome.cached = []
+    for broadcast in outcome.broadcasts:
+        _destroy(broadcast)
+    outcome.broadcasts = []
 
 
 def conform_frame(frame: Any, schema: pa.Schema) -> Any:

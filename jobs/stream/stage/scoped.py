@@ -9,12 +9,19 @@ partition (a producer that does not key by the aggregation key, a topic whose pa
 cannot be judged by its own partition without risking a window emitted twice, so it is labelled late
 (``late_by_ms`` at least 1) and the backfill folds it into its window: nothing is lost or counted twice.
 
+A partition forgotten after a retention of silence (:meth:`watermark.combine.PartitionedWatermark.evict`)
+loses its keys too (:func:`drop_owners`): they have no owner then, and whichever partition meets one first
+claims it again. Every window of such a key that may have fired ends at or below the combination's eviction
+floor, so the rows of a key without an owner, and of a key claimed while its new owner's watermark was still
+below that floor, are judged against at least the floor (:func:`row_floors`): a straggler of a window
+already emitted is late, never a second emission.
+
 Pure pyarrow/numpy; the owners live in the stage state beside the open windows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +30,9 @@ from numpy.typing import NDArray
 
 from jobs.common.schemas import FIRED_SCHEMA
 from jobs.common.windows import credit_timeline, fire
+from watermark.combine import PartitionedWatermark
 from watermark.timeline import Timeline
+from watermark.timeutil import NO_WATERMARK
 
 #: Which partition owns each key.
 OWNERS_SCHEMA = pa.schema([("key", pa.string()), ("partition", pa.string())])
@@ -58,6 +67,60 @@ def claim(owners: pa.Table, keys: pa.Array, partitions: pa.Array) -> tuple[pa.Ta
     owner = owner_of(merged, keys)
     foreign = np.asarray(pc.not_equal(owner, partitions).to_numpy(zero_copy_only=False), dtype=bool)
     return merged, foreign
+
+
+def claims_of(before: pa.Table, after: pa.Table) -> list[tuple[str, str]]:
+    """The ``(key, partition)`` pairs :func:`claim` added to ``before`` (it appends them, in order)."""
+    fresh = after.slice(before.num_rows)
+    return list(zip(fresh.column("key").to_pylist(), fresh.column("partition").to_pylist(), strict=True))
+
+
+def row_floors(watermark: PartitionedWatermark, owners: pa.Table, keys: pa.Array) -> NDArray[np.int64]:
+    """Per row of ``keys``: the floor it is judged against at least (``NO_WATERMARK``: none).
+
+    ``owners`` are the owners before the batch. A key without one (new, or its owner was forgotten) has the
+    eviction floor; a key claimed while its owner's watermark was below that floor has its own
+    (:attr:`~watermark.combine.PartitionedWatermark.key_floors`). Before any partition is forgotten there is
+    no floor, and nothing changes.
+
+    >>> from watermark.combine import PartitionedWatermark
+    >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, mode="scoped")
+    >>> _ = pw.process(["0", "1"], [1_000, 9_000], [1_000, 9_000])
+    >>> _ = pw.evict(5_000)  # partition 0 is forgotten at its watermark 999
+    >>> owners = pa.table({"key": ["b"], "partition": ["1"]}, schema=OWNERS_SCHEMA)
+    >>> row_floors(pw, owners, pa.array(["a", "b"])).tolist()  # "a" has no owner now
+    [999, -9223372036854775808]
+    """
+    out = np.full(len(keys), NO_WATERMARK, np.int64)
+    floor, floors = watermark.evicted_floor_ms, watermark.key_floors
+    if floor == NO_WATERMARK and not floors:
+        return out
+    text = pc.cast(keys, pa.string())
+    if floor != NO_WATERMARK:
+        known = pc.is_in(text, value_set=owners.column("key").combine_chunks().cast(pa.string()))
+        out[~np.asarray(known.to_numpy(zero_copy_only=False), dtype=bool)] = floor
+    if floors:
+        index = pc.index_in(text, value_set=pa.array(list(floors), pa.string()))
+        found = np.asarray(pc.is_valid(index).to_numpy(zero_copy_only=False), dtype=bool)
+        values = np.fromiter(floors.values(), np.int64, len(floors))
+        out[found] = values[index.to_numpy(zero_copy_only=False)[found].astype(np.intp)]
+    return out
+
+
+def drop_owners(owners: pa.Table, partitions: Iterable[Hashable]) -> pa.Table:
+    """``owners`` without the keys of ``partitions`` (forgotten partitions: their keys have no owner)."""
+    gone = pa.array([str(p) for p in partitions], pa.string())
+    if not len(gone) or not owners.num_rows:
+        return owners
+    return owners.filter(pc.invert(pc.is_in(owners.column("partition"), value_set=gone)))
+
+
+def open_owners(open_windows: pa.Table, owners: pa.Table) -> set[str]:
+    """The partitions owning the key of at least one of ``open_windows``."""
+    if not open_windows.num_rows or not owners.num_rows:
+        return set()
+    keys = pc.unique(open_windows.column("key").combine_chunks())
+    return {p for p in pc.unique(owner_of(owners, keys)).to_pylist() if p is not None}
 
 
 def owner_of(owners: pa.Table, keys: pa.Array) -> pa.Array:

@@ -6,7 +6,8 @@ Spark partition, read in offset order. A micro-batch then goes through the stage
 the driver:
 
 1. One ``mapInArrow`` pass (:func:`judge_partitions`): every executor restores its partitions' generators
-   from their JSON snapshots (shipped with the task), puts the partition's valid rows in arrival order
+   from their JSON snapshots (a Spark broadcast, with the key owners: fetched once per executor, not
+   pickled into every task; :class:`StagePlan`), puts the partition's valid rows in arrival order
    (arrival time, file, line), runs the generator, and labels each row late, straggler or on time against
    the watermark at its arrival, exactly as :func:`jobs.stream.stage.driver.run_stage` does on the driver. It
    returns the labelled rows (kept by Spark for the batch) and one *summary* per partition: the generator's
@@ -42,8 +43,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from jobs.stream.workers.frozen_imports import freeze_imports
+from watermark.base import WatermarkGenerator
 from watermark.evaluate import LATE, STRAGGLER, classify
 from watermark.registry import make, restore
 from watermark.timeline import NO_RISE, Timeline
@@ -76,9 +79,26 @@ LABELLED_DDL = (
 )
 
 
+#: The key owners as a task reads them: each key's partition and floor (``NO_WATERMARK``: none).
+OWNER_FLOORS_SCHEMA = pa.schema([("key", pa.string()), ("partition", pa.string()), ("floor", pa.int64())])
+
+
+@dataclass(frozen=True)
+class StageShared:
+    """What the tasks of a pass share, as large as the partitions and keys: one Spark broadcast of it."""
+
+    snapshots: Mapping[str, str]  # partition -> generator snapshot (JSON text); absent: a new generator
+    owners: pa.Table  # OWNER_FLOORS_SCHEMA
+
+
 @dataclass(frozen=True)
 class StagePlan:
-    """What every task of the pass needs: plain data (JSON snapshots, no pickled state)."""
+    """What every task of the pass needs: plain data (JSON snapshots, no pickled state).
+
+    The snapshots and the key owners grow with the partitions and keys: the driver puts them in a Spark
+    broadcast (``shared``, a :class:`StageShared`), which each executor fetches once, instead of pickling
+    them into every task; without it (tests, one process) they are the fields below.
+    """
 
     strategy: str
     params: Mapping[str, Any]
@@ -89,6 +109,63 @@ class StagePlan:
     step_ms: int
     owner_keys: tuple[str, ...] = ()
     owner_partitions: tuple[str, ...] = ()
+    owner_floors: tuple[int, ...] = ()  # each owner key's floor (empty: none)
+    #: The eviction floor: the starting watermark of a new partition and the floor of a key without an owner
+    #: (:attr:`watermark.combine.PartitionedWatermark.evicted_floor_ms`).
+    evicted_floor_ms: int = NO_WATERMARK
+    shared: Any = None  # a Spark broadcast of a StageShared (then snapshots and owner_* are empty)
+
+    def resolve(self) -> StageShared:
+        """The snapshots and the key owners: the broadcast's (read once per Python worker) or the fields'."""
+        if self.shared is not None:
+            value: StageShared = self.shared.value
+            return value
+        floors = self.owner_floors or (NO_WATERMARK,) * len(self.owner_keys)
+        owners = pa.table(
+            {
+                "key": pa.array(self.owner_keys, pa.string()),
+                "partition": pa.array(self.owner_partitions, pa.string()),
+                "floor": pa.array(floors, pa.int64()),
+            },
+            schema=OWNER_FLOORS_SCHEMA,
+        )
+        return StageShared(self.snapshots, owners)
+
+    def new_generator(self) -> WatermarkGenerator:
+        """A partition's generator when it has no snapshot (at the eviction floor, as the driver's)."""
+        gen = make(self.strategy, dict(self.params))
+        if self.evicted_floor_ms != NO_WATERMARK:
+            gen.hold_floor(self.evicted_floor_ms)
+        return gen
+
+
+@dataclass(frozen=True)
+class KeyLookup:
+    """Each row's key owner (None: no owner) and floor, looked up once for all the rows of a task."""
+
+    known: NDArray[np.bool_]  # the key has an owner
+    owner: NDArray[np.object_]  # its owner (None where unknown)
+    floor: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, keys: Any, owners: pa.Table, evicted_floor_ms: int) -> KeyLookup:
+        """The lookup of ``keys`` in ``owners`` (:data:`OWNER_FLOORS_SCHEMA`).
+
+        A key without an owner has the eviction floor.
+        """
+        index = pc.index_in(pc.cast(keys, pa.string()), value_set=owners.column("key").combine_chunks())
+        known = np.asarray(pc.is_valid(index).to_numpy(zero_copy_only=False), dtype=bool)
+        owner = np.asarray(
+            pc.take(owners.column("partition").combine_chunks(), index).to_numpy(zero_copy_only=False),
+            dtype=object,
+        )
+        floor = pc.take(owners.column("floor").combine_chunks(), index)
+        floors = np.asarray(pc.fill_null(floor, evicted_floor_ms).to_numpy(zero_copy_only=False), np.int64)
+        return cls(known, owner, floors)
+
+    def take(self, rows: NDArray[np.intp]) -> KeyLookup:
+        """The lookup of some of the rows."""
+        return KeyLookup(self.known[rows], self.owner[rows], self.floor[rows])
 
 
 @dataclass
@@ -200,14 +277,25 @@ def fire_segments(timeline: Timeline, floor_ms: int, window_ms: int, step_ms: in
     return out
 
 
-def judge_partition(rows: pa.Table, plan: StagePlan, task: int = 0) -> tuple[pa.Table, PartitionSummary]:
+def judge_partition(
+    rows: pa.Table,
+    plan: StagePlan,
+    task: int = 0,
+    shared: StageShared | None = None,
+    lookup: KeyLookup | None = None,
+) -> tuple[pa.Table, PartitionSummary]:
     """Run one partition's generator over its valid rows of the batch; label the rows; summarise.
 
     ``rows`` holds :data:`ROW_COLUMNS` of one source partition's valid rows, in any order. The labelled
     rows come back in arrival order with ``class`` (LATE, STRAGGLER, NORMAL or PENDING) and ``wm_missed``
     (the watermark each was judged against), as :func:`jobs.stream.stage.driver.run_stage` labels them.
+    ``shared`` is ``plan.resolve()`` and ``lookup`` the rows' :class:`KeyLookup` when the caller has them.
     """
     partition = str(rows.column("partition")[0].as_py())
+    if shared is None:
+        shared = plan.resolve()
+    if lookup is None:
+        lookup = KeyLookup.of(rows.column("key"), shared.owners, plan.evicted_floor_ms)
     te0 = rows.column("event_time_ms").to_numpy()
     tp0 = rows.column("arrival_time_ms").to_numpy()
     file0 = rows.column("file").to_numpy().astype(np.int64)
@@ -216,21 +304,20 @@ def judge_partition(rows: pa.Table, plan: StagePlan, task: int = 0) -> tuple[pa.
     ordered = rows.take(pa.array(order))
     te, tp = te0[order], tp0[order]
     files, lines = file0[order], line0[order]
-    snap = plan.snapshots.get(partition)
-    gen = restore(json.loads(snap)) if snap is not None else make(plan.strategy, dict(plan.params))
+    looked = lookup.take(order)
+    snap = shared.snapshots.get(partition)
+    gen = restore(json.loads(snap)) if snap is not None else plan.new_generator()
     trace = gen.process_trace(te, tp)
     assert trace.timeline is not None
     below_generator = int(np.count_nonzero(te < trace.at_arrival))
-    at = np.maximum(trace.at_arrival, plan.floor_ms)
+    # A key without an owner, or claimed while its owner was below the eviction floor: at least its floor.
+    at = np.maximum(np.maximum(trace.at_arrival, plan.floor_ms), looked.floor)
 
     keys = pc.cast(ordered.column("key").combine_chunks(), pa.string())
-    owners = pa.array(plan.owner_keys, pa.string())
-    index = pc.index_in(keys, value_set=owners).to_numpy(zero_copy_only=False)
-    known = ~np.isnan(index.astype(float))
+    known = looked.known
     foreign = np.zeros(te.size, bool)
     if known.any():
-        owner_parts = np.asarray(plan.owner_partitions, dtype=object)
-        foreign[known] = owner_parts[index[known].astype(np.int64)] != partition
+        foreign[known] = looked.owner[known] != partition
         at = np.where(foreign, np.maximum(at, te + 1), at)
     classes = classify(te, at, plan.straggler_ms)
     new_keys: list[tuple[str, int, int, int]] = []
@@ -286,10 +373,17 @@ def judge_partitions(plan: StagePlan) -> Any:
         valid = table.filter(pc.is_null(table.column("reason"))).select(list(ROW_COLUMNS))
         invalid = table.num_rows - valid.num_rows
         if valid.num_rows:
-            parts = pc.cast(valid.column("partition"), pa.string())
-            for partition in pc.unique(parts).to_pylist():
-                mine = valid.filter(pc.equal(parts, pa.scalar(partition, pa.string())))
-                labelled, summary = judge_partition(mine, plan, task)
+            shared = plan.resolve()
+            # The task's keys are looked up once (a hash of the owners per task, not per partition).
+            lookup = KeyLookup.of(valid.column("key"), shared.owners, plan.evicted_floor_ms)
+            encoded = pc.cast(valid.column("partition"), pa.string()).combine_chunks().dictionary_encode()
+            codes = encoded.indices.to_numpy(zero_copy_only=False)
+            grouped = np.argsort(codes, kind="stable")  # each partition's rows together, in table order
+            bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(encoded.dictionary)))])
+            for code in range(len(encoded.dictionary)):  # in order of first appearance
+                rows = grouped[bounds[code] : bounds[code + 1]]
+                mine = valid.take(pa.array(rows))
+                labelled, summary = judge_partition(mine, plan, task, shared, lookup.take(rows))
                 yield from labelled.to_batches(max_chunksize=65_536)
                 yield _summary_batch(summary.partition, summary.to_json())
         if invalid:
