@@ -15,8 +15,12 @@ Arrow IPC blobs the passes return. It imports pyarrow, numpy and the light parts
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import shutil
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +314,92 @@ class LateThresholds:
 #: Parsed clean splits a Python worker keeps from the first pass to the second: (job, batch, sid) -> records.
 _CACHE: dict[tuple[str, int, int], pa.Table] = {}
 
+#: A run's spill folder: ``wm-arrow-<128 random bits>`` (:func:`jobs.stream.sources.arrow_reader.spill_dir`).
+SPILL_NAME = re.compile(r"wm-arrow-[0-9a-f]{32}")
+#: A spill folder younger than this is never swept (its run may not have locked it yet).
+SPILL_GRACE_S = 60.0
+#: A worker sweeps a spill folder's siblings at most this often.
+SWEEP_EVERY_S = 300.0
+#: Spill folders this process holds a shared lock on: folder -> the lock file's descriptor.
+_HELD: dict[str, int] = {}
+#: When this process last swept each local folder (monotonic seconds).
+_SWEPT: dict[str, float] = {}
+
+
+def hold_spill(folder: Path) -> None:
+    """Mark the run's spill folder used by this worker: a shared lock on the folder itself while it lives.
+
+    A killed run's workers die with it (the JVM that started them is gone) and their locks with them, so a
+    folder nobody holds is a killed run's (:func:`sweep_spills`). Locks on folders removed since (runs that
+    ended) are let go.
+    """
+    for path, fd in list(_HELD.items()):
+        if not os.path.isdir(path):
+            os.close(fd)
+            del _HELD[path]
+    key = str(folder)
+    if key in _HELD:
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # a sweeper is removing it right now: this run's files are parsed again
+        os.close(fd)
+        return
+    _HELD[key] = fd
+
+
+def sweep_spills(current: Path, grace_s: float = SPILL_GRACE_S) -> list[Path]:
+    """Remove the spill folders beside ``current`` that killed runs left; returns those removed.
+
+    A run removes its folder when it ends; a run killed (SIGKILL, a lost driver) leaves it, with a batch's
+    parsed splits in it. A sibling is removed when it is this user's, named as a spill folder, untouched for
+    ``grace_s`` and locked by no live worker (:func:`hold_spill`): it is taken with an exclusive lock, so a
+    worker of a live run can never lose its folder under it. Removing a live run's folder would cost only
+    parsing again (a kept split is a cache): the grace is not a safety margin.
+    """
+    removed = []
+    now = time.time()
+    try:
+        siblings = list(current.parent.iterdir())
+    except OSError:
+        return removed
+    for folder in siblings:
+        if folder == current or not SPILL_NAME.fullmatch(folder.name):
+            continue
+        try:
+            info = os.lstat(folder)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            newest = max([info.st_mtime, *(os.lstat(f).st_mtime for f in folder.iterdir())])
+            if now - newest < grace_s:
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live worker holds it
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
+        removed.append(folder)
+    return removed
+
+
+def _sweep_now(folder: Path) -> None:
+    """:func:`sweep_spills` beside the run's folder, at most every :data:`SWEEP_EVERY_S` per worker."""
+    base = str(folder.parent)
+    at = time.monotonic()
+    last = _SWEPT.get(base)
+    if last is not None and at - last < SWEEP_EVERY_S:
+        return
+    _SWEPT[base] = at
+    sweep_spills(folder)
+
 
 def private_folder(folder: Path) -> Path:
     """``folder`` (created 0700 if missing), or OSError when it is not a folder of ours alone.
@@ -348,7 +438,10 @@ def _keep(job: str, batch_id: int, split: Split, records: pa.Table, folder: str 
     if not folder:
         return
     try:
-        for old in private_folder(Path(folder)).glob("b*-s*.arrow"):
+        spill = private_folder(Path(folder))
+        hold_spill(spill)
+        _sweep_now(spill)  # the folders killed runs left beside it (the first batch of a run sweeps)
+        for old in spill.glob("b*-s*.arrow"):
             if not old.name.startswith(f"b{batch_id}-"):
                 old.unlink(missing_ok=True)
         target = _spill_path(folder, batch_id, sid)
