@@ -57,6 +57,7 @@ TESTS = ROOT / "tests"
 #: streams, backfill races), largest first, relative to tests/. They are collected first, so that bin/test's
 #: three workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
 SLOW_FILES = (
+    "system/test_three_loops.py",
     "system/test_stream_s3.py",
     "system/test_cluster.py",
     "system/test_stream_chaos.py",

@@ -1,0 +1,235 @@
+"""The three loops under fire: the stream, the re-tune's publications and the backfill, acting on the same
+tables at once, with the job SIGKILLed three times.
+
+A Kafka topic of 4 partitions (every key in one partition, as the feed keys its records) is read in the
+partition-scoped mode with the ``slo`` strategy. While the job runs, a new configuration version is
+published every two batches (other parameters, as the re-tuning DAG publishes them with
+:func:`watermark.config.write_config`; once another partition mode, which the running job refuses), and
+the backfill folds late rows into their windows every couple of batches in this process's Spark session,
+beside the job's own commits. The job is killed three times inside its batches and restarted; its last run
+flushes the windows still open at the end of the input, and a last backfill folds what is left. Then every
+(key, window) is in ``aggregates`` exactly once, and its count is the input's rows for it: every valid
+row counted once, on time or folded in late; nothing lost, nothing twice.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from jobs.batch.backfill import run_backfill
+from jobs.batch.backfill_plan import BackfillOptions
+from jobs.common.tables import DeltaTables
+from tests.integration.spark.test_stream import iot_records
+from tools.feed import feed_kafka
+from watermark import storage
+from watermark.config import PipelineConfig, load_config, write_config
+from watermark.windowspec import WindowSpec
+
+pytestmark = pytest.mark.slow
+
+RECORDS, PER_BATCH, PARTITIONS = 3_000, 250, 4
+WINDOW_MS = 1_000
+V1 = PipelineConfig.from_dict(
+    {
+        "version": 1,
+        "strategy": "slo",
+        "window_ms": WINDOW_MS,
+        "late_slo_pct": 0.5,
+        "partition_mode": "scoped",
+        "idle_timeout_ms": None,
+    }
+)
+
+
+def job_command(tmp: Path, servers: str, *, last: bool) -> list[str]:
+    """The job on the topic, its configuration hot-reloaded from ``tmp/watermark.json``."""
+    command = [sys.executable, "-m", "jobs.stream", "--format", "kafka", "--kafka-bootstrap-servers", servers]
+    command += ["--topic", "loops", "--max-offsets-per-trigger", str(PER_BATCH)]
+    command += [
+        "--output",
+        str(tmp / "out"),
+        "--checkpoint",
+        str(tmp / "ck"),
+        "--config",
+        str(tmp / "watermark.json"),
+    ]
+    command += ["--metrics-port", "0"]
+    return [*command, "--flush-at-end"] if last else command
+
+
+def batches_started(tmp: Path) -> int:
+    """Batches started so far (one past the newest ``batch-N.json`` of the stage)."""
+    stage = tmp / "ck" / "stage"
+    if not stage.exists():
+        return 0
+    ids = [
+        int(e.name[6:-5])
+        for e in storage.listdir(stage)
+        if e.name.startswith("batch-") and e.name.endswith(".json")
+    ]
+    return max(ids) + 1 if ids else 0
+
+
+class Publisher(threading.Thread):
+    """Publishes a new configuration version every two batches: other SLO targets, and once (the third
+    publication) another partition mode, which the job must refuse and outlive."""
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(daemon=True)
+        self.tmp, self.stop, self.published, self.error = tmp, threading.Event(), [], None
+
+    def run(self) -> None:
+        try:
+            seen = 0
+            while not self.stop.wait(0.2):
+                done = batches_started(self.tmp)
+                if done < seen + 2:
+                    continue
+                seen = done
+                path = self.tmp / "watermark.json"
+                version = load_config(path).version + 1
+                n = len(self.published)
+                if n == 2:  # the mode cannot change under the job: refused, the running version stays
+                    new = V1.with_version(version, partition_mode="min")
+                else:  # the next ones go back to the job's mode
+                    new = V1.with_version(version, params={"late_slo_pct": [1.0, 0.2, 2.0, 0.5][n % 4]})
+                write_config(path, new)
+                self.published.append(new)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+class Backfiller(threading.Thread):
+    """Runs the backfill in the test's Spark session every three batches, beside the job's commits."""
+
+    def __init__(self, spark, tmp: Path) -> None:
+        super().__init__(daemon=True)
+        self.spark, self.tmp, self.stop, self.reports, self.error = spark, tmp, threading.Event(), [], None
+
+    def run(self) -> None:
+        try:
+            seen = 0
+            while not self.stop.wait(0.3):
+                done = batches_started(self.tmp)
+                if done < seen + 3 or not (self.tmp / "out" / "late_events" / "_delta_log").exists():
+                    continue
+                seen = done
+                self.reports.append(backfill(self.spark, self.tmp))
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def backfill(spark, tmp: Path):
+    options = BackfillOptions(
+        tables=str(tmp / "out"),
+        start_ms=0,
+        end_ms=int(time.time() * 1000) + 3_600_000,
+        window=WindowSpec(WINDOW_MS),
+        run_id=f"loops-{time.monotonic_ns()}",
+    )
+    return run_backfill(spark, options)
+
+
+def run_killed(
+    command: list[str], env: dict[str, str], after: int, rng: random.Random, log: Path
+) -> list[int]:
+    """Start the job; SIGKILL it (and its JVM) a random moment after batch ``after`` completed."""
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stderr is not None
+    done: list[int] = []
+    tail: list[str] = []
+    killed = False
+    try:
+        for line in proc.stderr:
+            tail = [*tail[-400:], line.rstrip()]
+            if line.startswith("batch "):
+                done.append(int(line.split(":", 1)[0].split()[1]))
+                if done[-1] >= after:
+                    time.sleep(rng.uniform(0.0, 1.5))
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    killed = True
+                    break
+    finally:
+        if not killed and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=600)
+        with log.open("a") as fh:
+            fh.write("\n".join(tail) + "\n==== killed ====\n")
+    assert killed, f"the job ended (status {proc.returncode}) before batch {after}:\n" + "\n".join(tail[-40:])
+    return done
+
+
+# Four runs of the job in JVMs of their own, backfills beside them: minutes, more on a busy machine.
+@pytest.mark.timeout(2_400)
+def test_the_stream_the_retune_and_the_backfill_together_emit_every_window_once_and_lose_nothing(
+    spark, tmp_path, kafka_broker, jvm_process
+):
+    records = iot_records(RECORDS)
+    servers = kafka_broker.bootstrap_servers
+    kafka_broker.create_topic("loops", PARTITIONS)
+    feed_kafka(records, servers, "loops", partitions=PARTITIONS)
+    write_config(tmp_path / "watermark.json", V1)
+    log = tmp_path / "job-stderr.log"
+
+    publisher, backfiller = Publisher(tmp_path), Backfiller(spark, tmp_path)
+    publisher.start()
+    backfiller.start()
+    rng = random.Random(7)
+    try:
+        for after in (1, 4, 7):
+            run_killed(job_command(tmp_path, servers, last=False), jvm_process.env, after, rng, log)
+        proc = subprocess.run(
+            job_command(tmp_path, servers, last=True), env=jvm_process.env, capture_output=True, text=True,
+            check=False, timeout=900,
+        )  # fmt: skip
+        with log.open("a") as fh:
+            fh.write(proc.stderr)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    finally:
+        publisher.stop.set()
+        backfiller.stop.set()
+        publisher.join(60)
+        backfiller.join(600)
+    assert publisher.error is None and backfiller.error is None, (publisher.error, backfiller.error)
+    assert len(publisher.published) >= 3 and backfiller.reports  # the loops really ran beside the job
+    final = backfill(spark, tmp_path)
+
+    tables = DeltaTables(str(tmp_path / "out"), "check")
+    aggregates = tables.read("aggregates")
+    late = tables.read("late_events")
+    # The mode change was refused and the job went on in the scoped mode; the other versions applied.
+    stderr = log.read_text()
+    assert "the partition mode (scoped -> min)" in stderr
+    versions = set(pc.unique(aggregates.column("config_version")).to_pylist())
+    assert len(versions) >= 2, versions
+    # Late rows happened, and the backfill folded every one of them.
+    assert late.num_rows > 0 and all(late.column("reconciled").to_pylist()), final
+    # Every (key, window) once ...
+    rows = [
+        ((r["key"], r["window_start_ms"]), r["count"])
+        for r in aggregates.select(["key", "window_start_ms", "count"]).to_pylist()
+    ]
+    twice = {w: n for w, n in Counter(w for w, _ in rows).items() if n > 1}
+    assert not twice, f"{len(twice)} windows written more than once: {sorted(twice)[:10]}"
+    # ... holding the input's rows for it: on time or folded in late, each counted once, none missing.
+    want = Counter(
+        (r["key"], r["event_time_ms"] - r["event_time_ms"] % WINDOW_MS)
+        for r in records.select(["key", "event_time_ms"]).to_pylist()
+    )
+    got = dict(rows)
+    if got != dict(want):  # kept for a look at a failure
+        wrong = {str(w): [n, got.get(w)] for w, n in want.items() if got.get(w) != n}
+        (tmp_path / "mismatch.json").write_text(json.dumps(wrong, indent=1))
+    assert got == dict(want)
