@@ -11,7 +11,12 @@ import numpy as np
 
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables
-from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id
+from jobs.stream.checkpoint.state import (
+    CheckpointError,
+    StageStore,
+    check_not_rewound,
+    checkpoint_app_id,
+)
 from jobs.stream.options import (
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
@@ -442,6 +447,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     )
     app_id = checkpoint_app_id(places["checkpoint"], places["output"])  # a reset checkpoint is refused here
     StageStore(places["checkpoint"]).check()  # so is a missing or damaged newest state (CheckpointError)
+    check_not_rewound(places["checkpoint"], places["output"], app_id)  # and tables ahead of the checkpoint
     return JobOptions(
         app_id=app_id,
         input=places["input"] if args.input else "",

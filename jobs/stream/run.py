@@ -10,7 +10,7 @@ from jobs.common.session import ship_code
 from jobs.common.tables import DeltaTables
 from jobs.common.windows import empty_partials, flush, merge_partials
 from jobs.stream.checkpoint.layout import CheckpointLayout
-from jobs.stream.checkpoint.state import StageStore, checkpoint_app_id
+from jobs.stream.checkpoint.state import StageStore, check_not_rewound, checkpoint_app_id
 from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.report import BatchReport
@@ -48,7 +48,9 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     """
     if options.app_id is None:
         options = replace(options, app_id=checkpoint_app_id(options.checkpoint, options.output))
+    assert options.app_id is not None
     StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
+    check_not_rewound(options.checkpoint, options.output, options.app_id)  # tables ahead: refuse too
     if trigger_interval_ms(options.trigger) is None and options.format == "rate":
         msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
         raise ValueError(msg)

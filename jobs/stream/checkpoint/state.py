@@ -444,3 +444,103 @@ def tables_written(output: str | Location) -> list[str]:
         for entry in storage.listdir(root)
         if entry.is_dir and storage.listdir(entry.location / "_delta_log")
     ]
+
+
+# -- a rewound checkpoint ----------------------------------------------------------------------------------
+
+#: Appended to the checkpoint's application id for the Delta appends of ``--flush-at-end`` (their
+#: ``txnVersion`` is the batch whose state they close).
+FLUSH_APP_SUFFIX = ".flush"
+REWOUND = (
+    "To recover (docs/streaming-job.md, Recovery procedures): put back the checkpoint that wrote those "
+    "batches; or restore the tables' folders, _delta_log included, from a copy taken together with this "
+    "checkpoint (Delta's RESTORE keeps the batch ids and is not enough); or start over with a new --output "
+    "and a new --checkpoint (a new checkpoint reads its input from the start)"
+)
+
+
+def flush_app_id(app_id: str) -> str:
+    """The Delta application id (``txnAppId``) of the flush at the end, for the checkpoint's ``app_id``."""
+    return app_id + FLUSH_APP_SUFFIX
+
+
+def last_planned_batch(checkpoint: str | Location) -> int | None:
+    """The newest batch in Spark's offset log (None: none): committed, or the one a restart runs first.
+
+    Spark writes ``offsets/N`` before batch N runs and ``commits/N`` after, so this is the newest committed
+    batch or the one after it; no table and no stage state of this checkpoint holds a later batch.
+    """
+    planned = [int(e.name) for e in storage.listdir(CheckpointLayout(checkpoint).offsets) if e.name.isdigit()]
+    return max(planned) if planned else None
+
+
+def written_versions(output: str | Location, app_ids: list[str]) -> list[tuple[str, str, int]]:
+    """The ``txnVersion`` each of the pipeline's tables under ``output`` holds for each of ``app_ids``.
+
+    ``(table location, application id, version)`` for each Delta ``txn`` action found, read with
+    ``deltalake`` (without Spark).
+    """
+    from jobs.common.reads import open_delta, table_path
+    from jobs.common.schemas import TABLES
+
+    found = []
+    for table in TABLES:
+        path = table_path(output, table)
+        dt = open_delta(path)
+        if dt is None:
+            continue
+        for app_id in app_ids:
+            version = dt.transaction_version(app_id)
+            if version is not None:
+                found.append((path, app_id, int(version)))
+    return found
+
+
+def newest_stage_batch(checkpoint: str | Location) -> tuple[int, Location] | None:
+    """The newest batch the stage wrote anything for (a state, pending rows, batch metadata), and where."""
+    layout = CheckpointLayout(checkpoint)
+    entries = [*layout.states(), *layout.pending_batches(), *layout.batch_metas()]
+    return max(entries, key=lambda entry: entry[0]) if entries else None
+
+
+def check_not_rewound(checkpoint: str | Location, output: str | Location, app_id: str) -> None:
+    """Refuse a checkpoint behind its own tables or stage state: Spark's query log was deleted or rewound.
+
+    Delta skips an append whose ``txnVersion`` its application id already committed, so the batches a
+    rewound query cuts again (numbered from 0 after ``CHECKPOINT/query`` is deleted; from the copy's last
+    batch after the checkpoint is restored from an older copy) would be skipped as written, new input in
+    them included. The rule: with P the newest batch in Spark's offset log (none when it is empty), every
+    table's ``txnVersion`` for the checkpoint's application id and for its flush's
+    (:func:`flush_app_id`) is at most P, and so is every batch of the stage's state. P is the last
+    committed batch, or the one after it that a kill interrupted (its appends may be done: Spark runs it
+    again under the same id, on the same input, and Delta skipping it is right). A table *behind* P is
+    not refused: a batch without rows for a table writes nothing to it, and the deferred tables hold the
+    batches up to their last commit, the others waiting in ``stage/pending``.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the table or the stage folder that is ahead, the batches, and how to recover.
+
+    """
+    planned = last_planned_batch(checkpoint)
+    offsets = CheckpointLayout(checkpoint).offsets
+    log_ends = f"{offsets} is empty" if planned is None else f"{offsets} ends at batch {planned}"
+    newest = -1 if planned is None else planned
+    ahead = [v for v in written_versions(output, [app_id, flush_app_id(app_id)]) if v[2] > newest]
+    if ahead:
+        where, writer, version = max(ahead, key=lambda v: v[2])
+        msg = (
+            f"{where} holds batch {version} of this checkpoint's application id {writer}, but {log_ends}: "
+            "the checkpoint was rewound (its query folder deleted, or restored from an older copy), and "
+            f"Delta would skip the batches cut again up to {version} as already written, new input in them "
+            f"included. {REWOUND}"
+        )
+        raise CheckpointError(msg)
+    stage = newest_stage_batch(checkpoint)
+    if stage is not None and stage[0] > newest:
+        msg = (
+            f"{stage[1]} belongs to batch {stage[0]}, but {log_ends}: Spark's query checkpoint was deleted "
+            f"or replaced, and its batches would not continue from the stage's state. {REWOUND}"
+        )
+        raise CheckpointError(msg)
