@@ -5,19 +5,24 @@ hourly by ``dags/late_data_backfill.py`` through ``spark-submit``, corrects the 
 interval ``[start, end)``:
 
 1. **Read.** Late events not yet reconciled, of the stream's batches up to the newest one ingested before
-   ``end`` (batches, not clock times, bound the set, so a clock step cannot skip a row), and the
-   aggregates rows of the windows they fall in; both with ``deltalake``.
+   ``end`` (batches, not clock times, bound the set, so a clock step cannot skip a row), the
+   aggregates rows of the windows they fall in and, for windows not among those, as much of the flushed
+   windows and of ``watermark_log`` as decides whether they are closed; all with ``deltalake``.
 2. **Classify** (Spark). Each late row, in each window that holds it, is *folded now* when the window
    is closed and the row's batch is newer than the last batch already folded into the window
-   (``reconciled_batch_id``), *already folded* when it is not newer, and *deferred* while the window is
-   still open. A window is closed when the stream emitted it, or when its end is at or below the
-   stream's horizon: the highest trigger watermark in the aggregates, or the end of a window flushed at
-   the end of input. A late row can fall in a window that is still open (``te < W < end``): it waits
-   for a later run, so the streaming job never emits a window the backfill already inserted.
+   (``reconciled_batch_id``), *already folded* when it is not newer, and *deferred* while the window may
+   still be open in the stream. A window is closed when it is in the aggregates (the stream emitted it),
+   when its end is at or below the lowest watermark any live partition has in ``watermark_log`` (each
+   partition's latest), or at or below the end of a window flushed at the end of input
+   (:mod:`jobs.batch.backfill_plan`, "When a window is closed"). A late row can fall in a window that is
+   still open (``te < W < end``; in partition-scoped mode, a row of a key another partition owns, whose
+   watermark is behind): it waits for a later run, so the streaming job never emits a window the
+   backfill already inserted.
 3. **MERGE** the corrected rows into ``aggregates`` in one Delta commit (delta-spark's
    ``DeltaTable.forPath(spark, ...).merge``): count and sum add, min and max combine, ``late_count`` grows
    by the rows folded, ``revision`` + 1 and ``reconciled_batch_id`` = the newest batch folded. A window
-   with late rows only is inserted with revision 1 (its trigger columns null).
+   with late rows only is inserted with revision 1 (its trigger columns null). A window with two current
+   rows is never folded into: the run stops with an error naming it (:class:`BackfillError`).
 4. **Mark** late events ``reconciled`` once every window holding them has folded their batch (a second
    delta-spark MERGE, into ``late_events``).
 
@@ -65,7 +70,13 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 
 
 from jobs.batch.backfill_commit import StaleRead, mark_reconciled, merge_aggregates, session_for  # noqa: E402
-from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, open_table, plan  # noqa: E402
+from jobs.batch.backfill_plan import (  # noqa: E402
+    BackfillOptions,
+    BackfillReport,
+    DuplicateWindows,
+    open_table,
+    plan,
+)
 from jobs.common.reads import table_path  # noqa: E402
 from jobs.common.retry import RetryPolicy, first_line  # noqa: E402
 from watermark import storage  # noqa: E402
@@ -77,7 +88,7 @@ log = logging.getLogger(__name__)
 
 
 class BackfillError(RuntimeError):
-    """The backfill cannot run (missing tables, conflicts that do not resolve); the message says why."""
+    """The backfill cannot run (missing tables, conflicts that do not resolve, a window held twice)."""
 
 
 def run_backfill(
@@ -98,6 +109,7 @@ def run_backfill(
     report = BackfillReport(options.start_ms, options.end_ms, run_id=options.run_id)
     agg_path = table_path(options.tables, "aggregates")
     late_path = table_path(options.tables, "late_events")
+    log_path = table_path(options.tables, "watermark_log")
     if open_table(agg_path) is None:
         msg = (
             f"no Delta table at {agg_path}: run the streaming job (python -m jobs.stream --output "
@@ -126,8 +138,10 @@ def run_backfill(
     def attempt() -> pa.Table | None:
         """Plan from fresh snapshots and MERGE the aggregates; the late rows to mark (None: no late row)."""
         report.attempts += 1
+        # watermark_log first: the aggregates read after it hold every window it says the stream closed
+        log_dt = open_table(log_path)
         agg_dt, late_dt = open_table(agg_path), open_table(late_path)
-        planned = plan(session, options, clock(), agg_dt, agg_path, late_dt, late_path, report)
+        planned = plan(session, options, clock(), agg_dt, agg_path, late_dt, late_path, report, log_dt)
         if planned is None:
             return None
         corrected, current, marks = planned
@@ -138,13 +152,16 @@ def run_backfill(
             retried(merge, "aggregates MERGE conflicted", "the aggregates MERGE still conflicts")
         return marks
 
-    marks = retried(
-        attempt,
-        "the aggregates changed under this run",
-        "the aggregates still change under this run",
-        retry_on=(StaleRead,),
-        then="recomputing",
-    )
+    try:
+        marks = retried(
+            attempt,
+            "the aggregates changed under this run",
+            "the aggregates still change under this run",
+            retry_on=(StaleRead,),
+            then="recomputing",
+        )
+    except DuplicateWindows as err:
+        raise BackfillError(str(err)) from err
     if marks is not None and marks.num_rows:
         mark = functools.partial(mark_reconciled, session, late_path, marks)
         report.reconciled_events = retried(
