@@ -31,6 +31,13 @@ from jobs.stream.stage.states import StageStart, StageStates
 from monitoring.metrics import JobMetrics
 
 
+class BatchLimitReached(RuntimeError):
+    """A batch Spark started after the run's ``--max-batches``: refused before anything is written.
+
+    Spark has its offsets, not its commit, so the next run on the checkpoint runs it first.
+    """
+
+
 class BatchHandler:
     """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch."""
 
@@ -42,6 +49,7 @@ class BatchHandler:
         self.commits = BatchCommits(spark, options, app_id)
         self.states = StageStates(options, metrics)
         self.reports: list[BatchReport] = []
+        self.past_limit: int | None = None  # a batch refused after --max-batches (BatchLimitReached)
         # The driver path collects a batch's late rows here while Spark aggregates its on-time ones.
         self._late_rows = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._cpu0 = 0.0  # process CPU time at the start of the batch
@@ -49,7 +57,18 @@ class BatchHandler:
         self.arrow = ArrowReader(spark, options)
 
     def __call__(self, batch: Any, batch_id: int) -> None:
-        """Process one micro-batch of landing files (idempotent per ``batch_id``)."""
+        """Process one micro-batch of landing files (idempotent per ``batch_id``).
+
+        Raises :class:`BatchLimitReached` for a batch past ``--max-batches``, before anything is written.
+        """
+        limit = self.options.max_batches
+        if limit is not None and len(self.reports) >= limit:
+            self.past_limit = batch_id
+            msg = (
+                f"batch {batch_id} is past --max-batches {limit}: not run, nothing written (Spark started it "
+                "before the stop); the next run on this checkpoint runs it first"
+            )
+            raise BatchLimitReached(msg)
         started = time.time()
         self._cpu0 = time.process_time()
         tick = time.perf_counter()

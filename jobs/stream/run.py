@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -10,7 +11,18 @@ from jobs.common.session import ship_code
 from jobs.common.tables import DeltaTables
 from jobs.common.windows import empty_partials, flush, merge_partials
 from jobs.stream.checkpoint.layout import CheckpointLayout
-from jobs.stream.checkpoint.state import StageStore, check_not_rewound, checkpoint_app_id
+from jobs.stream.checkpoint.state import (
+    RECOVERY,
+    CheckpointError,
+    FlushIntent,
+    StageStore,
+    check_not_rewound,
+    checkpoint_app_id,
+    clear_flush_intent,
+    flush_app_id,
+    read_flush_intent,
+    record_flush_intent,
+)
 from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.report import BatchReport
@@ -84,6 +96,9 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         storage.make_dirs(options.input)
     for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)
+    finished = finish_interrupted_flush(spark, options)  # before any batch goes on from its state
+    if metrics is not None and finished:
+        metrics.windows.labels("flush").inc(finished)
     files = source_stream(spark, options)
     # The executors run the project's Python on the Arrow path and in the Kafka stage: on a cluster they
     # import it from spark-submit's --py-files archive, else from a zip shipped now (jobs.common.session).
@@ -114,11 +129,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         if options.max_batches is None:
             query.awaitTermination()
         else:
-            while query.isActive and len(handler.reports) < options.max_batches:
-                query.awaitTermination(0.2)
-            query.stop()
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
+            stop_at_limit(query, handler, options.checkpoint, options.max_batches)
         # The deferred tables' rows still in the checkpoint (a failed query leaves them for the next run).
         handler.flush_deferred()
     finally:
@@ -132,28 +143,113 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
     return handler.reports
 
 
-def flush_open_windows(spark: Any, options: JobOptions) -> int:
-    """Close every open window (``flushed``) after the input is exhausted; idempotent per last batch.
+def stop_at_limit(query: Any, handler: BatchHandler, checkpoint: str, limit: int) -> None:
+    """Stop ``query`` after this run's ``limit``-th batch, once Spark has committed it (``--max-batches``).
 
-    The last batch's state is then rewritten with no open window and a watermark floor at the end of the
-    last flushed window, so a later run on the same checkpoint treats rows of flushed windows as late
-    instead of reopening the windows.
+    The handler runs no batch past the limit (it raises
+    :class:`~jobs.stream.handler.BatchLimitReached` before writing anything: Spark runs that batch again
+    at the next start). The query is stopped only when Spark's commit log holds the last batch: a stop
+    racing that commit would leave the batch to run again, from the state before it, after the flush at the
+    end had closed the windows of its state. Raises ``RuntimeError`` when the query failed otherwise.
+    """
+    while query.isActive and len(handler.reports) < limit:
+        _await(query, 0.2)
+    if handler.reports:
+        commit = CheckpointLayout(checkpoint).commit(handler.reports[-1].batch_id)
+        while query.isActive and not storage.exists(commit):
+            _await(query, 0.05)
+    query.stop()
+    failure = query.exception()
+    if failure is not None and handler.past_limit is None:
+        raise RuntimeError(str(failure))
+    if handler.past_limit is not None:
+        log.info(
+            "stopped after %d batches (--max-batches); batch %d, which Spark started meanwhile and reports "
+            "as an error, was refused before writing anything: the next run runs it first",
+            limit,
+            handler.past_limit,
+        )
+
+
+def _await(query: Any, seconds: float) -> None:
+    """Wait up to ``seconds`` for the query to end; a failed query's error is read after it is stopped."""
+    from pyspark.errors import StreamingQueryException
+
+    with suppress(StreamingQueryException):  # it failed: the caller sees it inactive
+        query.awaitTermination(seconds)
+
+
+def flush_open_windows(spark: Any, options: JobOptions) -> int:
+    """Close every open window (``flushed``) after the input is exhausted; returns the windows closed.
+
+    The state flushed is that of the last batch Spark committed (a newer one is refused: Spark would run its
+    batch again from the state before it, and re-open the windows). The flush records its intent in the
+    checkpoint (:class:`~jobs.stream.checkpoint.state.FlushIntent`: the state's batch, which is also the
+    ``txnVersion`` of its Delta append), appends the windows to ``aggregates``, rewrites the state with no
+    open window and a watermark floor at the end of the last one (a later run judges rows of flushed windows
+    late instead of re-opening them), then removes the intent. A run killed in between finishes it at its
+    next start (:func:`finish_interrupted_flush`).
     """
     store = StageStore(options.checkpoint)
     last = store.latest_batch()
     if last is None:
         return 0
+    committed = store.layout.committed_batches()
+    if not committed or committed[-1] != last:
+        spark_last = committed[-1] if committed else "none"
+        log.warning(
+            "not flushing: the stage's newest state is batch %d, Spark's last committed batch %s (the next "
+            "run runs batch %d again, then flushes)",
+            last,
+            spark_last,
+            last,
+        )
+        return 0
+    assert options.app_id is not None  # run_job resolved it
+    intent = FlushIntent(last, flush_app_id(options.app_id))
+    record_flush_intent(options.checkpoint, intent)
+    flushed = _flush_state(spark, options, store, intent)
+    clear_flush_intent(options.checkpoint)
+    return flushed
+
+
+def finish_interrupted_flush(spark: Any, options: JobOptions) -> int:
+    """Finish a flush at the end that a kill interrupted (its intent is in the checkpoint); returns windows.
+
+    Its append is done again under the same ``txnAppId`` and ``txnVersion`` from the same state (Delta
+    skips it when it was committed), then the state is rewritten and the intent removed. Raises
+    :class:`~jobs.stream.checkpoint.state.CheckpointError` when the stage's newest state is not the one
+    the intent names.
+    """
+    intent = read_flush_intent(options.checkpoint)
+    if intent is None:
+        return 0
+    store = StageStore(options.checkpoint)
+    if store.latest_batch() != intent.batch_id:
+        msg = (
+            f"the checkpoint records a flush of batch {intent.batch_id}'s state, but its newest state is of "
+            f"batch {store.latest_batch()}; {RECOVERY}"
+        )
+        raise CheckpointError(msg)
+    log.warning("finishing the flush at the end of batch %d, interrupted in an earlier run", intent.batch_id)
+    flushed = _flush_state(spark, options, store, intent)
+    clear_flush_intent(options.checkpoint)
+    return flushed
+
+
+def _flush_state(spark: Any, options: JobOptions, store: StageStore, intent: FlushIntent) -> int:
+    """Append the open windows of ``intent``'s state as flushed, then rewrite the state without them."""
+    last = intent.batch_id
     saved = store.load_before(last + 1)
     assert saved is not None
     open_windows = saved.open_windows
     if saved.open_dir is not None:  # the last batch ran its stage in the executors
         open_windows = merge_partials(open_windows, read_open_windows(spark, saved.open_dir))
     flushed = flush(open_windows)
-    assert options.app_id is not None  # run_job resolved it
-    tables = DeltaTables(options.output, options.app_id + ".flush", spark)
+    tables = DeltaTables(options.output, intent.app_id, spark)
     tables.append("aggregates", aggregate_rows(flushed, last, saved.config_version), last)
     if flushed.num_rows:
         ends = flushed.column("window_end_ms").to_numpy()
         closed_until = max(saved.closed_until_ms, int(ends.max()))
         store.save(last, saved.watermark, empty_partials(), saved.config_version, closed_until, saved.owners)
-    return flushed.num_rows
+    return int(flushed.num_rows)

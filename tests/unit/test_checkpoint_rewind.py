@@ -1,4 +1,4 @@
-"""The rule refusing a rewound checkpoint (issue 29, item 4), without Spark.
+"""The rule refusing a rewound checkpoint, and the flush's intent (issue 29, items 3 and 4), without Spark.
 
 The tables are written by ``deltalake`` with the ``txn`` actions delta-spark's idempotent appends leave;
 Spark's offset and commit logs are files named by batch. The job's own runs are in
@@ -14,9 +14,13 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.checkpoint.state import (
     CheckpointError,
+    FlushIntent,
     check_not_rewound,
+    clear_flush_intent,
     flush_app_id,
     last_planned_batch,
+    read_flush_intent,
+    record_flush_intent,
 )
 
 APP = "jobs.stream-0123456789abcdef"
@@ -86,3 +90,15 @@ def test_the_stage_ahead_of_spark_s_offset_log_is_refused(tmp_path):
 def test_a_new_checkpoint_with_no_table_is_accepted(tmp_path):
     check(tmp_path)
     assert last_planned_batch(str(tmp_path / "ck")) is None
+
+
+def test_the_flush_intent_is_written_read_and_cleared(tmp_path):
+    ck = str(tmp_path / "ck")
+    assert read_flush_intent(ck) is None
+    record_flush_intent(ck, FlushIntent(7, flush_app_id(APP)))
+    assert read_flush_intent(ck) == FlushIntent(7, APP + ".flush")
+    clear_flush_intent(ck)
+    assert read_flush_intent(ck) is None
+    (tmp_path / "ck" / "stage" / "flush.json").write_text('{"batch_id": 7}')
+    with pytest.raises(CheckpointError, match="unreadable flush intent"):
+        read_flush_intent(ck)

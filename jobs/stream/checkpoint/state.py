@@ -544,3 +544,50 @@ def check_not_rewound(checkpoint: str | Location, output: str | Location, app_id
             f"or replaced, and its batches would not continue from the stage's state. {REWOUND}"
         )
         raise CheckpointError(msg)
+
+
+# -- the flush at the end of input -------------------------------------------------------------------------
+
+#: ``stage/flush.json``: the flush at the end's intent, written before its Delta append, removed after the
+#: state's rewrite.
+FLUSH_INTENT = "flush.json"
+
+
+@dataclass(frozen=True)
+class FlushIntent:
+    """A flush at the end under way: the state it closes, and its Delta append's application id."""
+
+    batch_id: int  # the batch whose state it closes: also the append's txnVersion
+    app_id: str  # the append's txnAppId
+
+
+def _flush_intent_path(checkpoint: str | Location) -> Location:
+    return CheckpointLayout(checkpoint).stage / FLUSH_INTENT
+
+
+def record_flush_intent(checkpoint: str | Location, intent: FlushIntent) -> None:
+    """Write the intent (one write, whole) before the flush's Delta append."""
+    doc = {"batch_id": intent.batch_id, "txn_app_id": intent.app_id, "txn_version": intent.batch_id}
+    storage.write_bytes(_flush_intent_path(checkpoint), json.dumps(doc).encode())
+
+
+def read_flush_intent(checkpoint: str | Location) -> FlushIntent | None:
+    """The intent of a flush that did not finish (None: none); :class:`CheckpointError` when unreadable."""
+    path = _flush_intent_path(checkpoint)
+    try:
+        doc = json.loads(storage.read_text(path))
+        intent = FlushIntent(int(doc["batch_id"]), str(doc["txn_app_id"]))
+        if int(doc["txn_version"]) != intent.batch_id:
+            msg = "txn_version is not batch_id"
+            raise ValueError(msg)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        msg = f"{path}: unreadable flush intent ({type(exc).__name__}: {exc}); {RECOVERY}"
+        raise CheckpointError(msg) from None
+    return intent
+
+
+def clear_flush_intent(checkpoint: str | Location) -> None:
+    """Remove the intent: the flush's append is in Delta and the state it closed is rewritten."""
+    storage.remove(_flush_intent_path(checkpoint))

@@ -1,25 +1,30 @@
-"""Restarts that must not skip a batch: a rewound checkpoint is refused (issue 29, item 4).
+"""Restarts that must not skip or repeat a batch: a rewound checkpoint, a flush at the end, --max-batches.
 
-A checkpoint whose Spark query log is behind its tables (``CHECKPOINT/query`` deleted, or the checkpoint
-restored from an older copy) is refused before anything is written, since Delta would skip the batches cut
-again as already written.
+Issue 29, items 3 and 4. A checkpoint whose Spark query log is behind its tables (``CHECKPOINT/query``
+deleted, or the checkpoint restored from an older copy) is refused before anything is written, since Delta
+would skip the batches cut again as already written; the flush at the end records its intent before its
+append, so a run killed between the append and the state's rewrite is finished at the next start; and a
+``--max-batches`` run stops at a batch Spark committed, so no restart re-opens windows a flush closed.
 """
 
 import json
 import os
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming.query import StreamingQuery
 
 from jobs.common.reads import open_delta
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables
-from jobs.stream.checkpoint.state import CheckpointError
+from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id, read_flush_intent
 from jobs.stream.cli import main
+from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions
-from jobs.stream.run import run_job
+from jobs.stream.run import flush_open_windows, run_job
 from watermark.config import PipelineConfig
 
 BASE = 1_600_000_000_000
@@ -147,4 +152,91 @@ def test_a_restart_goes_on_where_the_tables_are(spark, tmp_path):
     landing(tmp_path / "in", 4, 1)
     assert [r.batch_id for r in run_job(spark, opts)] == [3, 4]
     emitted_once(tmp_path, 5 * ROWS - ROWS)  # window 4 is still open
+    assert DeltaTables(opts.output, "reader").read("aggregates").num_rows == 4
+
+
+# -- item 3: the flush at the end, and --max-batches --------------------------------------------------------
+
+
+class Killed(BaseException):
+    """What the test raises where the job would be killed."""
+
+
+def kill(*args, **kwargs):
+    raise Killed
+
+
+@pytest.mark.parametrize("where", ["after the append", "before the append"])
+def test_a_flush_killed_before_the_state_rewrite_is_finished_at_the_next_start(
+    spark, tmp_path, monkeypatch, where
+):
+    landing(tmp_path / "in", 0, 2)
+    opts = options(tmp_path, delay_ms=2_000)  # nothing fires: windows 0 and 1 stay open
+    run_job(spark, opts)
+    with monkeypatch.context() as patch:
+        if where == "after the append":
+            patch.setattr(StageStore, "save", kill)
+        else:
+            patch.setattr(DeltaTables, "append", kill)
+        app_id = checkpoint_app_id(opts.checkpoint, opts.output)
+        with pytest.raises(Killed):
+            flush_open_windows(spark, JobOptions(**{**opts.__dict__, "app_id": app_id}))
+    assert read_flush_intent(opts.checkpoint) is not None
+    flushed = DeltaTables(opts.output, "reader").read("aggregates").num_rows
+    assert flushed == (2 if where == "after the append" else 0)
+    landing(tmp_path / "in", 2, 2, late_to=1)  # two rows of each file for window 1: late, it is flushed
+    run_job(spark, JobOptions(**{**opts.__dict__, "flush_at_end": True}))
+    emitted_once(tmp_path, 4 * ROWS)
+    assert DeltaTables(opts.output, "reader").read("late_events").num_rows == 4
+    assert read_flush_intent(opts.checkpoint) is None
+
+
+def test_a_flush_never_closes_the_state_of_a_batch_spark_runs_again(spark, tmp_path):
+    landing(tmp_path / "in", 0, 2)
+    opts = options(tmp_path, delay_ms=2_000)
+    run_job(spark, JobOptions(**{**opts.__dict__, "max_batches": 2}))
+    # What a stop racing Spark's commit of the last batch leaves (an object store's write interrupted).
+    uncommit(tmp_path, 1)
+    app_id = checkpoint_app_id(opts.checkpoint, opts.output)
+    assert flush_open_windows(spark, JobOptions(**{**opts.__dict__, "app_id": app_id})) == 0
+    assert DeltaTables(opts.output, "reader").read("aggregates").num_rows == 0
+    assert read_flush_intent(opts.checkpoint) is None
+    landing(tmp_path / "in", 2, 1)
+    reports = run_job(spark, JobOptions(**{**opts.__dict__, "flush_at_end": True}))
+    assert [r.batch_id for r in reports] == [1, 2]  # batch 1 again, from the state before it
+    emitted_once(tmp_path, 3 * ROWS)
+
+
+def test_a_max_batches_run_stops_at_a_committed_batch_and_its_restart_emits_no_window_twice(
+    spark, tmp_path, monkeypatch
+):
+    landing(tmp_path / "in", 0, 4)
+    opts = options(tmp_path, delay_ms=2_000, flush_at_end=True)
+    # The run noticing batch 1's report only once Spark has started batch 2 (it polls; Spark plans the next
+    # batch of available input at once): the report is held back until batch 2 starts, which goes on once
+    # the run has asked the query to stop.
+    original, held, stopping = BatchHandler.__call__, [], threading.Event()
+    stop = StreamingQuery.stop
+
+    def late_report(self, batch, batch_id):
+        if batch_id == 2:
+            self.reports.extend(held)
+            stopping.wait(60)
+        original(self, batch, batch_id)
+        if batch_id == 1:
+            held.append(self.reports.pop())
+
+    def stopped(query):
+        stopping.set()
+        stop(query)
+
+    monkeypatch.setattr(BatchHandler, "__call__", late_report)
+    monkeypatch.setattr(StreamingQuery, "stop", stopped)
+    reports = run_job(spark, JobOptions(**{**opts.__dict__, "max_batches": 2}))
+    assert [r.batch_id for r in reports] == [0, 1]
+    stage = StageStore(opts.checkpoint)
+    assert stage.latest_batch() == 1 == stage.layout.committed_batches()[-1]
+    monkeypatch.undo()
+    assert [r.batch_id for r in run_job(spark, opts)] == [2, 3]
+    emitted_once(tmp_path, 4 * ROWS)
     assert DeltaTables(opts.output, "reader").read("aggregates").num_rows == 4
