@@ -21,6 +21,7 @@ Spark's logs.
     │   │   ├── open-A.parquet       open windows
     │   │   ├── owners-A.parquet     the partition owning each key (partition-scoped mode)
     │   │   └── manifest.json        names, sizes and SHA-256 of the files above, written last
+    │   ├── flush.json           --flush-at-end under way: the batch whose state it closes (removed after)
     │   ├── open/batch-N/        open windows after batch N when its stage ran in the executors
     │   │                        (Parquet by the executors, _SUCCESS last; jobs.stream.stage.executors)
     │   ├── screened/batch-N/    copies of batch N's landing files with lines too long replaced by a
@@ -57,6 +58,10 @@ rename or fsync (an object becomes visible whole when its PUT completes; on a lo
                                  protocol); the state that names it is written after it
 ``stage/pending/batch-N/``       the tables' rows first, ``meta.json`` last: a folder without it is an
                                  interrupted put (removed at start, its batch runs again)
+``stage/flush.json``             one write before the flush's Delta append (its batch and application
+                                 id), removed after the state's rewrite: a run that finds it finishes
+                                 the flush before Spark starts (the append again, which Delta skips when
+                                 it committed, then the rewrite)
 ``dedup/ids-N.arrow``            one write per batch
 ``query/``                       Spark's own checkpoint (its checkpoint file manager)
 ================================ ======================================================================

@@ -45,9 +45,10 @@ log = logging.getLogger("jobs.stream")
 STATE_FORMAT = 3
 LEGACY_STATE_FORMAT = 2
 RECOVERY = (
-    "the checkpoint is damaged. To recover, restore the whole checkpoint folder from a backup taken while "
-    "the job was stopped, or start over with a new --checkpoint and a new --output (a new checkpoint reads "
-    "its input from the start); do not delete state folders by hand"
+    "the checkpoint is damaged. To recover, restore the whole checkpoint folder and the tables from one "
+    "backup taken while the job was stopped (the two together: a checkpoint behind its tables is refused), "
+    "or start over with a new --checkpoint and a new --output (a new checkpoint reads its input from the "
+    "start); do not delete state folders by hand (docs/streaming-job.md, Recovery procedures)"
 )
 
 
