@@ -55,7 +55,7 @@ def refusal(store: StageStore, batch_id: int) -> str:
     with pytest.raises(CheckpointError) as info:
         store.load_before(batch_id)
     text = str(info.value)
-    assert "restore the whole checkpoint folder and the tables from one" in text and "new --checkpoint" in text
+    assert "the whole checkpoint folder and the tables from one" in text and "new --checkpoint" in text
     return text
 
 
