@@ -321,8 +321,8 @@ class ConfigWatcher:
     >>> watcher.current.version
     1
     >>> _ = path.write_text(json.dumps({"version": 2, "strategy": "periodic", "window_ms": 500}))
-    >>> print(watcher.poll().refused_reason)
-    version 2 changes the window (1000 ms, slide None) under a running job; restart with a new output
+    >>> print(watcher.poll().refused_reason)  # doctest: +ELLIPSIS
+    version 2 changes the window (1000 ms, slide None -> 500 ms, slide None) under a running job; ...
     >>> watcher.current.version
     1
 

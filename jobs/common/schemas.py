@@ -161,7 +161,8 @@ TABLE_DOCS: Mapping[str, str] = {
     "aggregates": "key and window, when the window closes",
     "late_events": "late record",
     "quarantine": "invalid record, or landing file that could not be read",
-    "watermark_log": "batch and partition",
+    "watermark_log": "batch and partition that arrived, is active or holds the watermark back; and one last "
+    "row (null watermark) for a partition the job forgets",
     "arrivals": "valid record, in arrival order: the arrival history the re-tuning DAG replays "
     "(`--no-arrival-history` turns it off; the maintenance DAG deletes rows past their retention)",
 }
@@ -222,7 +223,8 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
     "watermark_log": {
         "batch_id": "micro-batch",
         "partition": "source partition",
-        "partition_watermark_ms": "the partition's watermark after the batch",
+        "partition_watermark_ms": "the partition's watermark after the batch (null: the job forgot the "
+        "partition, which holds no open window)",
         "global_watermark_ms": "the combined (global) watermark after the batch",
         "max_event_time_ms": "highest event time among the partition's records of the batch (null: none)",
         "events": "valid records of the partition in the batch",

@@ -200,6 +200,12 @@ def _watermark_flags(p: argparse.ArgumentParser) -> None:
         help="ingestion time without arrivals after which a partition stops holding the watermark back "
         "(default: max(10 windows, 60 s); none: never, so a silent partition stalls the watermark)",
     )
+    p.add_argument(
+        "--partition-retention-ms",
+        metavar="MS|none",
+        help="ingestion time without arrivals after which a partition that holds no open window is "
+        "forgotten, with its keys (default: max(idle timeout, 100 windows, 1 h); none: never)",
+    )
 
 
 def _execution_flags(p: argparse.ArgumentParser) -> None:
@@ -394,6 +400,15 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
             msg = f"--idle-timeout-ms must be a number of milliseconds or none, got {args.idle_timeout_ms!r}"
             raise ValueError(msg)
         doc["idle_timeout_ms"] = None if idle == "none" else int(idle)
+    if args.partition_retention_ms is not None:  # absent: config.default_partition_retention_ms
+        kept = args.partition_retention_ms.strip().lower()
+        if kept != "none" and not kept.isdigit():
+            msg = (
+                "--partition-retention-ms must be a number of milliseconds or none, got "
+                f"{args.partition_retention_ms!r}"
+            )
+            raise ValueError(msg)
+        doc["partition_retention_ms"] = None if kept == "none" else int(kept)
     flags = PipelineConfig.from_dict(doc)
     places = locations(args)
     config = flags

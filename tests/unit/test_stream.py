@@ -87,3 +87,41 @@ def test_the_validation_bounds_at_their_limits_reach_the_job_options(tmp_path):
         argv += ["--future-bound-ms", str(bound), "--max-field-bytes", str(size)]
         options = options_from_args(build_parser().parse_args(argv))
         assert (options.future_bound_ms, options.max_field_bytes) == (bound, size)
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, 3_600_000), ("7200000", 7_200_000), ("none", None)])
+def test_the_partition_retention_flag_reaches_the_configuration(tmp_path, value, want):
+    from jobs.stream.cli import build_parser, options_from_args
+
+    (tmp_path / "in").mkdir()
+    argv = [
+        "--input",
+        str(tmp_path / "in"),
+        "--output",
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+    ]
+    if value is not None:
+        argv += ["--partition-retention-ms", value]
+    options = options_from_args(build_parser().parse_args([*argv, "--window-ms", "1000"]))
+    assert options.config.partition_retention_ms == want
+
+
+def test_a_bad_partition_retention_is_one_error_line_and_exit_2(tmp_path, capsys):
+    from jobs.stream.cli import main
+
+    (tmp_path / "in").mkdir()
+    argv = [
+        "--input",
+        str(tmp_path / "in"),
+        "--output",
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+    ]
+    assert main([*argv, "--metrics-port", "0", "--partition-retention-ms", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: --partition-retention-ms must be a number of milliseconds or none, got 'soon'"
+    )
