@@ -52,8 +52,10 @@ def role_file(store: StageStore, batch: int, role: str) -> Path:
 
 
 def refusal(store: StageStore, batch_id: int) -> str:
+    """The refusal of the state batch ``batch_id`` continues from, as a restart finds it (a running job
+    continues from the state it saved itself, which it keeps in memory)."""
     with pytest.raises(CheckpointError) as info:
-        store.load_before(batch_id)
+        StageStore(store.root.parent).load_before(batch_id)
     text = str(info.value)
     assert "the whole checkpoint folder and the tables from one" in text and "new --checkpoint" in text
     return text
@@ -197,7 +199,7 @@ def test_the_check_at_start_verifies_the_state_of_the_last_committed_batch(tmp_p
     damaged = role_file(store, 2, "open")
     damaged.write_bytes(b"")
     with pytest.raises(CheckpointError, match=damaged.name):
-        store.check()
+        StageStore(str(tmp_path)).check()
 
 
 def test_a_republished_file_keeps_the_mode_of_the_file_it_replaces(tmp_path):
@@ -366,3 +368,22 @@ def test_a_file_changing_the_shape_while_the_job_was_down_is_refused_and_the_sta
     assert handler.states.start(2).config == V1
     write_config(path, V1.with_version(3, params={"delay_ms": 300}))  # the same shape: applies
     assert handler.states.config().version == 3
+
+
+def test_a_run_reads_each_state_and_batch_metadata_it_wrote_from_memory_not_the_store(tmp_path, monkeypatch):
+    """On an object store every read is a request: batch after batch, the run continues from the state it
+    saved and the metadata it wrote without reading or listing them again."""
+    from watermark import storage
+
+    store = StageStore(str(tmp_path))
+    run_batches(store, 2)
+    calls = []
+    for name in ("read_bytes", "read_text", "exists", "listdir"):
+        real = getattr(storage, name)
+        monkeypatch.setattr(
+            storage, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k)
+        )
+    saved = store.load_before(2)
+    assert saved is not None and saved.batch_id == 1 and saved.config == V1
+    assert store.batch_meta(1, V1)[1] == V1
+    assert calls == []

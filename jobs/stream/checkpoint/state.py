@@ -113,6 +113,13 @@ class StageStore:
         storage.make_dirs(self.root)
         self._recover_interrupted_saves()
         self.discard_unfinished()
+        # What this run knows without asking the store again (it is the checkpoint's one writer): the
+        # complete states (listed once, then kept up to date by save and prune) and the files of the state
+        # it saved last (the next batch continues from it). On an object store each is a request saved at
+        # every batch; the state a run starts from is read and verified from the store.
+        self._complete: list[tuple[int, Location]] | None = None
+        self._saved: tuple[Location, dict[str, tuple[Location, bytes]]] | None = None
+        self._metas: dict[int, tuple[int, PipelineConfig]] = {}  # batch metadata this run wrote or read
 
     def _recover_interrupted_saves(self) -> None:
         """Undo what a save of an earlier version, killed half-way, left (local checkpoints only)."""
@@ -138,13 +145,24 @@ class StageStore:
 
     def _write_meta(self, batch_id: int, ingest_ms: int, config: PipelineConfig) -> None:
         doc = {"ingest_ms": ingest_ms, "config": config.to_dict()}
+        self._metas.pop(batch_id, None)
         storage.write_bytes(self._meta_path(batch_id), json.dumps(doc).encode())
+        self._metas[batch_id] = (ingest_ms, config)
+
+    def _known_meta(self, batch_id: int) -> tuple[int, PipelineConfig] | None:
+        """Batch ``batch_id``'s metadata, from this run's memory or the store (None when there is none)."""
+        if batch_id not in self._metas:
+            path = self._meta_path(batch_id)
+            if not storage.exists(path):
+                return None
+            self._metas[batch_id] = self._read_meta(path)
+        return self._metas[batch_id]
 
     def batch_meta(self, batch_id: int, config: PipelineConfig) -> tuple[int, PipelineConfig]:
         """The batch's ingestion time and configuration: fixed at its first attempt, reused on replays."""
-        path = self._meta_path(batch_id)
-        if storage.exists(path):
-            return self._read_meta(path)
+        known = self._known_meta(batch_id)
+        if known is not None:
+            return known
         ingest_ms = int(time.time() * 1000)
         self._write_meta(batch_id, ingest_ms, config)
         return ingest_ms, config
@@ -156,12 +174,13 @@ class StageStore:
 
     def _folders(self) -> list[tuple[int, Location]]:
         """The complete states (a manifest, or a state of an earlier version), by batch."""
-        out = []
-        for number, folder in self.layout.states():
-            names = {e.name for e in storage.listdir(folder)}
-            if MANIFEST in names or LEGACY_STATE_FILES["wm"] in names:
-                out.append((number, folder))
-        return out
+        if self._complete is None:
+            self._complete = []
+            for number, folder in self.layout.states():
+                names = {e.name for e in storage.listdir(folder)}
+                if MANIFEST in names or LEGACY_STATE_FILES["wm"] in names:
+                    self._complete.append((number, folder))
+        return list(self._complete)
 
     def latest_batch(self) -> int | None:
         """Batch id of the newest saved state."""
@@ -238,9 +257,9 @@ class StageStore:
                 msg = f"{file}: unreadable stage state ({type(exc).__name__}: {exc}); {RECOVERY}"
                 raise CheckpointError(msg) from None
         config = None
-        meta = self._meta_path(number)
-        if storage.exists(meta):
-            _, config = self._read_meta(meta)
+        known = self._known_meta(number)
+        if known is not None:
+            _, config = known
             check_state_config(wm_file, watermark, version, config)
         open_windows = tables["open"]
         assert open_windows is not None
@@ -250,6 +269,8 @@ class StageStore:
 
     def _verify(self, path: Location) -> dict[str, tuple[Location, bytes]]:
         """The state's files by role (``wm``, ``open``, ``owners``), checked against its manifest."""
+        if self._saved is not None and self._saved[0] == path:
+            return dict(self._saved[1])  # saved by this run: the bytes its manifest was made from
         manifest = path / MANIFEST
         if not storage.exists(manifest):
             return self._legacy_files(path)
@@ -349,12 +370,19 @@ class StageStore:
         if owners is not None:
             contents["owners"] = parquet_bytes(owners)
         files: dict[str, Any] = {}
+        written: dict[str, tuple[Location, bytes]] = {}
         for role, data in contents.items():
             file = self.layout.state_file(folder, role, attempt)
             storage.write_bytes(file, data)
             files[file.name] = {"role": role, "bytes": len(data), "sha256": _sha256(data)}
+            written[role] = (file, data)
         manifest = {"format": STATE_FORMAT, "batch_id": batch_id, "files": files}
+        self._saved = None
         storage.write_bytes(folder / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+        self._saved = (folder, written)
+        complete = dict(self._folders())
+        complete[batch_id] = folder
+        self._complete = sorted(complete.items())
         for entry in storage.listdir(folder):  # an earlier attempt's files, now named by no manifest
             if entry.name != MANIFEST and entry.name not in files:
                 remove_entry(entry)
@@ -366,16 +394,19 @@ class StageStore:
             names = {e.name for e in storage.listdir(folder)}
             if MANIFEST not in names and LEGACY_STATE_FILES["wm"] not in names:
                 storage.remove_tree(folder)
+        self._complete = None
 
     def _prune(self) -> None:
         states = self._folders()
         for _, old in states[: -self.keep]:
             storage.remove_tree(old)
+        self._complete = states[-self.keep :]
         # A restart replays batches after the newest state; a meta file older than the oldest kept state is
         # never read again (one file per batch would otherwise grow without bound).
         oldest = states[-self.keep :][0][0]
         for number, meta in self.layout.batch_metas():
             if number < oldest:
+                self._metas.pop(number, None)
                 storage.remove(meta)
 
 

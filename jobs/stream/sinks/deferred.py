@@ -72,15 +72,24 @@ class PendingRows:
         for _number, folder in self.layout.pending_batches():
             if not storage.exists(folder / PENDING_META):  # a put killed half-way: its batch runs again
                 storage.remove_tree(folder)
+        # The metadata of the batches read or put by this run: a complete batch's never changes (this run
+        # is the checkpoint's one writer), so each is read once, not at every batch (on an object store a
+        # request each).
+        self._known: dict[int, Pending] = {}
 
     def batches(self) -> list[Pending]:
         """The pending batches (those whose put completed), oldest first."""
         out = []
         for number, folder in self.layout.pending_batches():
+            known = self._known.get(number)
+            if known is not None and known.folder == folder:
+                out.append(known)
+                continue
             meta = folder / PENDING_META
             try:
                 doc = json.loads(storage.read_text(meta))
                 out.append(Pending(number, int(doc["ingest_ms"]), folder, dict(doc["tables"])))
+                self._known[number] = out[-1]
             except FileNotFoundError:
                 continue  # being written, or a put killed half-way
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -97,6 +106,7 @@ class PendingRows:
         ``meta.json`` goes first, so the folder is never taken for complete while it is rewritten.
         """
         folder = self.layout.pending_batch(batch_id)
+        self._known.pop(batch_id, None)
         storage.remove(folder / PENDING_META)
         for entry in storage.listdir(folder):
             remove_entry(entry)
@@ -117,6 +127,7 @@ class PendingRows:
         storage.write_bytes(
             folder / PENDING_META, json.dumps({"ingest_ms": ingest_ms, "tables": kinds}).encode()
         )
+        self._known[batch_id] = Pending(batch_id, ingest_ms, folder, kinds)
 
     def due(self, batch_id: int, ingest_ms: int, policy: DeferPolicy) -> bool:
         """Whether batch ``batch_id`` (pending already) commits the deferred tables."""
@@ -148,6 +159,7 @@ class PendingRows:
         """Forget the batches up to ``through`` (their rows are committed)."""
         for p in self.batches():
             if p.batch_id <= through:
+                self._known.pop(p.batch_id, None)
                 storage.remove(p.folder / PENDING_META)  # first: a folder without it is never read
                 storage.remove_tree(p.folder)
 
