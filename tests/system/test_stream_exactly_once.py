@@ -101,8 +101,13 @@ def kill_inside_batch(
     """Start the job; once batch ``after`` (or a later one) has completed, SIGKILL it (and its JVM) a random
     moment into what follows (the next batch, or Spark's commit of this one). The ids of the batches it
     completed; an assertion error if it ended before."""
+    return kill_after_batch(job_command(tmp, inp), env, after, rng)
+
+
+def kill_after_batch(command: list[str], env: dict[str, str], after: int, rng: random.Random) -> list[int]:
+    """:func:`kill_inside_batch` for any command line of the job (its standard error kept in ``LOGS``)."""
     proc = subprocess.Popen(
-        job_command(tmp, inp),
+        command,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

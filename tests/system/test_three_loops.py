@@ -13,9 +13,7 @@ row counted once, on time or folded in late; nothing lost, nothing twice.
 """
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +28,7 @@ from jobs.batch.backfill import run_backfill
 from jobs.batch.backfill_plan import BackfillOptions
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_stream import iot_records
+from tests.system.test_stream_exactly_once import LOGS, kill_after_batch
 from tools.feed import feed_kafka
 from watermark import storage
 from watermark.config import PipelineConfig, load_config, write_config
@@ -140,37 +139,6 @@ def backfill(spark, tmp: Path):
     return run_backfill(spark, options)
 
 
-def run_killed(
-    command: list[str], env: dict[str, str], after: int, rng: random.Random, log: Path
-) -> list[int]:
-    """Start the job; SIGKILL it (and its JVM) a random moment after batch ``after`` completed."""
-    proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    assert proc.stderr is not None
-    done: list[int] = []
-    tail: list[str] = []
-    killed = False
-    try:
-        for line in proc.stderr:
-            tail = [*tail[-400:], line.rstrip()]
-            if line.startswith("batch "):
-                done.append(int(line.split(":", 1)[0].split()[1]))
-                if done[-1] >= after:
-                    time.sleep(rng.uniform(0.0, 1.5))
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    killed = True
-                    break
-    finally:
-        if not killed and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=600)
-        with log.open("a") as fh:
-            fh.write("\n".join(tail) + "\n==== killed ====\n")
-    assert killed, f"the job ended (status {proc.returncode}) before batch {after}:\n" + "\n".join(tail[-40:])
-    return done
-
-
 # Four runs of the job in JVMs of their own, backfills beside them: minutes, more on a busy machine.
 @pytest.mark.timeout(2_400)
 def test_the_stream_the_retune_and_the_backfill_together_emit_every_window_once_and_lose_nothing(
@@ -182,6 +150,7 @@ def test_the_stream_the_retune_and_the_backfill_together_emit_every_window_once_
     feed_kafka(records, servers, "loops", partitions=PARTITIONS)
     write_config(tmp_path / "watermark.json", V1)
     log = tmp_path / "job-stderr.log"
+    LOGS[:] = [log]  # kill_after_batch keeps each killed run's standard error there
 
     publisher, backfiller = Publisher(tmp_path), Backfiller(spark, tmp_path)
     publisher.start()
@@ -189,7 +158,7 @@ def test_the_stream_the_retune_and_the_backfill_together_emit_every_window_once_
     rng = random.Random(7)
     try:
         for after in (1, 4, 7):
-            run_killed(job_command(tmp_path, servers, last=False), jvm_process.env, after, rng, log)
+            kill_after_batch(job_command(tmp_path, servers, last=False), jvm_process.env, after, rng)
         proc = subprocess.run(
             job_command(tmp_path, servers, last=True), env=jvm_process.env, capture_output=True, text=True,
             check=False, timeout=900,

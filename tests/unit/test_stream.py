@@ -89,19 +89,20 @@ def test_the_validation_bounds_at_their_limits_reach_the_job_options(tmp_path):
         assert (options.future_bound_ms, options.max_field_bytes) == (bound, size)
 
 
+def job_places(tmp_path):
+    """The job's --input (created), --output and --checkpoint under ``tmp_path``."""
+    (tmp_path / "in").mkdir()
+    return [
+        f"--{flag}={tmp_path / name}"
+        for flag, name in (("input", "in"), ("output", "out"), ("checkpoint", "ck"))
+    ]
+
+
 @pytest.mark.parametrize(("value", "want"), [(None, 3_600_000), ("7200000", 7_200_000), ("none", None)])
 def test_the_partition_retention_flag_reaches_the_configuration(tmp_path, value, want):
     from jobs.stream.cli import build_parser, options_from_args
 
-    (tmp_path / "in").mkdir()
-    argv = [
-        "--input",
-        str(tmp_path / "in"),
-        "--output",
-        str(tmp_path / "out"),
-        "--checkpoint",
-        str(tmp_path / "ck"),
-    ]
+    argv = job_places(tmp_path)
     if value is not None:
         argv += ["--partition-retention-ms", value]
     options = options_from_args(build_parser().parse_args([*argv, "--window-ms", "1000"]))
@@ -111,15 +112,7 @@ def test_the_partition_retention_flag_reaches_the_configuration(tmp_path, value,
 def test_a_bad_partition_retention_is_one_error_line_and_exit_2(tmp_path, capsys):
     from jobs.stream.cli import main
 
-    (tmp_path / "in").mkdir()
-    argv = [
-        "--input",
-        str(tmp_path / "in"),
-        "--output",
-        str(tmp_path / "out"),
-        "--checkpoint",
-        str(tmp_path / "ck"),
-    ]
+    argv = job_places(tmp_path)
     assert main([*argv, "--metrics-port", "0", "--partition-retention-ms", "soon"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
