@@ -202,8 +202,34 @@ def killed_three_times_gives_the_tables_of_one_run(
     assert stable(got.read("late_events"), ["event_id"]) == late
     assert got.read("quarantine").num_rows == want.read("quarantine").num_rows == 0
     # One file (250 offsets) per batch in both runs, so batch ids match: the log is compared batch by batch.
-    assert log_rows(got) == log_rows(want)
+    # Unless a kill fell inside Spark's write of the next batch's offsets (on an object store, where that
+    # write is not a rename, the window is wide): the restart then plans the batch again from the source
+    # log and takes the killed run's file and the next one together (Spark's own replanning; the tables
+    # above are the same). Then each partition's totals and final watermark are compared.
+    if batch_sizes(got) == batch_sizes(want):
+        assert log_rows(got) == log_rows(want)
+    else:
+        assert sum(batch_sizes(got).values()) == sum(batch_sizes(want).values()) == RECORDS
+        assert log_totals(got) == log_totals(want)
     assert got.read("arrivals").num_rows == want.read("arrivals").num_rows == RECORDS
+
+
+def batch_sizes(sink) -> dict[int, int]:
+    """Valid records per batch (the watermark log's events)."""
+    sizes: dict[int, int] = {}
+    for row in sink.read("watermark_log").select(["batch_id", "events"]).to_pylist():
+        sizes[row["batch_id"]] = sizes.get(row["batch_id"], 0) + row["events"]
+    return sizes
+
+
+def log_totals(sink) -> dict[str, tuple[int, int, int]]:
+    """Per partition: its records, its late records and its last watermark, over the whole log."""
+    totals: dict[str, tuple[int, int, int]] = {}
+    for row in sink.read("watermark_log").to_pylist():
+        events, late, wm = totals.get(row["partition"], (0, 0, -(2**63)))
+        last = row["partition_watermark_ms"] if row["partition_watermark_ms"] is not None else wm
+        totals[row["partition"]] = (events + row["events"], late + row["late"], max(wm, last))
+    return totals
 
 
 def log_rows(sink):

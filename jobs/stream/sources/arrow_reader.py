@@ -47,7 +47,7 @@ from numpy.typing import NDArray
 from jobs.common.schemas import RECORD_SCHEMA
 from jobs.stream.options import JobOptions
 from jobs.stream.report import BatchReport
-from jobs.stream.sources.readers import listed_path
+from jobs.stream.sources.readers import listed_location
 from jobs.stream.stage.driver import label_thresholds
 from jobs.stream.workers.arrow_path import (
     LateThresholds,
@@ -305,20 +305,19 @@ class ArrowReader:
         names = list(vars(opts.fields).values())
         if len(set(names)) != len(names):
             return None  # a field name shared by two slots: the Spark path's typing rules apply
-        paths = [listed_path(f) for f in files]  # the log's URIs are URL-encoded
-        if any(p is None for p in paths):
-            return None
+        # The log's URIs are URL-encoded. A local file is read by its path; a file on an object store by
+        # its URI, with ranged reads through pyarrow's file system in the workers (watermark.storage).
+        places = [listed_location(f) for f in files]
+        paths = [place.spark for place in places]
         try:
-            found = [storage.info(p) for p in paths if p is not None]
+            found = [storage.info(place) for place in places]
         except OSError:
             return None
         if any(f is None or f.size is None for f in found):
             return None  # gone since it was listed: Spark's reader quarantines it
         sizes = [f.size for f in found if f is not None and f.size is not None]
         checks = self._checks(ingest_ms)
-        splits = plan_splits(
-            [p for p in paths if p is not None], sizes, self.spark.sparkContext.defaultParallelism
-        )
+        splits = plan_splits(paths, sizes, self.spark.sparkContext.defaultParallelism)
         rdd = splits_rdd(self.spark, splits)
         tick = time.perf_counter()
         try:

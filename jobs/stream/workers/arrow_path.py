@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +78,24 @@ class RecordTooLong(ValueError):
     """A split has a line longer than the record bound (``--max-record-bytes``): it is not read whole."""
 
 
+def _is_remote(path: str) -> bool:
+    """Whether a split's path is an object store's URI (``s3a://bucket/key``) rather than a local path."""
+    return "://" in path
+
+
+def _open_split_file(path: str) -> Any:
+    """The split's file for reading, local or on an object store.
+
+    A local file is opened directly; a file on an object store through ``pyarrow.fs`` (ranged reads;
+    :mod:`watermark.storage`, configured from the worker's environment).
+    """
+    if not _is_remote(path):
+        return open(path, "rb")  # noqa: SIM115 - the caller's with-block closes it
+    from watermark import storage
+
+    return storage.open_input_file(storage.Location.of(path))
+
+
 def read_split(split: Split, max_record_bytes: int | None = None) -> bytes:
     """The bytes of the lines that start in ``[start, end)``, each with its newline.
 
@@ -84,7 +103,7 @@ def read_split(split: Split, max_record_bytes: int | None = None) -> bytes:
     and at most that many bytes are read past the split's end to finish the split's last line: a worker
     holds its split plus at most the bound, however long a line is.
     """
-    with open(split.path, "rb") as handle:
+    with _open_split_file(split.path) as handle:
         begin = max(split.start - 1, 0)
         handle.seek(begin)
         data = handle.read(split.end - begin)
@@ -479,6 +498,11 @@ def _take(job: str, batch_id: int, split: Split, folder: str = "") -> pa.Table |
 
 def _file_changed(split: Split) -> bool:
     try:
+        if _is_remote(split.path):
+            from watermark import storage
+
+            found = storage.info(storage.Location.of(split.path))
+            return found is None or found.size != split.size
         return os.path.getsize(split.path) != split.size
     except OSError:
         return True
