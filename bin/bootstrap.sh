@@ -29,10 +29,12 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
     apt_install openjdk-17-jre-headless
 fi
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
-# Monitoring: promtool checks the alert rules, and the tests run a real Prometheus and Pushgateway.
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1; then
-    say "Prometheus not found (monitoring tests need prometheus, promtool and the Pushgateway): installing"
-    apt_install prometheus prometheus-pushgateway
+# Monitoring: promtool checks the alert rules, amtool the Alertmanager configuration, and the tests run a real
+# Prometheus, Pushgateway and Alertmanager.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1 \
+    || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+    say "Prometheus not found (monitoring tests need prometheus, promtool, the Pushgateway and Alertmanager): installing"
+    apt_install prometheus prometheus-pushgateway prometheus-alertmanager
 fi
 # Airflow's real-scheduler test runs its metadata DB on PostgreSQL (initdb/pg_ctl of the Debian package).
 if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
