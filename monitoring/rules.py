@@ -9,8 +9,10 @@ Runbook and dashboard links are settings: ``--runbook-base`` (or ``AWM_RUNBOOK_B
 dashboards; each alert's annotations carry ``runbook_url`` and ``dashboard_url`` (the dashboard showing
 its metrics), and each runbook links back to that dashboard.
 
-Every alert has a severity (``page``: someone acts now; ``ticket``: next working day), a summary, a
-description and a runbook (``docs/runbooks/<alert>.md``). Expressions are templates over named thresholds,
+Every alert has a severity (``page``: someone acts now; ``ticket``: next working day), a ``pipeline``
+label (``stream``, or the DAG's task: ``backfill``, ``quality``, ``tuning``, ``maintenance``; Alertmanager
+groups and inhibits by it, ``infra/alertmanager/``), a summary, a description and a runbook
+(``docs/runbooks/<alert>.md``). Expressions are templates over named thresholds,
 so a test can render the same rules with thresholds and ``for`` durations scaled to seconds.
 
 The rules tell delayed data from a stuck system the way Streaming Systems (chapter 3) does: the event-time
@@ -94,6 +96,9 @@ class Alert:
     for_: str
     summary: str
     description: str
+    #: The part of the pipeline it concerns (Alertmanager groups and inhibits by it): ``stream`` for the
+    #: streaming job, the task's name for a DAG's (``{{ $labels.task }}`` where one rule covers several).
+    pipeline: str = "stream"
 
     def render(self, thresholds: Mapping[str, float | str]) -> str:
         """The PromQL expression with ``thresholds`` filled in."""
@@ -200,6 +205,7 @@ ALERTS: tuple[Alert, ...] = (
         "The late-data backfill failed",
         "The last backfill run failed; late events stay unreconciled and aggregates unrevised until one "
         "succeeds.",
+        pipeline="backfill",
     ),
     Alert(
         "AwmBackfillOverdue",
@@ -209,6 +215,7 @@ ALERTS: tuple[Alert, ...] = (
         "0m",
         "No successful late-data backfill for too long",
         "The last successful backfill ended {{{{ $value | humanizeDuration }}}} ago.",
+        pipeline="backfill",
     ),
     Alert(
         "AwmDataQualityFailing",
@@ -218,6 +225,7 @@ ALERTS: tuple[Alert, ...] = (
         "A data-quality check failed",
         "The last data-quality run of a backfilled interval failed (broken expectations, an error or a "
         "timeout): its task log lists each broken expectation with examples.",
+        pipeline="quality",
     ),
     Alert(
         "AwmMaintenanceFailing",
@@ -227,6 +235,7 @@ ALERTS: tuple[Alert, ...] = (
         "Delta table maintenance failed",
         "The last OPTIMIZE / VACUUM / retention run failed; small files and old versions accumulate until "
         "one succeeds.",
+        pipeline="maintenance",
     ),
     Alert(
         "AwmConfigRefused",
@@ -253,6 +262,7 @@ ALERTS: tuple[Alert, ...] = (
         "No {{{{ $labels.task }}}} outcome has been scraped from the Pushgateway for a whole schedule "
         "window: the DAG is paused or not running, its Pushgateway connection is missing, or the "
         "Pushgateway lost its state.",
+        pipeline="{{ $labels.task }}",
     ),
     Alert(
         "AwmTuningFailing",
@@ -261,6 +271,7 @@ ALERTS: tuple[Alert, ...] = (
         "0m",
         "Watermark threshold tuning failed",
         "The last tuning run failed; the job keeps its current configuration.",
+        pipeline="tuning",
     ),
     Alert(
         "AwmTuningOverdue",
@@ -269,6 +280,7 @@ ALERTS: tuple[Alert, ...] = (
         "0m",
         "No successful watermark tuning for too long",
         "The last successful tuning run ended {{{{ $value | humanizeDuration }}}} ago.",
+        pipeline="tuning",
     ),
 )
 
@@ -363,7 +375,7 @@ def render_alert_rules(
             "alert": alert.name,
             "expr": alert.render(values),
             "for": for_override or alert.for_,
-            "labels": {"severity": alert.severity},
+            "labels": {"severity": alert.severity, "pipeline": alert.pipeline},
         }
         if annotations:
             rule["annotations"] = {

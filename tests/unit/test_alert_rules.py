@@ -1,6 +1,7 @@
 """Prometheus recording and alert rules: generated, unit-tested firing and silent, with runbooks and links
 (promtool's checks and unit tests: tests/integration/prometheus/test_promtool.py)."""
 
+import re
 from pathlib import Path
 
 import yaml
@@ -35,6 +36,21 @@ def test_every_alert_has_severity_summary_description_and_an_existing_runbook():
         uid = rules.dashboard_uid(alert["alert"])
         assert notes["dashboard_url"] == f"{rules.DEFAULT_GRAFANA_URL}/d/{uid}"
         assert f"/d/{uid}" in text, f"{runbook.name} does not link its dashboard {uid}"
+
+
+def test_every_alert_names_the_pipeline_it_concerns_for_alertmanager_to_group_by():
+    """``stream`` for the streaming job's alerts; a DAG's alert names its task (the one rule covering
+    every DAG takes the task label of the series it finds absent)."""
+    doc = yaml.safe_load((PROM / "alert_rules.yml").read_text())
+    for alert in (r for g in doc["groups"] for r in g["rules"]):
+        pipeline = alert["labels"]["pipeline"]
+        tasks = set(re.findall(r'task="(\w+)"', alert["expr"]))
+        if 'job="awm_batch_tasks"' not in alert["expr"]:
+            assert pipeline == "stream", alert["alert"]
+        elif len(tasks) > 1:
+            assert pipeline == "{{ $labels.task }}", alert["alert"]
+        else:  # the task's metric: awm_<task>_...
+            assert pipeline == re.search(r"\bawm_([a-z]+)_", alert["expr"]).group(1), alert["alert"]
 
 
 def test_every_runbook_is_linked_from_a_dashboard_panel_showing_its_metrics():
