@@ -6,6 +6,7 @@ from watermark.adaptive import Adaptive
 from watermark.evaluate import classify
 from watermark.periodic import Periodic
 from watermark.sliding import Sliding
+from watermark.timeutil import NO_WATERMARK
 
 # Adaptive-watermarks paper, Figure 1: one arrival per second of ingestion time from tp = 100 to 110. The
 # figure's drawing is not in the text; these event times are consistent with everything the text states:
@@ -42,6 +43,32 @@ def test_figure_1_stream_is_consistent_with_the_adaptive_narrative():
     gen = Adaptive(warmup=3)
     gen.process(FIG1_TE[:3], FIG1_TP[:3])
     assert gen.skew_ms == 6
+
+
+def test_figure_1_with_rivers_adwin_detects_no_drift_so_the_faithful_generator_emits_nothing():
+    # The paper's narrative has drifts at tp = 103 and 106. river's ADWIN cannot detect one on this stream:
+    # it looks for a change only every `clock` (32) updates, after a grace period of 10, and the stream has
+    # 8 tuples after the warm-up. The faithful generator (no heartbeat) therefore never emits on it.
+    gen = Adaptive(warmup=3)
+    trace = gen.process_trace(FIG1_TE, FIG1_TP)
+    assert gen.n_drifts == 0
+    assert (trace.after_arrival == NO_WATERMARK).all()
+    assert gen.skew_ms == 6  # what it learned in the warm-up, as in the figure
+
+
+def test_figure_1_heartbeat_variant_emits_97_at_105_then_100_at_108():
+    # The heartbeat extension judges the chunk every 3 ms of ingestion time instead of at drifts: from the
+    # end of the warm-up (tp = 102) it checks at 105 (max te 103 - m 6 = 97) and 108 (106 - 6 = 100; the
+    # chunk's one late tuple, te 96 at tp 107, is under the late threshold l = 1, so it emits, not re-learns).
+    # The paper's 94 at 103 and 97 at 106 are drifts' emissions one check earlier.
+    gen = Adaptive(warmup=3, heartbeat_ms=3)
+    trace = gen.process_trace(FIG1_TE, FIG1_TP)
+    after = trace.after_arrival
+    changes = np.flatnonzero(after[1:] > after[:-1]) + 1
+    assert FIG1_TP[changes].tolist() == [105, 108]
+    assert after[changes].tolist() == [97, 100]
+    assert FIG1_TP[FIG1_TE < trace.at_arrival].tolist() == [107, 109]  # te 96 < 97, then te 99 < 100
+    assert gen.n_drifts == 0
 
 
 def test_sliding_window_example_first_steps():
