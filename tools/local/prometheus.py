@@ -124,9 +124,11 @@ def prometheus_config(
     rule_files: Sequence[Path] = (),
     interval: str = "15s",
     honor_labels: Sequence[str] = ("pushgateway",),
+    alertmanagers: Sequence[str] = (),
 ) -> Path:
     """Write a Prometheus configuration scraping ``targets`` (job name -> ``host:port``) with ``rule_files``.
 
+    Its alerts go to ``alertmanagers`` (``host:port`` each; see :mod:`tools.local.alertmanager`), if any.
     JSON is valid YAML, so the file is written as JSON.
     """
     scrape = []
@@ -135,10 +137,12 @@ def prometheus_config(
         if job in honor_labels:
             entry["honor_labels"] = True
         scrape.append(entry)
-    doc = {
+    doc: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": scrape,
     }
+    if alertmanagers:
+        doc["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
