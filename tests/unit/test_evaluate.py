@@ -177,3 +177,36 @@ def test_partition_mode_scoped_needs_keys_that_live_in_one_partition():
                key=["k", "k"], partition_mode="scoped")  # fmt: skip
     with pytest.raises(ValueError, match="partition_mode must be one of"):
         replay([1], [1], strategy="periodic", window=WindowSpec(10), partition=["a"], partition_mode="max")
+
+
+def stopped_key_replay(idle_timeout_ms=None):
+    # Key b sends once and stops; key a goes on. Scoped per-key firing: b's generator never passes 1000.
+    te = [100, 150, 1_200, 2_300, 3_400]
+    tp = [110, 160, 1_210, 2_310, 3_410]
+    keys = ["b", "a", "a", "a", "a"]
+    return replay(te, tp, strategy="periodic", params=PERIODIC, window=WindowSpec(1_000), key=keys,
+                  partition=keys, partition_mode="scoped", idle_timeout_ms=idle_timeout_ms)  # fmt: skip
+
+
+def test_charged_latency_charges_a_stuck_window_until_the_last_arrival():
+    r = stopped_key_replay()
+    s = r.summary()
+    # a's [0, 1000) fires at 1260 and [1000, 2000) at 2360; b's [0, 1000) is stuck: charged 3410 - 1000;
+    # a's [2000, 3000) and [3000, 4000) are open at the end: 3410 - 3000 = 410 and 0 (it ends after 3410).
+    assert s["windows_flushed"] == 3
+    assert s["emit_latency_ms"]["mean"] == 310.0  # fired windows only, as before
+    assert sorted(r.charged_latency_ms().tolist()) == [0, 260, 360, 410, 2_410]
+    assert s["emit_latency_charged_ms"]["mean"] == 688.0
+
+
+def test_stuck_windows_of_keys_idle_past_the_timeout_are_counted():
+    assert stopped_key_replay().summary()["windows_stuck_idle"] is None  # no timeout, no count
+    assert stopped_key_replay(idle_timeout_ms=2_000).summary()["windows_stuck_idle"] == 1  # b's window
+    assert stopped_key_replay(idle_timeout_ms=5_000).summary()["windows_stuck_idle"] == 0  # b silent 3.3 s
+    assert stopped_key_replay().stuck_idle(0) == 3  # a timeout of 0 counts every stuck window
+
+
+def test_charged_latency_keeps_a_fired_windows_latency_and_charges_nothing_past_the_end():
+    r = small_replay()  # [0, 1000) fired at 1410; [1000, 2000) open, ends after the last arrival (1430)
+    assert r.charged_latency_ms().tolist() == [410, 0]
+    assert r.summary()["emit_latency_charged_ms"]["mean"] == 205.0
