@@ -12,6 +12,12 @@ events: from the earliest start to the latest end), with every read pushed down 
 checks `interval_start`..`interval_end` (ISO-8601 or epoch ms; a time without a zone is UTC, as everywhere
 in the pipeline), or the hour before its logical date, or with `whole_tables` every row.
 
+**Results stay.** Each run's validation results and Data Docs are kept in a Great Expectations Data
+Context under the tables' storage, `<tables>/_quality/gx/` (one Checkpoint per suite; the last
+`awm_quality_keep_runs` runs, default 100). The task log, the failure message and the XCom name the run's
+Data Docs page of each failed suite and the index; `python -m jobs.batch.quality TABLES --history 10`
+lists the last runs with what failed.
+
 The outcome is pushed as `awm_quality_*` (alert `AwmDataQualityFailing`) by `dags/outcome.py`.
 """
 
@@ -24,6 +30,9 @@ from airflow.sdk import Param, dag, task
 
 from dags import outcome
 from dags import pipeline_settings as settings
+
+#: The Variable giving how many runs' results the quality store keeps (default: 100).
+KEEP_RUNS_VARIABLE = "awm_quality_keep_runs"
 
 
 @dag(
@@ -65,19 +74,44 @@ def awm_data_quality() -> None:
             window_ms = window.window_ms
         interval, tables = checked_interval(context)
         tables = tables or resolved["tables"]
-        report = check_tables(tables, sliding=sliding, interval=interval, window_ms=window_ms)
+        report = check_tables(
+            tables,
+            sliding=sliding,
+            interval=interval,
+            window_ms=window_ms,
+            run_name=context["run_id"],
+            keep_runs=keep_runs(),
+        )
         print(report.summary())
+        print(report.data_docs())  # where on-call opens this run's results
         values = {
             "expectations": report.expectations,
             "failed_expectations": len(report.failures),
             "rows_checked": sum(report.rows.values()),
         }
         if not report.success:  # the data will not change by retrying: fail at once
-            raise AirflowFailException(report.summary())
-        print(outcome.report_outcome("quality", ok=True, context=context, values=values))
+            msg = f"{report.summary()}\n{report.data_docs()}"
+            raise AirflowFailException(msg)
+        print(
+            outcome.report_outcome("quality", ok=True, context=context, values=values, see=report.docs_index)
+        )
         return report.as_dict() | {"interval": list(interval) if interval else None}
 
     check_tables(settings_.override(task_id="settings")())
+
+
+def keep_runs() -> int:
+    """Runs whose results the store keeps (Variable ``awm_quality_keep_runs``, an integer >= 1)."""
+    from airflow.sdk import Variable
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from jobs.batch.quality_store import DEFAULT_KEEP_RUNS
+
+    text = str(Variable.get(KEEP_RUNS_VARIABLE, default=str(DEFAULT_KEEP_RUNS))).strip()
+    if not text.isdigit() or int(text) < 1:
+        msg = f"the Variable {KEEP_RUNS_VARIABLE} must be an integer >= 1 (runs kept), got {text!r}"
+        raise AirflowFailException(msg)
+    return int(text)
 
 
 def checked_interval(context: Any) -> tuple[tuple[int, int] | None, str | None]:

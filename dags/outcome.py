@@ -56,10 +56,12 @@ def report_outcome(
     context: Mapping[str, Any] | None = None,
     values: Mapping[str, float] | None = None,
     duration_s: float | None = None,
+    see: str | None = None,
 ) -> str:
     """Push one outcome of ``task``; returns what was done (also logged).
 
     ``task``: ``backfill``, ``tuning``, ``quality`` or ``maintenance`` (:data:`monitoring.push.TASK_VALUES`).
+    ``see``: where the run's own results are (data quality: its Data Docs page), named in the message.
     """
     gateway = pushgateway()
     if not gateway:
@@ -74,6 +76,8 @@ def report_outcome(
             message = f"could not push the {task} outcome to {gateway}: {exc}"
         else:
             message = f"pushed the {task} outcome ({'success' if ok else 'failure'}) to {gateway}"
+    if see:
+        message += f"; results: {see}"
     log.info("%s", message)
     return message
 

@@ -39,11 +39,24 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.batch.quality_results import Failure, failures
+from jobs.batch.quality_store import (
+    DEFAULT_KEEP_RUNS,
+    SITE_NAME,
+    docs_page,
+    index_page,
+    open_context,
+    prune,
+    results_root,
+    safe_run_name,
+    working_copy,
+)
 from jobs.common.reads import TableReader, table_path
 from jobs.common.schemas import QUARANTINE_REASONS
 from watermark import storage
@@ -62,24 +75,6 @@ CUT_TABLES = ("late_events", "watermark_log")
 _COMMIT = re.compile(r"(\d{20})\.json")
 
 
-@dataclass(frozen=True)
-class Failure:
-    """One failed expectation."""
-
-    suite: str
-    expectation: str
-    arguments: dict[str, Any]
-    unexpected_count: int | None
-    examples: list[Any]
-
-    def line(self) -> str:
-        """A readable line, e.g. ``aggregates: expect_column_values_to_be_between(count, min 1): 2 ...``."""
-        args = ", ".join(f"{k}={v}" for k, v in self.arguments.items())
-        broke = "" if self.unexpected_count is None else f": {self.unexpected_count} row(s) break it"
-        shown = f", e.g. {self.examples[:3]}" if self.examples else ""
-        return f"{self.suite}: {self.expectation}({args}){broke}{shown}"
-
-
 @dataclass
 class QualityReport:
     """Outcome of every suite."""
@@ -88,6 +83,13 @@ class QualityReport:
     rows: dict[str, int] = field(default_factory=dict)
     expectations: int = 0
     failures: list[Failure] = field(default_factory=list)
+    #: Where the run's results are kept (the results root), its run name and start time (UTC, ISO-8601).
+    results: str | None = None
+    run_name: str | None = None
+    run_time: str | None = None
+    #: The Data Docs index page, and each suite's page of this run (URIs: ``file://`` or the store's).
+    docs_index: str | None = None
+    docs_pages: dict[str, str] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -105,6 +107,21 @@ class QualityReport:
         )
         return "\n".join([head, *("  - " + f.line() for f in self.failures)])
 
+    def data_docs(self) -> str:
+        """Where to look: the Data Docs page of each failed suite (else the index) and the stored results."""
+        if self.docs_index is None:
+            return "results not stored"
+        failed = sorted({f.suite for f in self.failures})
+        lines = [f"Data Docs: {self.docs_index}"]
+        lines += [
+            f"  {suite} (failed): {self.docs_pages[suite]}" for suite in failed if suite in self.docs_pages
+        ]
+        lines.append(
+            f"results: {self.results} (run {self.run_name} at {self.run_time}; "
+            f"python -m jobs.batch.quality TABLES --history 10)"
+        )
+        return "\n".join(lines)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON form (the task's XCom)."""
         return {
@@ -113,6 +130,11 @@ class QualityReport:
             "rows": self.rows,
             "expectations": self.expectations,
             "failures": [f.line() for f in self.failures],
+            "results": self.results,
+            "run_name": self.run_name,
+            "run_time": self.run_time,
+            "data_docs": self.docs_index,
+            "data_docs_pages": self.docs_pages,
         }
 
 
@@ -367,6 +389,9 @@ def check_tables(
     interval: tuple[int, int] | None = None,
     window_ms: int | None = None,
     checkpoint: str | None = None,
+    results: str | None = None,
+    run_name: str | None = None,
+    keep_runs: int = DEFAULT_KEEP_RUNS,
 ) -> QualityReport:
     """Run every suite on the tables under ``tables``; ``sliding`` skips the one-window-per-row total.
 
@@ -374,12 +399,17 @@ def check_tables(
     ``window_ms`` is the tumbling window length its late-row total needs (None: that total is skipped).
     ``checkpoint``: the streaming job's, whose application id the cut-off uses (None: the newest stream
     application id in the tables' Delta logs, :func:`stream_app_id`).
+
+    The results and Data Docs of the run are kept under ``results`` (default ``<tables>/_quality``,
+    :mod:`jobs.batch.quality_store`) as run ``run_name`` (the Airflow run id; default ``manual``), with
+    the runs before it up to ``keep_runs`` in all.
     """
     if not storage.exists(tables):
         msg = f"no tables at {tables}: run the streaming job (python -m jobs.stream --output {tables}) first"
         raise FileNotFoundError(msg)
-    import great_expectations as gx
-
+    if keep_runs < 1:
+        msg = f"keep_runs must be >= 1 (the run itself), got {keep_runs}"
+        raise ValueError(msg)
     app_id = stream_app_id(tables, checkpoint)
     if interval is None:
         data = read_tables(tables, app_id)
@@ -390,46 +420,92 @@ def check_tables(
         sliding = sliding or window_ms is None
     frames = {name: data[name].to_pandas() for name in CHECKED}
     frames["conservation"] = totals.to_pandas()
+    expectations = suites()
+    if sliding:
+        expectations["conservation"] = [
+            x for x in expectations["conservation"] if getattr(x, "column_A", None) != "reconciled_events"
+        ]
+    if interval is not None:
+        expectations["conservation"] = [
+            x for x in expectations["conservation"] if getattr(x, "column", None) != "on_time_slack"
+        ]
     where = tables if interval is None else f"{tables} [{interval[0]}, {interval[1]})"
     report = QualityReport(tables=where, rows={n: data[n].num_rows for n in CHECKED})
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_pandas("awm")
-    for name, expectations in suites().items():
-        if sliding and name == "conservation":
-            expectations = [x for x in expectations if getattr(x, "column_A", None) != "reconciled_events"]
-        if interval is not None and name == "conservation":
-            expectations = [x for x in expectations if getattr(x, "column", None) != "on_time_slack"]
-        batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe(name)
-        suite = context.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
-        definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=name, data=batch, suite=suite)
-        )
-        result = definition.run(batch_parameters={"dataframe": frames[name]})
-        for outcome in result.results:
-            report.expectations += 1
-            if outcome.success:
-                continue
-            config = outcome.expectation_config
-            args = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
-            details = outcome.result or {}
-            report.failures.append(
-                Failure(
-                    suite=name,
-                    expectation=config.type,
-                    arguments=args,
-                    unexpected_count=details.get("unexpected_count"),
-                    examples=[_plain(v) for v in details.get("partial_unexpected_list") or []],
+    return validate(
+        frames,
+        expectations,
+        report,
+        Location.of(results) if results else results_root(tables),
+        run_name=run_name,
+        keep_runs=keep_runs,
+    )
+
+
+def validate(
+    frames: dict[str, Any],
+    expectations: dict[str, list[Any]],
+    report: QualityReport,
+    root: str | Location,
+    *,
+    run_name: str | None = None,
+    keep_runs: int = DEFAULT_KEEP_RUNS,
+) -> QualityReport:
+    """Validate each frame (pandas) with its suite's expectations through a Checkpoint per suite.
+
+    The GX file Data Context under ``root`` (:mod:`jobs.batch.quality_store`) holds one Checkpoint per
+    suite, whose run stores its validation result and whose ``UpdateDataDocsAction`` adds the result's
+    page to Data Docs and rebuilds the index. The suites of one call share one run id (``run_name``, the
+    start time in UTC). Older runs beyond ``keep_runs`` (this one included) are deleted first. Fills and
+    returns ``report``.
+    """
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    root = Location.of(root)
+    prune(root, keep_runs - 1)
+    run_id = RunIdentifier(run_name=safe_run_name(run_name), run_time=datetime.now(UTC))
+    report.results, report.run_name = root.uri, run_id.run_name
+    report.run_time = run_id.run_time.isoformat()
+    with working_copy(root) as workdir:
+        context = open_context(workdir)
+        try:
+            source = context.data_sources.get("awm")
+        except KeyError:
+            source = context.data_sources.add_pandas("awm")
+        for name, suite_expectations in expectations.items():
+            try:
+                asset = source.get_asset(name)
+            except LookupError:
+                asset = source.add_dataframe_asset(name=name)
+            try:
+                batch = asset.get_batch_definition(name)
+            except KeyError:
+                batch = asset.add_batch_definition_whole_dataframe(name)
+            suite = context.suites.add_or_update(
+                gx.ExpectationSuite(name=name, expectations=suite_expectations)
+            )
+            definition = context.validation_definitions.add_or_update(
+                gx.ValidationDefinition(name=name, data=batch, suite=suite)
+            )
+            checkpoint = context.checkpoints.add_or_update(
+                gx.Checkpoint(
+                    name=name,
+                    validation_definitions=[definition],
+                    actions=[
+                        gx.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE_NAME])
+                    ],
+                    result_format="SUMMARY",
                 )
             )
+            outcome = checkpoint.run(batch_parameters={"dataframe": frames[name]}, run_id=run_id)
+            for key, result in outcome.run_results.items():
+                report.expectations += len(result.results)
+                report.failures.extend(failures(result.to_json_dict(), name))
+                for site in context.get_docs_sites_urls(resource_identifier=key, site_names=[SITE_NAME]):
+                    if site.get("site_url"):
+                        report.docs_pages[name] = docs_page(root, str(site["site_url"]), workdir).uri
+    report.docs_index = index_page(root).uri
     return report
-
-
-def _plain(value: Any) -> Any:
-    """Numpy scalars (and tuples of them) as plain Python values, for readable messages."""
-    if isinstance(value, tuple | list):
-        return tuple(_plain(v) for v in value)
-    return value.item() if hasattr(value, "item") else value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -447,17 +523,60 @@ def build_parser() -> argparse.ArgumentParser:
         help="the streaming job's --checkpoint: its application id names the batches the late events and "
         "the watermark log are cut at (default: the newest one in the tables' Delta logs)",
     )
+    p.add_argument(
+        "--results",
+        help="where validation results and Data Docs are kept (default: TABLES/_quality)",
+    )
+    p.add_argument("--run-name", help="the run's name in the results (default: manual)")
+    p.add_argument(
+        "--keep-runs",
+        type=int,
+        default=DEFAULT_KEEP_RUNS,
+        help="runs kept in the results, this one included; older ones are deleted "
+        f"(default {DEFAULT_KEEP_RUNS})",
+    )
+    p.add_argument(
+        "--history",
+        type=int,
+        metavar="N",
+        help="check nothing: list the stored results of the last N runs (run time, suite, outcome, failed "
+        "expectations, Data Docs page)",
+    )
+    p.add_argument("--json", action="store_true", help="with --history: JSON lines")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.batch.quality TABLES [--sliding] [--checkpoint CK]``: exit 1 on a failure."""
+    """``python -m jobs.batch.quality TABLES [--sliding] [--checkpoint CK]``: exit 1 on a failure.
+
+    ``--history N`` lists the stored results of the last N runs instead (exit 0).
+    """
     from watermark.clilog import run_main
 
     def run(args: argparse.Namespace) -> int:
         tables = storage.checked(args.tables, "--tables")
-        report = check_tables(tables, sliding=args.sliding, checkpoint=args.checkpoint)
+        root = (
+            Location.of(storage.checked(args.results, "--results")) if args.results else results_root(tables)
+        )
+        if args.history is not None:
+            from jobs.batch.quality_results import format_history, read_history
+
+            history = read_history(root, args.history)
+            if args.json:
+                print("\n".join(json.dumps(r.as_dict()) for r in history))
+            else:
+                print(format_history(history))
+            return 0
+        report = check_tables(
+            tables,
+            sliding=args.sliding,
+            checkpoint=args.checkpoint,
+            results=root.spark,
+            run_name=args.run_name,
+            keep_runs=args.keep_runs,
+        )
         print(report.summary())
+        print(report.data_docs())
         return 0 if report.success else 1
 
     return run_main(build_parser(), run, argv, errors={(FileNotFoundError, storage.StorageError): 2})

@@ -1,0 +1,178 @@
+"""Where data-quality results live: a Great Expectations file Data Context under the tables' storage.
+
+This module owns the layout; everything else asks it for names. Below the results root (by default
+``<tables>/_quality``, :func:`results_root`)::
+
+    gx/                                     the GX project: great_expectations.yml, expectations/,
+                                            validation_definitions/, checkpoints/ (one per suite)
+    gx/uncommitted/validations/SUITE/RUN/TIME/BATCH.json           one validation result
+    gx/uncommitted/data_docs/local_site/index.html                 Data Docs: every kept run
+    gx/uncommitted/data_docs/local_site/validations/SUITE/RUN/TIME/BATCH.html
+
+``RUN`` is the run's name (the Airflow run id, made safe for a path: :func:`safe_run_name`), ``TIME`` its
+start in UTC (``20261124T090003.123456Z``); the four suites of one check share both.
+
+**Local tables** (a path or ``file:``): the context is opened in place. **Object stores and HDFS**
+(``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``): GX's file stores work on local paths, so the context
+is opened in a local working folder holding a copy of the project and of the kept validation results (not
+the Data Docs pages, which nothing reads back), and after the run every new or changed file is written back
+through pyarrow's file system (:mod:`watermark.storage`: one PUT each, no rename). One code path serves every
+scheme the pipeline supports (GX's own S3, Azure and GCS store backends cover neither HDFS nor the
+pipeline's storage settings, and were not used). The copy is the run's, so two checks at once on one store
+(the DAG allows one run at a time) could each rewrite the index page: the results of both are kept.
+
+**Retention.** Before each run the oldest runs are deleted, results and Data Docs pages, so that the store
+holds the last ``keep_runs`` runs (:data:`DEFAULT_KEEP_RUNS`) with the new one; the index page is then
+rebuilt from what is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watermark import storage
+from watermark.storage import Location
+
+#: The results root below the tables' location.
+QUALITY_DIR = "_quality"
+#: The GX project folder below the results root (what ``gx.get_context(project_root_dir=root)`` makes).
+GX_DIR = "gx"
+#: The validation results store, below the GX project.
+VALIDATIONS_DIR = "uncommitted/validations"
+#: The Data Docs site, below the GX project.
+SITE_NAME = "local_site"
+DOCS_DIR = f"uncommitted/data_docs/{SITE_NAME}"
+#: Runs kept by default (each holds one result per suite).
+DEFAULT_KEEP_RUNS = 100
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def results_root(tables: str | Location) -> Location:
+    """The default results root of the tables at ``tables``: ``<tables>/_quality``."""
+    return Location.of(tables) / QUALITY_DIR
+
+
+def safe_run_name(name: str | None) -> str:
+    """A run name usable as one path segment and in a URL (``manual`` when empty).
+
+    >>> safe_run_name("scheduled__2026-11-24T08:00:00+00:00")
+    'scheduled__2026-11-24T08-00-00-00-00'
+    """
+    text = _UNSAFE.sub("-", name or "").strip("-.")
+    return text or "manual"
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One run in the store: its name and start time (``TIME`` of the layout), and its result files."""
+
+    run_name: str
+    run_time: str
+    results: tuple[Location, ...]
+
+
+def stored_runs(root: str | Location) -> list[StoredRun]:
+    """The runs whose validation results are under ``root``, newest first."""
+    base = Location.of(root) / GX_DIR / VALIDATIONS_DIR
+    runs: dict[tuple[str, str], list[Location]] = {}
+    for entry in storage.walk_files(base):
+        parts = entry.location.relative_to(base).split("/")
+        if len(parts) != 4 or not parts[3].endswith(".json"):
+            continue  # .ge_store_backend_id and anything else that is not a result
+        runs.setdefault((parts[2], parts[1]), []).append(entry.location)
+    ordered = sorted(runs.items(), key=lambda item: item[0], reverse=True)
+    return [StoredRun(name, time, tuple(files)) for (time, name), files in ordered]
+
+
+def prune(root: str | Location, keep_runs: int) -> list[StoredRun]:
+    """Delete all but the newest ``keep_runs`` runs under ``root`` (results and pages); return the deleted."""
+    if keep_runs < 0:
+        msg = f"keep_runs must be >= 0, got {keep_runs}"
+        raise ValueError(msg)
+    project = Location.of(root) / GX_DIR
+    deleted = stored_runs(root)[keep_runs:]
+    for run in deleted:
+        for result in run.results:
+            relative = result.relative_to(project / VALIDATIONS_DIR)
+            page = project / DOCS_DIR / "validations" / (relative.removesuffix(".json") + ".html")
+            storage.remove(result)
+            storage.remove(page)
+            if project.local:  # object stores have no folders to leave behind
+                for folder in (result.parent, page.parent, result.parent.parent, page.parent.parent):
+                    if storage.info(folder) is not None and not storage.listdir(folder):
+                        storage.remove_tree(folder)
+    return deleted
+
+
+def docs_page(root: str | Location, local_url: str, workdir: Path) -> Location:
+    """Where a Data Docs page GX named by a ``file://`` URL in ``workdir`` is kept under ``root``."""
+    path = Path(local_url.removeprefix("file://"))
+    return Location.of(root) / path.relative_to(workdir).as_posix()
+
+
+def index_page(root: str | Location) -> Location:
+    """The Data Docs index page under ``root``."""
+    return Location.of(root) / GX_DIR / DOCS_DIR / "index.html"
+
+
+@contextlib.contextmanager
+def working_copy(root: str | Location) -> Iterator[Path]:
+    """A local folder holding the GX project of ``root``; written back when the block ends without error.
+
+    A local ``root`` is its own working copy. Otherwise the project and its validation results are copied
+    to a temporary folder, and, when the block ends, each file there that is new or changed is written to
+    ``root`` (the Data Docs' static assets only when missing).
+    """
+    loc = Location.of(root)
+    if loc.local:
+        storage.make_dirs(loc)
+        yield Path(loc.key)
+        return
+    project = loc / GX_DIR
+    with tempfile.TemporaryDirectory(prefix="awm-quality-") as tmp:
+        workdir = Path(tmp)
+        fetched: dict[str, bytes] = {}
+        remote_docs: set[str] = set()
+        for entry in storage.walk_files(project):
+            relative = entry.location.relative_to(project)
+            if relative.startswith(DOCS_DIR + "/"):
+                remote_docs.add(relative)
+                continue
+            data = storage.read_bytes(entry.location)
+            target = workdir / GX_DIR / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            fetched[relative] = data
+        yield workdir
+        for file in sorted((workdir / GX_DIR).rglob("*")):
+            if not file.is_file():
+                continue
+            relative = file.relative_to(workdir / GX_DIR).as_posix()
+            if relative.startswith(f"{DOCS_DIR}/static/") and relative in remote_docs:
+                continue
+            data = file.read_bytes()
+            if fetched.get(relative) != data:
+                storage.write_bytes(project / relative, data)
+
+
+def open_context(workdir: Path) -> Any:
+    """The GX file Data Context of the working copy ``workdir`` (created on first use).
+
+    Progress bars and GX's usage analytics are off (a worker has no one to show them to and may have no
+    Internet access).
+    """
+    import great_expectations as gx
+
+    context = gx.get_context(mode="file", project_root_dir=str(workdir))
+    context.variables.analytics_enabled = False
+    context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(
+        globally=False, metric_calculations=False
+    )
+    context.variables.save()
+    return context
