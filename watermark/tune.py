@@ -2,15 +2,36 @@
 
 It replays a recorded history through a search space of strategies and parameters (:data:`SEARCH_SPACE`),
 keeps the runs whose late share (``dropped_pct``) is at most the target, and chooses the one with the lowest
-mean emit latency (ties: fewer late tuples, then the earlier candidate) that also keeps the target on each
-half of the history by arrival: a setting whose late share drifts within the history is passed over for the
-next fastest (of the :data:`STABILITY_CHECKS` fastest; if none is stable, the fastest is kept). The
-trade-off frontier (late % against mean emit latency, Pareto-optimal runs) comes with the choice, so a report
-can show what a tighter or looser target would cost. The chosen ``params`` work as ``--set name=value`` for
-``replay`` and the job.
+mean emit latency (ties: fewer late tuples, then the earlier candidate) that also keeps the target on each of
+``subperiods`` sub-periods of the history (by arrival; default :data:`SUBPERIODS`): a setting whose late
+share drifts within the history is passed over for the next fastest that is stable (none stable: the
+fastest meeting the target on the pooled history is kept). The trade-off frontier (late % against mean emit
+latency, Pareto-optimal runs) comes with the choice, so a report can show what a tighter or looser target
+would cost. The chosen ``params`` work as ``--set name=value`` for ``replay`` and the job.
 
 Only the most recent part of the history counts (``recent_fraction``, by arrival; default the latest half):
 disorder drifts, and the recent past predicts the next period better than the distant one.
+
+**Carry-over.** With ``evaluation_fraction`` (the re-tuning job holds out 0.2), the latest slice of the
+history is held out: the choice is made on the earlier part and replayed on the held-out slice, and the
+result reports both (:class:`PeriodReport`: late share, mean emit latency, and the ratio to the best fixed
+delay, the ``periodic`` family, chosen on the tuning period and, with hindsight, on the evaluation period).
+
+**Speed.** In the fixed-delay families (:data:`MONOTONE`: ``periodic`` at a fixed period, ``ingestion``,
+``band``) a larger delay gives a lower-or-equal watermark at every instant, hence a subset of the late
+tuples on every sub-period. So instead of replaying every delay of the grid, a binary search over the sorted
+delays finds the smallest delay meeting the target on the pooled history and the smallest meeting it on
+every sub-period (about 2 x 9 replays instead of 501 per period and partition mode). The replays it runs are
+checked for that monotonicity (late share non-increasing in the delay, pooled and on each sub-period); a
+family where it does not hold is replayed exhaustively. ``candidates`` and the frontier are the replays
+actually run: every setting of the other families, the searched delays of the fixed-delay ones.
+
+**Scale.** A candidate is replayed on at most ``max_rows`` rows (default :data:`MAX_ROWS`) of the tuning
+period, whatever the history's size: a history that fits is replayed whole (its sub-periods cut from one
+replay); a longer one is replayed on ``subperiods`` contiguous blocks of ``max_rows / subperiods`` rows, the
+latest of each sub-period, each replayed on its own (contiguous, so the disorder structure is intact; random
+row sampling would destroy it), and the figures pooled (late share over all blocks' tuples, latency over all
+blocks' fired windows). The held-out slice is capped the same way (its first ``max_rows`` rows).
 
 With partitions, every candidate is measured in each partition mode (the minimum over partitions, one global
 generator, partition-scoped firing when keys live in one partition), so the choice is never worse on the
@@ -18,7 +39,8 @@ history than one global generator. ``slo`` settings without a target are tried a
 tuner's target. On the bundled IoT streams, tuned on a first half and replayed on the second under the unified
 latency measure, the choice (partition-scoped ``ingestion``) has 0.63 (d1) and 0.80 (d2) of the mean emit
 latency of the best global timer-driven periodic setting chosen with hindsight
-(``benchmarks/tuner_quality.py``, ``docs/performance.md``).
+(``benchmarks/tuner_quality.py``, ``docs/performance.md``); the time and memory of a re-tuning at 100k, 1M and
+10M rows are measured by ``benchmarks/tuner_scale.py``.
 
 Examples
 --------
@@ -37,17 +59,17 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from watermark import storage
 from watermark.combine import factorize
-from watermark.compare import chosen_strategies, run_grid
+from watermark.compare import chosen_strategies
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
-from watermark.progress import offset_progress
+from watermark.progress import progress_line
 from watermark.windowspec import WindowSpec
 
 #: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
@@ -73,9 +95,18 @@ SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
 }
 
 
-#: Candidates (fastest first) checked for meeting the target on each half of the history; the first that
-#: does is chosen (none does: the fastest one meeting it overall).
-STABILITY_CHECKS = 60
+#: Families whose watermark is lower or equal at every instant for a larger value of this parameter (the
+#: other parameters fixed): the tuner binary-searches that parameter instead of replaying every value.
+MONOTONE: dict[str, str] = {"periodic": "delay_ms", "ingestion": "max_event_time_lag_ms", "band": "band_ms"}
+
+#: Sub-periods of the tuning period (by arrival) on each of which the choice should keep the target.
+SUBPERIODS = 4
+
+#: Fewest rows in a sub-period (a shorter history gets fewer sub-periods, at least one).
+MIN_PERIOD_ROWS = 100
+
+#: Rows of the tuning period replayed per candidate at most (longer: sampled in contiguous blocks).
+MAX_ROWS = 240_000
 
 #: Targets tried for the ``slo`` strategy, as fractions of the tuner's target (settings of ``slo`` in a
 #: search space that leave out ``late_slo_pct`` get one candidate per fraction).
@@ -96,12 +127,18 @@ class Candidate:
     emit_latency_ms: dict[str, float | None]  # mean, p50, p95, p99 of windows fired before the end of input
     windows_fired: int
     partition_mode: str | None = None  # how partitions make the watermark (None: no partitions)
+    late_pct_by_period: tuple[float, ...] = ()  # late share on each sub-period of the tuning period
 
     @property
     def mean_latency_ms(self) -> float:
         """Mean emit latency (infinite when no window fired before the end of input)."""
         mean = self.emit_latency_ms.get("mean")
         return float("inf") if mean is None else float(mean)
+
+    @property
+    def worst_late_pct(self) -> float:
+        """The largest late share over the sub-periods (the pooled one without sub-periods)."""
+        return max(self.late_pct_by_period, default=self.dropped_pct)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -112,18 +149,52 @@ class Candidate:
             "emit_latency_ms": self.emit_latency_ms,
             "windows_fired": self.windows_fired,
             "partition_mode": self.partition_mode,
+            "late_pct_by_period": list(self.late_pct_by_period),
+        }
+
+
+@dataclass(frozen=True)
+class PeriodReport:
+    """The choice on one period (tuning or held-out evaluation) beside the best fixed delay there."""
+
+    events: int  # rows replayed
+    choice: Candidate  # the chosen setting's figures on this period
+    fixed: Candidate | None  # the best ``periodic`` setting meeting the target on this period (None: none)
+
+    @property
+    def ratio(self) -> float | None:
+        """The choice's mean emit latency over the fixed delay's (None without a fixed delay)."""
+        base = None if self.fixed is None else self.fixed.mean_latency_ms
+        if base is None or not np.isfinite(base) or base <= 0:
+            return None
+        return round(float(self.choice.mean_latency_ms / base), 4)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (the re-tuning report's ``tuning`` and ``evaluation``)."""
+        return {
+            "events": self.events,
+            "dropped_pct": self.choice.dropped_pct,
+            "emit_latency_ms": self.choice.emit_latency_ms,
+            "late_pct_by_period": list(self.choice.late_pct_by_period),
+            "fixed_delay": None if self.fixed is None else self.fixed.as_dict(),
+            "ratio_to_fixed_delay": self.ratio,
         }
 
 
 @dataclass(frozen=True)
 class TuneResult:
-    """The choice, every candidate, and the frontier."""
+    """The choice, every candidate replayed, and the frontier."""
 
     target_late_pct: float
     window: WindowSpec
     choice: Candidate
     candidates: list[Candidate]
-    history_events: int  # events the candidates were replayed on
+    history_events: int  # events each candidate was replayed on (the tuning blocks)
+    tuning: PeriodReport | None = None
+    evaluation: PeriodReport | None = None  # the held-out slice (None without ``evaluation_fraction``)
+    replays: int = 0  # replays run (search, evaluation and baseline included)
+    #: With several partition modes: per mode, the choice within it and its tuning and evaluation reports.
+    within_mode: dict[str, tuple[Candidate, PeriodReport, PeriodReport | None]] = field(default_factory=dict)
 
     @property
     def frontier(self) -> list[Candidate]:
@@ -147,13 +218,62 @@ class TuneResult:
             "partition_mode": self.choice.partition_mode,
             "dropped_pct": self.choice.dropped_pct,
             "emit_latency_ms": self.choice.emit_latency_ms,
+            "late_pct_by_period": list(self.choice.late_pct_by_period),
             "target_late_pct": self.target_late_pct,
             "window_ms": self.window.window_ms,
             "slide_ms": self.window.slide_ms,
             "candidates": len(self.candidates),
+            "replays": self.replays,
             "history_events": self.history_events,
+            "tuning": None if self.tuning is None else self.tuning.as_dict(),
+            "evaluation": None if self.evaluation is None else self.evaluation.as_dict(),
             "frontier": [c.as_dict() for c in self.frontier],
         }
+
+
+@dataclass(frozen=True)
+class Periods:
+    """Where candidates are replayed: row ranges ``[lo, hi)`` of the history in arrival order."""
+
+    blocks: tuple[tuple[int, int], ...]  # each replayed on its own
+    periods: tuple[tuple[int, int], ...]  # the sub-periods whose late shares are checked, each in one block
+    evaluation: tuple[int, int] | None  # the held-out slice
+
+    @property
+    def events(self) -> int:
+        """Rows replayed per candidate on the tuning period."""
+        return sum(hi - lo for lo, hi in self.blocks)
+
+
+def split_history(
+    n: int, *, subperiods: int = SUBPERIODS, evaluation_fraction: float = 0.0, max_rows: int | None = MAX_ROWS
+) -> Periods:
+    """Cut ``n`` rows (in arrival order) into the tuning blocks, their sub-periods and the held-out slice.
+
+    The latest ``evaluation_fraction`` of the rows is held out (its first ``max_rows`` replayed). The rest is
+    cut into ``subperiods`` equal sub-periods (fewer when a sub-period would have under
+    :data:`MIN_PERIOD_ROWS` rows); within ``max_rows`` it is one block, else each sub-period keeps its latest
+    ``max_rows // subperiods`` rows as a block of its own.
+
+    >>> split_history(1_000, subperiods=2, evaluation_fraction=0.2)
+    Periods(blocks=((0, 800),), periods=((0, 400), (400, 800)), evaluation=(800, 1000))
+    >>> split_history(10_000, subperiods=2, max_rows=1_000)
+    Periods(blocks=((4500, 5000), (9500, 10000)), periods=((4500, 5000), (9500, 10000)), evaluation=None)
+
+    """
+    held = int(n * evaluation_fraction)
+    end = n - held
+    k = max(1, min(subperiods, end // MIN_PERIOD_ROWS))
+    cuts = [end * i // k for i in range(k + 1)]
+    periods = [(cuts[i], cuts[i + 1]) for i in range(k)]
+    if max_rows is None or end <= max_rows:
+        blocks = [(0, end)]
+    else:
+        size = max(1, max_rows // k)
+        periods = [(max(lo, hi - size), hi) for lo, hi in periods]
+        blocks = list(periods)
+    evaluation = None if held == 0 else (end, n if max_rows is None else min(n, end + max_rows))
+    return Periods(tuple(blocks), tuple(periods), evaluation)
 
 
 def _public(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,6 +313,158 @@ def recent_rows(tp: ArrayLike, fraction: float) -> np.ndarray:
     return keep
 
 
+def _latency_stats(values: NDArray[np.int64]) -> dict[str, float | None]:
+    """Mean and percentiles as :meth:`~watermark.evaluate.ReplayResult.summary` reports them."""
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    q = np.percentile(values, [50, 95, 99])
+    return {
+        "mean": round(float(values.mean()), 3),
+        "p50": round(float(q[0]), 3),
+        "p95": round(float(q[1]), 3),
+        "p99": round(float(q[2]), 3),
+    }
+
+
+class _Replayer:
+    """Replays settings on row ranges of one history (arrival order) and pools the figures; counts replays."""
+
+    def __init__(
+        self,
+        te: NDArray[np.int64],
+        tp: NDArray[np.int64],
+        partition: NDArray[np.intp] | None,
+        key: NDArray[np.intp] | None,
+        window: WindowSpec,
+        straggler_ms: int,
+        idle_timeout_ms: int | None,
+        progress: Callable[[str], None] | None,
+        planned: int,
+    ) -> None:
+        self.te, self.tp, self.partition, self.key = te, tp, partition, key
+        self.window, self.straggler_ms, self.idle_timeout_ms = window, straggler_ms, idle_timeout_ms
+        self.progress, self.planned, self.replays = progress, planned, 0
+
+    def measure(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        mode: str | None,
+        blocks: Sequence[tuple[int, int]],
+        periods: Sequence[tuple[int, int]] = (),
+    ) -> Candidate:
+        """``name`` with ``params`` replayed on each block, pooled; late shares of ``periods`` (in blocks)."""
+        late = events = fired = 0
+        latencies: list[NDArray[np.int64]] = []
+        by_period: list[float] = []
+        summary: dict[str, Any] = {}
+        for lo, hi in blocks:
+            r = replay(
+                self.te[lo:hi],
+                self.tp[lo:hi],
+                strategy=name,
+                params=dict(params),
+                window=self.window,
+                partition=None if self.partition is None else self.partition[lo:hi],
+                key=None if self.key is None else self.key[lo:hi],
+                straggler_ms=self.straggler_ms,
+                idle_timeout_ms=self.idle_timeout_ms,
+                partition_mode=mode or "min",
+            )
+            flags = r.late  # arrival order = row order: the block is sorted by arrival
+            for p_lo, p_hi in periods:
+                if lo <= p_lo and p_hi <= hi:
+                    share = float(np.count_nonzero(flags[p_lo - lo : p_hi - lo])) / max(1, p_hi - p_lo)
+                    by_period.append(round(100.0 * share, 4))
+            late += int(np.count_nonzero(flags))
+            events += hi - lo
+            w = r.windows
+            fired += int(np.count_nonzero(w.fired))
+            latencies.append(w.fire_tp_ms[w.fired] - w.end_ms[w.fired])
+            if len(blocks) == 1:
+                summary = r.summary()
+            self.replays += 1
+            if self.progress is not None:
+                line = f"[{self.replays}] {name} {dict(params)}" + ("" if mode is None else f" {mode}")
+                self.progress(progress_line(line, self.replays, max(self.planned, self.replays)))
+        if summary:  # one block: the replay's own report (the same figures ``replay`` prints)
+            dropped, latency, fired = (
+                summary["dropped_pct"],
+                summary["emit_latency_ms"],
+                summary["windows_fired"],
+            )
+        else:
+            dropped = round(100.0 * late / events, 4) if events else 0.0
+            latency = _latency_stats(np.concatenate(latencies) if latencies else np.empty(0, np.int64))
+        return Candidate(name, _public(params), dropped, latency, fired, mode, tuple(by_period))
+
+
+def _non_increasing(values: Sequence[float]) -> bool:
+    return all(b <= a for a, b in zip(values, values[1:], strict=False))
+
+
+def monotone_search(
+    measure_at: Callable[[int], Candidate], count: int, target_late_pct: float
+) -> tuple[dict[int, Candidate], bool]:
+    """The settings ``0 .. count - 1`` (increasing delay) a binary search replays, and whether they agree.
+
+    Replays the smallest setting meeting the target on the pooled history and the smallest meeting it on
+    every sub-period (and the probes that found them). The second value is False when the replays run
+    contradict monotonicity (a larger delay with more late tuples, pooled or on a sub-period): the caller
+    then replays every setting.
+    """
+    seen: dict[int, Candidate] = {}
+
+    def at(j: int) -> Candidate:
+        if j not in seen:
+            seen[j] = measure_at(j)
+        return seen[j]
+
+    def first(meets: Callable[[Candidate], bool], lo: int) -> int:
+        hi = count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if meets(at(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    pooled = first(lambda c: c.dropped_pct <= target_late_pct, 0)
+    if pooled < count:
+        at(pooled)
+        stable = first(lambda c: c.worst_late_pct <= target_late_pct, pooled)
+        if stable < count:
+            at(stable)
+    ordered = [seen[j] for j in sorted(seen)]
+    agree = _non_increasing([c.dropped_pct for c in ordered]) and all(
+        _non_increasing([c.late_pct_by_period[i] for c in ordered])
+        for i in range(min((len(c.late_pct_by_period) for c in ordered), default=0))
+    )
+    return seen, agree
+
+
+def _groups(name: str, settings: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Positions of ``settings`` grouped by all but the monotone parameter, each group in increasing order."""
+    param = MONOTONE[name]
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(settings):
+        rest = repr(sorted((k, repr(v)) for k, v in p.items() if k != param))
+        groups.setdefault(rest, []).append(i)
+    return [sorted(idx, key=lambda i: settings[i].get(param) or 0) for idx in groups.values()]
+
+
+def _planned(grid: Mapping[str, Sequence[Mapping[str, Any]]], exhaustive: bool) -> int:
+    """Replays expected per partition mode (for the progress count)."""
+    total = 0
+    for name, settings in grid.items():
+        if exhaustive or name not in MONOTONE:
+            total += len(settings)
+        else:
+            total += sum(2 * int(np.ceil(np.log2(len(g) + 1))) for g in _groups(name, settings))
+    return total
+
+
 def tune(
     te: ArrayLike,
     tp: ArrayLike,
@@ -208,19 +480,35 @@ def tune(
     recent_fraction: float = 0.5,
     progress: Callable[[str], None] | None = None,
     partition_modes: Sequence[str] | None = None,
+    subperiods: int = SUBPERIODS,
+    evaluation_fraction: float = 0.0,
+    max_rows: int | None = MAX_ROWS,
+    exhaustive: bool = False,
+    compare_fixed: bool = True,
 ) -> TuneResult:
-    """Replay every candidate of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says.
+    """Replay the candidates of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says.
 
     With ``partition``, every candidate is replayed in each of ``partition_modes`` (default: ``min`` and
     ``global``, and ``scoped`` when a ``key`` is given and every key lives in one partition; see
     :func:`~watermark.evaluate.replay`), so a combination is chosen only where it measures better than one
-    generator for the whole stream.
+    generator for the whole stream. ``subperiods``, ``evaluation_fraction`` and ``max_rows`` cut the history
+    (:func:`split_history`); ``exhaustive`` replays every delay of the fixed-delay families instead of the
+    binary search; ``compare_fixed`` reports the ratio to the best fixed delay (``periodic``) per period.
     """
     if not 0.0 <= target_late_pct <= 100.0:
         msg = f"target_late_pct must be within [0, 100], got {target_late_pct}"
         raise TuneError(msg)
     if not 0.0 < recent_fraction <= 1.0:
         msg = f"recent_fraction must be within (0, 1], got {recent_fraction}"
+        raise TuneError(msg)
+    if not 0.0 <= evaluation_fraction < 1.0:
+        msg = f"evaluation_fraction must be within [0, 1), got {evaluation_fraction}"
+        raise TuneError(msg)
+    if isinstance(subperiods, bool) or not isinstance(subperiods, int) or subperiods < 1:
+        msg = f"subperiods must be an integer >= 1, got {subperiods!r}"
+        raise TuneError(msg)
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        msg = f"max_rows must be an integer >= 1 or None, got {max_rows!r}"
         raise TuneError(msg)
     space = SEARCH_SPACE if space is None else space
     try:
@@ -231,50 +519,47 @@ def tune(
     if te_a.size == 0 or te_a.size != tp_a.size:
         msg = f"the history is empty or its columns differ in length ({te_a.size} and {tp_a.size})"
         raise TuneError(msg)
-    if recent_fraction < 1.0:
-        keep = recent_rows(tp_a, recent_fraction)
-        te_a, tp_a = te_a[keep], tp_a[keep]
-        partition = None if partition is None else np.asarray(partition)[keep]
-        key = None if key is None else np.asarray(key)[keep]
+    # Arrival order once (ties in input order, as replay orders them); the latest recent_fraction of it.
+    order = np.argsort(tp_a, kind="stable")
+    order = order[order.size - max(1, int(np.ceil(order.size * recent_fraction))) :]
+    te_s, tp_s = te_a[order].astype(np.int64, copy=False), tp_a[order].astype(np.int64, copy=False)
+    part_codes = None if partition is None else factorize(np.asarray(partition)[order])[1]
+    key_codes = None if key is None else factorize(np.asarray(key)[order])[1]
     grid = {name: _expand(name, space[name], target_late_pct) for name in names}
-    if partition is None:
+    if part_codes is None:
         modes: list[str | None] = [None]
     elif partition_modes is not None:
         modes = list(partition_modes)
     else:
         modes = ["min", "global"]
-        if key is not None and _keys_in_one_partition(partition, key):
+        if key_codes is not None and _keys_in_one_partition(part_codes, key_codes):
             modes.append("scoped")
-    rows = []
-    per_mode = sum(len(grid[name]) for name in names)
-    for index, mode in enumerate(modes):
-        rows += run_grid(
-            te_a,
-            tp_a,
-            windows=[window],
-            grid=grid,
-            strategies=names,
-            partition=partition,
-            key=key,
-            straggler_ms=straggler_ms,
-            idle_timeout_ms=idle_timeout_ms,
-            progress=offset_progress(progress, index * per_mode, len(modes) * per_mode),
-            partition_mode=mode or "min",
-        )
-    candidates = [
-        Candidate(
-            r["strategy"],
-            _public(r["grid_params"]),
-            r["dropped_pct"],
-            r["emit_latency_ms"],
-            r["windows_fired"],
-            r.get("partition_mode"),
-        )
-        for r in rows
-    ]
-    choice = stable_choice(
-        candidates, target_late_pct, te_a, tp_a, window, partition, key, straggler_ms, idle_timeout_ms
+    cut = split_history(
+        int(te_s.size), subperiods=subperiods, evaluation_fraction=evaluation_fraction, max_rows=max_rows
     )
+    replayer = _Replayer(te_s, tp_s, part_codes, key_codes, window, straggler_ms, idle_timeout_ms, progress,
+                         len(modes) * _planned(grid, exhaustive))  # fmt: skip
+    candidates: list[Candidate] = []
+    for mode in modes:
+        for name in names:
+            settings = grid[name]
+
+            def run(
+                i: int, name: str = name, settings: list[dict[str, Any]] = settings, mode: str | None = mode
+            ) -> Candidate:
+                return replayer.measure(name, settings[i], mode, cut.blocks, cut.periods)
+
+            if exhaustive or name not in MONOTONE:
+                candidates += [run(i) for i in range(len(settings))]
+                continue
+            found: dict[int, Candidate] = {}
+            for group in _groups(name, settings):
+                seen, agree = monotone_search(lambda j, g=group: run(g[j]), len(group), target_late_pct)  # type: ignore[misc]
+                if not agree:  # not monotone on this history: every setting of the group
+                    seen |= {j: run(i) for j, i in enumerate(group) if j not in seen}
+                found |= {group[j]: c for j, c in seen.items()}
+            candidates += [found[i] for i in sorted(found)]
+    choice = stable_choice(candidates, target_late_pct)
     if choice is None:
         lowest = min(candidates, key=lambda c: c.dropped_pct)
         msg = (
@@ -282,59 +567,71 @@ def tune(
             f"is {lowest.dropped_pct} % ({lowest.strategy} {lowest.params})"
         )
         raise TuneError(msg)
-    return TuneResult(target_late_pct, window, choice, candidates, int(te_a.size))
+    fixed = None
+    if compare_fixed:
+        fixed = stable_choice([c for c in candidates if c.strategy == "periodic"], target_late_pct)
+    hindsight: list[Candidate | None] = []  # computed once, when first needed
+
+    def reports(c: Candidate) -> tuple[PeriodReport, PeriodReport | None]:
+        if cut.evaluation is None:
+            return PeriodReport(cut.events, c, fixed), None
+        held = [cut.evaluation]
+        if not hindsight:
+            hindsight.append(
+                None if fixed is None else _hindsight_fixed(replayer, grid, fixed, held, target_late_pct)
+            )
+        on_held = replayer.measure(c.strategy, c.params, c.partition_mode, held)
+        events = cut.evaluation[1] - cut.evaluation[0]
+        return PeriodReport(cut.events, c, fixed), PeriodReport(events, on_held, hindsight[0])
+
+    tuning, evaluation = reports(choice)
+    within: dict[str, tuple[Candidate, PeriodReport, PeriodReport | None]] = {}
+    for mode in modes if len(modes) > 1 else []:
+        best = stable_choice([c for c in candidates if c.partition_mode == mode], target_late_pct)
+        if best is not None:
+            within[mode or "min"] = (best, tuning, evaluation) if best is choice else (best, *reports(best))
+    return TuneResult(
+        target_late_pct, window, choice, candidates, cut.events, tuning, evaluation, replayer.replays, within
+    )
 
 
-def stable_choice(
-    candidates: Sequence[Candidate],
+def _hindsight_fixed(
+    replayer: _Replayer,
+    grid: Mapping[str, Sequence[Mapping[str, Any]]],
+    fixed: Candidate,
+    held: Sequence[tuple[int, int]],
     target_late_pct: float,
-    te: np.ndarray,
-    tp: np.ndarray,
-    window: WindowSpec,
-    partition: ArrayLike | None = None,
-    key: ArrayLike | None = None,
-    straggler_ms: int = DEFAULT_STRAGGLER_MS,
-    idle_timeout_ms: int | None = None,
 ) -> Candidate | None:
-    """The fastest of ``candidates`` (replayed on ``te``/``tp``) that meets the target, None when none does.
+    """The smallest delay of ``fixed``'s period and mode meeting the target on ``held`` (hindsight)."""
+    settings = [
+        p for p in grid["periodic"] if all(p.get(k) == v for k, v in fixed.params.items() if k != "delay_ms")
+    ]
+    settings.sort(key=lambda p: p.get("delay_ms") or 0)
+    seen, agree = monotone_search(
+        lambda j: replayer.measure("periodic", settings[j], fixed.partition_mode, held),
+        len(settings),
+        target_late_pct,
+    )
+    if not agree:
+        seen |= {
+            j: replayer.measure("periodic", p, fixed.partition_mode, held)
+            for j, p in enumerate(settings)
+            if j not in seen
+        }
+    return stable_choice(list(seen.values()), target_late_pct)
 
-    Of the :data:`STABILITY_CHECKS` fastest that meet it over the whole history, the first that also meets
-    it on each half of the history is preferred (else the fastest).
+
+def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Candidate | None:
+    """The fastest of ``candidates`` that meets the target, None when none does.
+
+    Of those meeting it on the pooled history (with windows firing), the fastest that also meets it on every
+    sub-period (:attr:`Candidate.late_pct_by_period`) is preferred; when none does, the fastest.
     """
     meeting = [c for c in candidates if c.dropped_pct <= target_late_pct and c.windows_fired]
     if not meeting:
         return None
     ranked = sorted(meeting, key=lambda c: (c.mean_latency_ms, c.dropped_pct))  # stable: first of ties
-    return next(
-        (
-            c
-            for c in ranked[:STABILITY_CHECKS]
-            if _worst_half_late_pct(c, te, tp, window, partition, key, straggler_ms, idle_timeout_ms)
-            <= target_late_pct
-        ),
-        ranked[0],
-    )
-
-
-def _worst_half_late_pct(
-    c: Candidate,
-    te: np.ndarray,
-    tp: np.ndarray,
-    window: WindowSpec,
-    partition: ArrayLike | None,
-    key: ArrayLike | None,
-    straggler_ms: int,
-    idle_timeout_ms: int | None,
-) -> float:
-    """The larger late share of the history's two halves (by arrival) under candidate ``c``."""
-    r = replay(te, tp, strategy=c.strategy, params=c.params, window=window, partition=partition, key=key,
-               straggler_ms=straggler_ms, idle_timeout_ms=idle_timeout_ms,
-               partition_mode=c.partition_mode or "min")  # fmt: skip
-    late = r.late
-    half = late.size // 2
-    if half == 0:
-        return 100.0 * float(late.mean()) if late.size else 0.0
-    return 100.0 * max(float(late[:half].mean()), float(late[half:].mean()))
+    return next((c for c in ranked if c.worst_late_pct <= target_late_pct), ranked[0])
 
 
 def plot(result: TuneResult, path: str) -> None:

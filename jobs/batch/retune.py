@@ -4,16 +4,26 @@ Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.batch.retune``)
 ``end``:
 
 1. Read the recent arrival history (the streaming job's ``arrivals`` table: partition, event and arrival
-   time of every valid record) ingested in ``[end - history, end)``.
+   time of every valid record) ingested in ``[end - history, end)``. Like the tuner, only the latest
+   ``recent_fraction`` of it counts: a first read takes the arrival times alone, a second the three
+   columns of the recent rows only (a filter on ``arrival_time_ms``, and on the date partition when the
+   table has one), partitions as integer codes: numpy int64 arrays, no Python objects per row.
 2. Run the tuner (:func:`watermark.tune.tune`) on it, at the late-rate target (by default the running
    configuration's ``late_slo_pct``), keeping the running window, straggler band and idleness timeout.
-   Like the tuner, only the latest ``recent_fraction`` of the history counts.
-3. Replay the running setting on the same history.
+   The latest ``evaluation_fraction`` (0.2) is held out; the choice is made on the earlier part, cut into
+   ``subperiods`` sub-periods on each of which it should keep the target, each candidate replayed on at
+   most ``max_rows`` rows (contiguous blocks of each sub-period): a day of 10 million arrivals is re-tuned
+   in bounded time and memory (``benchmarks/tuner_scale.py``).
+3. Replay the running setting on the same periods.
 4. Publish a new configuration version (running version + 1) only if it is valid and better: it meets the
    target, and the running setting misses it or is at least ``min_gain`` slower on mean emit latency.
    The file is replaced atomically and only if nobody published meanwhile (compare and swap on the
    version). The streaming job applies it at its next batch boundary (``watermark.config.ConfigWatcher``).
 5. Keep a report (JSON: decision, reason, both settings' figures, the frontier) and the trade-off plot.
+   ``tuning`` and ``evaluation`` give the published (or best) setting's late share, mean emit latency and
+   ratio to the best fixed delay on the tuning period and on the held-out slice (there the fixed delay is
+   chosen with hindsight), ``running_evaluation`` the running setting's on the held-out slice: whether the
+   choice carries over to the next period.
 
 Decisions: ``published``, ``kept`` (not better, or no setting meets the target) and ``skipped`` (too
 little history). Only errors (unreadable tables or configuration, a concurrent publication) raise.
@@ -35,7 +45,7 @@ from jobs.common.reads import TableReader
 from watermark import storage
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.storage import Location
-from watermark.tune import Candidate, TuneError, TuneResult, plot, recent_rows, stable_choice, tune
+from watermark.tune import MAX_ROWS, SUBPERIODS, Candidate, PeriodReport, TuneError, TuneResult, plot, tune
 
 DAY_MS = 86_400_000
 
@@ -54,6 +64,9 @@ class RetuneOptions:
     recent_fraction: float = 0.5
     min_events: int = 1_000
     min_gain: float = 0.02  # publish only if mean emit latency improves by at least this fraction
+    evaluation_fraction: float = 0.2  # the latest share of the recent history held out to check carry-over
+    subperiods: int = SUBPERIODS  # the choice should keep the target on each
+    max_rows: int | None = MAX_ROWS  # rows replayed per candidate at most
 
 
 @dataclass
@@ -73,6 +86,11 @@ class RetuneOutcome:
     frontier: list[dict[str, Any]] = field(default_factory=list)
     #: The tuner's choice when it runs another partition mode than the job (which cannot change it).
     other_mode: dict[str, Any] | None = None
+    #: The chosen setting on the tuning period and on the held-out slice (late share, latency, ratio to the
+    #: best fixed delay there: :class:`watermark.tune.PeriodReport`); the running setting's held-out figures.
+    tuning: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None
+    running_evaluation: dict[str, Any] | None = None
 
     @property
     def published(self) -> bool:
@@ -100,8 +118,18 @@ class RetuneError(RuntimeError):
     """The run cannot decide safely (e.g. the configuration changed while it ran)."""
 
 
-def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarray]:
-    """Partition, event and arrival times of records ingested in ``[start_ms, end_ms)``."""
+def read_history(
+    tables: str, start_ms: int, end_ms: int, recent_fraction: float = 1.0
+) -> dict[str, np.ndarray]:
+    """Partition codes, event and arrival times of the latest records ingested in ``[start_ms, end_ms)``.
+
+    The latest ``recent_fraction`` by arrival (rows tied with the cut's arrival time all kept).
+
+    ``partition`` holds int32 codes into ``partitions`` (the names, an object array of the distinct values):
+    about 20 bytes a row in all, read with the filters pushed into the read (files whose statistics miss
+    the interval are not opened). With ``recent_fraction < 1`` a first read takes the arrival times alone to
+    find the cut.
+    """
     sink = TableReader(tables, "jobs.batch.retune")
     if not sink.exists("arrivals"):
         msg = (
@@ -109,31 +137,63 @@ def read_history(tables: str, start_ms: int, end_ms: int) -> dict[str, np.ndarra
             "--no-arrival-history"
         )
         raise FileNotFoundError(msg)
-    # The filter is pushed into the read (files whose statistics miss the interval are not read).
     ingested = pc.field("ingested_at_ms")
-    window = sink.read("arrivals", filters=(ingested >= start_ms) & (ingested < end_ms))
+    where = (ingested >= start_ms) & (ingested < end_ms)
+    days: tuple[int | None, int | None] | None = None
+    ingested_rows = None
+    if recent_fraction < 1.0:
+        arrivals = sink.read("arrivals", columns=["arrival_time_ms"], filters=where)
+        tp_all = arrivals.column("arrival_time_ms").to_numpy()
+        ingested_rows = int(tp_all.size)
+        del arrivals
+        if tp_all.size:
+            drop = tp_all.size - max(1, int(np.ceil(tp_all.size * recent_fraction)))
+            cut = int(np.partition(tp_all, drop)[drop])
+            where = where & (pc.field("arrival_time_ms") >= cut)
+            days = (cut, None)  # prunes the arrival-date partitions, when the table has them
+        del tp_all
+    columns = ["partition", "event_time_ms", "arrival_time_ms"]
+    window = sink.read("arrivals", columns=columns, filters=where, days=days)
+    names = window.column("partition").combine_chunks().dictionary_encode()
     return {
-        "partition": np.asarray(window.column("partition").to_pylist(), dtype=object),
+        "partition": names.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+        "partitions": np.asarray(names.dictionary.to_pylist(), dtype=object),
         "te": window.column("event_time_ms").to_numpy(),
         "tp": window.column("arrival_time_ms").to_numpy(),
+        # rows ingested in the interval (before the recent cut)
+        "ingested": np.array([window.num_rows if ingested_rows is None else ingested_rows], np.int64),
     }
 
 
-def score(running: PipelineConfig, te: np.ndarray, tp: np.ndarray, partition: np.ndarray) -> Candidate:
-    """The running setting replayed on the history (the same replay the tuner's candidates get)."""
-    result = tune(
+def score(
+    running: PipelineConfig,
+    te: np.ndarray,
+    tp: np.ndarray,
+    partition: np.ndarray,
+    options: RetuneOptions | None = None,
+) -> TuneResult:
+    """The running setting replayed on the history's periods (the same replays the tuner's candidates get).
+
+    ``choice`` holds its figures on the tuning period, ``evaluation`` on the held-out slice.
+    """
+    options = options or RetuneOptions("", "", "", 0)
+    return tune(
         te,
         tp,
         target_late_pct=100.0,
         window=running.window,
         space={running.strategy: [dict(running.params)]},
         partition=partition,
+        key=partition,  # as the candidates: windows per partition (the history keeps no keys)
         straggler_ms=running.straggler_ms,
         idle_timeout_ms=running.idle_timeout_ms,
         recent_fraction=1.0,
         partition_modes=(running.partition_mode,),
+        subperiods=options.subperiods,
+        evaluation_fraction=options.evaluation_fraction,
+        max_rows=options.max_rows,
+        compare_fixed=False,
     )
-    return result.choice
 
 
 def _stamp(end_ms: int) -> str:
@@ -144,8 +204,10 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
     """Run the steps of the module docstring; see :class:`RetuneOutcome`."""
     running = load_config(options.config)
     target = running.late_slo_pct if options.target_late_pct is None else options.target_late_pct
-    history = read_history(options.tables, options.end_ms - options.history_ms, options.end_ms)
-    n = int(history["te"].size)
+    history = read_history(
+        options.tables, options.end_ms - options.history_ms, options.end_ms, options.recent_fraction
+    )
+    n = int(history["ingested"][0])
     outcome = RetuneOutcome("kept", "", running.version, running.version, n, target)
     if n < options.min_events:
         outcome.decision = "skipped"
@@ -154,10 +216,12 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             f"{_stamp(options.end_ms)}; at least {options.min_events:,} are needed to tune"
         )
         return _keep_report(outcome, options, None)
-    keep = recent_rows(history["tp"], options.recent_fraction)
-    te, tp, part = history["te"][keep], history["tp"][keep], history["partition"][keep]
-    current = score(running, te, tp, part)
+    te, tp, part = history["te"], history["tp"], history["partition"]
+    current_result = score(running, te, tp, part, options)
+    current = current_result.choice
     outcome.running = current.as_dict()
+    if current_result.evaluation is not None:
+        outcome.running_evaluation = current_result.evaluation.as_dict()
     try:
         result = tune(
             te,
@@ -174,35 +238,31 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             idle_timeout_ms=running.idle_timeout_ms,
             recent_fraction=1.0,
             partition_modes=("min", "global", "scoped"),
+            subperiods=options.subperiods,
+            evaluation_fraction=options.evaluation_fraction,
+            max_rows=options.max_rows,
         )
     except TuneError as exc:
         outcome.reason = f"no setting meets the target: {exc}"
         return _keep_report(outcome, options, None)
     chosen = result.choice
+    reports: tuple[PeriodReport | None, PeriodReport | None] = (result.tuning, result.evaluation)
     outcome.frontier = [c.as_dict() for c in result.frontier]
     if (chosen.partition_mode or "min") != running.partition_mode:
         # The job refuses a new partition mode (watermark.config.shape_change): the choice is published only
         # within the running mode; the other mode's figures stay in the report for a new deployment.
         outcome.other_mode = chosen.as_dict()
-        in_mode = stable_choice(
-            [c for c in result.candidates if (c.partition_mode or "min") == running.partition_mode],
-            target,
-            te,
-            tp,
-            running.window,
-            part,
-            part,
-            running.straggler_ms,
-            running.idle_timeout_ms,
-        )
-        if in_mode is None:
+        if running.partition_mode not in result.within_mode:
             outcome.reason = (
                 f"only partition mode {chosen.partition_mode} meets the target ({chosen.strategy} "
                 f"{chosen.params}); the job's mode ({running.partition_mode}) cannot change under it: start "
                 "a new output and checkpoint with that mode"
             )
+            _report_periods(outcome, *reports)
             return _keep_report(outcome, options, result)
-        chosen = in_mode
+        chosen, *within = result.within_mode[running.partition_mode]
+        reports = (within[0], within[1])
+    _report_periods(outcome, *reports)
     outcome.chosen = chosen.as_dict()
     candidate = _candidate_config(options, running, chosen, n, target)
     same = (candidate.strategy, dict(candidate.params), candidate.partition_mode) == (
@@ -238,6 +298,11 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             "running job: a new output and checkpoint can use it)"
         )
     return _keep_report(outcome, options, result)
+
+
+def _report_periods(outcome: RetuneOutcome, tuning: PeriodReport | None, held: PeriodReport | None) -> None:
+    outcome.tuning = None if tuning is None else tuning.as_dict()
+    outcome.evaluation = None if held is None else held.as_dict()
 
 
 def _candidate_config(
