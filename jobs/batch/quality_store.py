@@ -14,12 +14,13 @@ start in UTC (``20261124T090003.123456Z``); the four suites of one check share b
 
 **Local tables** (a path or ``file:``): the context is opened in place. **Object stores and HDFS**
 (``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``): GX's file stores work on local paths, so the context
-is opened in a local working folder holding a copy of the project and of the kept validation results (not
-the Data Docs pages, which nothing reads back), and after the run every new or changed file is written back
-through pyarrow's file system (:mod:`watermark.storage`: one PUT each, no rename). One code path serves every
-scheme the pipeline supports (GX's own S3, Azure and GCS store backends cover neither HDFS nor the
-pipeline's storage settings, and were not used). The copy is the run's, so two checks at once on one store
-(the DAG allows one run at a time) could each rewrite the index page: the results of both are kept.
+is opened in a local working folder holding a copy of the project and of the kept validation results (the
+Data Docs pages are not fetched: empty stand-ins let GX link them from the index), and after the run every
+new or changed file is written back through pyarrow's file system (:mod:`watermark.storage`: one PUT each,
+no rename), as every other file of the pipeline. GX's own S3, Azure and GCS store backends were not used:
+they need a client of their own per store (boto3, the Azure and Google SDKs) beside pyarrow's, none serves
+HDFS, and GX's project file stays local anyway. The copy is the run's, so two checks at once on one store
+(the DAG allows one run at a time) could each rewrite the index page; the results of both are kept.
 
 **Retention.** Before each run the oldest runs are deleted, results and Data Docs pages, so that the store
 holds the last ``keep_runs`` runs (:data:`DEFAULT_KEEP_RUNS`) with the new one; the index page is then
@@ -126,8 +127,9 @@ def working_copy(root: str | Location) -> Iterator[Path]:
     """A local folder holding the GX project of ``root``; written back when the block ends without error.
 
     A local ``root`` is its own working copy. Otherwise the project and its validation results are copied
-    to a temporary folder, and, when the block ends, each file there that is new or changed is written to
-    ``root`` (the Data Docs' static assets only when missing).
+    to a temporary folder, with an empty stand-in for each Data Docs page of a result (GX's index builder
+    links the pages the site holds), and, when the block ends, each file there that is new or changed is
+    written to ``root`` (the Data Docs' static assets only when missing).
     """
     loc = Location.of(root)
     if loc.local:
@@ -143,8 +145,11 @@ def working_copy(root: str | Location) -> Iterator[Path]:
             relative = entry.location.relative_to(project)
             if relative.startswith(DOCS_DIR + "/"):
                 remote_docs.add(relative)
-                continue
-            data = storage.read_bytes(entry.location)
+                if not relative.startswith(f"{DOCS_DIR}/validations/"):
+                    continue
+                data = b""  # a stand-in: GX lists the site's pages to link them from the index
+            else:
+                data = storage.read_bytes(entry.location)
             target = workdir / GX_DIR / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
