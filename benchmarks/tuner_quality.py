@@ -1,44 +1,59 @@
-"""Tuner quality: tuned on a stream's first half, replayed on its second half, against a hindsight baseline.
+"""Tuner quality: every candidate against the best fixed delay chosen with hindsight, at its own late rate.
 
-    python benchmarks/tuner_quality.py [--target-late-pct 0.5] [--window-ms 1000] [--streams NAMES] [--json]
+    python benchmarks/tuner_quality.py [--quick] [--design] [--seeds N] [--families NAMES] [--json]
+                                       [--target-late-pct 0.5] [--full-space]
 
-The protocol of issue 14, under the unified latency measure (a window fires at the earliest ingestion-clock
-instant at which ``W >= end``, arrival or timer; :mod:`watermark.timeline`):
+The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
 
-* Each stream is split by arrival order into halves. ``watermark.tune`` chooses a setting on the first half
-  with the stream's device as partition and key (``--partition DEVICE --key DEVICE``), the target late share
-  and 1 s windows, searching every strategy, the partition modes (``min``, ``global``, ``scoped``) and fixed
-  delays in 10 ms steps; the choice is replayed on the second half.
-* The baseline is the best **global** ``periodic`` watermark emitted by timers, chosen with hindsight on the
-  second half: one generator for the whole stream, delay 0-5,000 ms in 10 ms steps, period 10, 50 or 200 ms,
-  the lowest mean emit latency with late <= the target.
-* Emit latency is the mean over (key, window) pairs fired before the end of input. A choice passes if it
-  fires at least 98 % as many pairs as the baseline, has late <= target + 0.1 and a latency ratio (choice /
-  baseline) of at most 1.0 on the bundled streams (a) and 0.7 on the congested (b) and synthetic (c) ones.
+* **Streams.** Base streams are the bundled IoT recordings (``samples/ooo-iot-d1.csv``, ``d2``: 8 devices,
+  about 10 minutes each) and synthetic streams of 8 devices (:mod:`watermark.synthetic`, 9,600 events at
+  16 events/s, lognormal delays whose median alternates between a calm 40 ms and a congested 400 ms regime);
+  seed ``s`` takes base ``s mod 3`` (d1, d2, synthetic with seed ``s``). The device is the aggregation key
+  and, except in the ``many-keys`` family, the source partition.
+* **Families** (:mod:`watermark.perturb`, each seeded with ``s``): ``clean`` (the base as recorded, for
+  reference), ``clock-steps`` (a quarter of the devices' clocks jump 1-10 s back or forward at a random
+  instant), ``retransmits`` (3 % of the records sent again 1-5 s later), ``offline-flush`` (two episodes of a
+  device offline for 1-2 minutes, flushing its backlog on return), ``congestion`` (episodes of 20-60 s, on
+  average one every 2 minutes, holding every arrival back 1.5 s + U[0, 0.3] s), ``keys-stop`` (a quarter of
+  the devices stop for good between 20 % and 80 % of the stream), ``many-keys`` (4 devices per partition).
+* **Rolling splits.** The stream is cut into three periods of equal arrival-time length; the tuner
+  (:func:`watermark.tune.tune`, target late share 0.5 %, 1 s windows, idle timeout 30 s, partition and key
+  as above, its other defaults) tunes on period ``i`` and every candidate is replayed on period ``i + 1``,
+  for ``i = 0, 1``: two tune/evaluate cases per seed. Each replay starts cold at the period's start.
+* **Candidates.** The tuner's choice, and for every strategy registered in :data:`watermark.registry.
+  STRATEGIES` at run time its best setting on the tuning period (at the target, else its least late one).
+* **Hindsight baseline.** For a candidate whose realized late share on the evaluation period is ``r``: the
+  ``periodic`` watermark (10 ms period) with the smallest delay, in 10 ms steps, whose late share on the
+  evaluation period is ``<= r``, found by binary search (the late share falls as the delay grows), both as
+  one generator for the whole stream (**global**) and as one per key (**per key**: partition = key,
+  partition-scoped firing); the one with the lower charged latency is the baseline.
+* **Latency** is the mean emit latency charged for stuck windows (``emit_latency_charged_ms`` of
+  :meth:`watermark.evaluate.ReplayResult.summary`): a window not fired before the end of the evaluation
+  period counts as fired at its last arrival, on both sides. Stuck windows are counted per side, and those of
+  keys silent for at least the idle timeout at the end of the period apart (``stuck idle``: the acceptance
+  wants none).
+* **Figures.** Per family and candidate: the median over seeds of the latency ratio (candidate / baseline;
+  a seed's ratio is the geometric mean over its two cases) with a bootstrap 95 % confidence interval (2,000
+  resamples of the seeds, percentiles), the median and maximum realized late share with the number of cases
+  above target + 0.1 point, and the stuck windows. A candidate passes a family when its median ratio is
+  <= 0.8 and its median late share <= target + 0.1 (issue 30's acceptance; also: no family above 1.0).
+* **Seeds.** Design seeds 0, 1, ... (``--design``) are for developing strategies and this benchmark; the
+  reported table uses the evaluation seeds 1000, 1001, ...; the output says which.
 
-Streams: (a) the bundled IoT streams d1 and d2 as they are; (b) the same with network congestion episodes
-(in every other 90 s of ingestion time, counted from the first arrival, starting with the second, each arrival
-is held back 1.5 s plus up to 0.3 s of uniform jitter, then the stream is re-sorted by arrival); (c) synthetic
-streams with regime changes of the delay distribution (:mod:`watermark.synthetic`): 40,000 events at 100
-events/s over 8 devices (400 s), lognormal delays (sigma 0.5) with the generator's default 0.3 % of
-stragglers delayed 25 times, and a median delay that alternates between a calm and a congested regime,
-each lasting tens of seconds, so that both halves hold several regimes of each kind: synthetic-1 70 s at
-40 ms then 30 s at 400 ms, synthetic-2 40 s at 30 ms then 20 s at 600 ms (switches of 2 s). The previous
-definition (four equal 100 s regimes, 40/400/60/250 and 300/30/500/80 ms) left one change and two regimes
-within a factor of 4-6 of each other in each half; there even the best delay per regime chosen with
-hindsight has 0.79-0.80 of the best single delay, so no watermark could reach 0.7x on it.
-
-For comparison every strategy appears: per strategy the tuner's best setting on the first half (at the
-target, else its least late one), the faithful ``adaptive`` (the paper's defaults), its ``heartbeat_ms``
-variant, a guessed ``periodic`` (1 s delay, 200 ms period) and ``slo`` at the target with its defaults.
+``--quick``: 3 seeds, the first half of each base stream, one split (development only). The tuner searches a
+reduced space by default (:data:`SPACE`; every registered strategy, fewer settings: the default space took
+about a minute per tune on this machine); ``--full-space`` passes none, so the tuner searches its own default.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +61,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from watermark import perturb  # noqa: E402
 from watermark.evaluate import WindowSpec, replay  # noqa: E402
 from watermark.io import read_stream  # noqa: E402
+from watermark.registry import STRATEGIES, required_params  # noqa: E402
 from watermark.synthetic import generate  # noqa: E402
-from watermark.tune import Candidate, tune  # noqa: E402
+from watermark.tune import SEARCH_SPACE, Candidate, TuneError, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = {
@@ -58,181 +75,391 @@ IOT = {
     "partition": "S.Device.ID",
     "delimiter": ";",
 }
-Stream = tuple[np.ndarray, np.ndarray, np.ndarray]  # te, tp, device (partition and key), in arrival order
-#: Latency ratio each group must meet (the goal is 0.9 for (a), 0.5 for (b) and (c)).
-LIMITS = {"a": 1.0, "b": 0.7, "c": 0.7}
+WINDOW = WindowSpec(1_000)
+IDLE_TIMEOUT_MS = 30_000
+PERIODS = 3
+DESIGN_SEEDS, EVALUATION_SEEDS = 0, 1_000
+BASELINE_PERIOD_MS = 10
+BASELINE_STEP_MS = 10
+BASELINE_MAX_DELAY_MS = 1_200_000
+
+Stream = tuple[np.ndarray, np.ndarray, np.ndarray]  # te, tp, device, in arrival order
+
+#: The tuner's search space here: every strategy of the default space with fewer settings.
+SPACE: dict[str, list[dict[str, Any]]] = {
+    "slo": [{"sample_size": 2_000}, {"sample_size": 10_000, "horizon_ms": 20_000}],
+    "periodic": [
+        {"delay_ms": d, "period_ms": 10} for d in (*range(0, 2_000, 100), *range(2_000, 5_001, 500))
+    ],
+    "ingestion": [{"max_event_time_lag_ms": lag} for lag in (0, 50, 100, 200, 300, 500, 750, 1_000, 2_000)],
+    "band": [{"band_ms": b} for b in (50, 100, 200, 500, 1_000, 2_000)],
+    "percentile": [
+        {"percentile": q, "horizon_ms": h, "period_ms": 10} for q in (0.0, 1.0, 5.0) for h in (500, 2_000)
+    ],
+    "sliding": [{"initial_delay_ms": d, "change_rate": 0.1} for d in (100, 500)],
+    "adaptive": [
+        {"late_threshold": 1.0, "heartbeat_ms": 200},
+        {"late_threshold": 0.1, "heartbeat_ms": 1_000},
+    ],
+}
+#: Settings kept per strategy that is registered but not in :data:`SPACE` (from the tuner's default space).
+OTHER_SETTINGS = 8
+
+
+def search_space(target: float) -> dict[str, list[dict[str, Any]]]:
+    """:data:`SPACE` and every other registered strategy (its default-space settings thinned, or defaults)."""
+    space = {name: list(settings) for name, settings in SPACE.items() if name in STRATEGIES}
+    for name, cls in STRATEGIES.items():
+        if name in space:
+            continue
+        settings = list(SEARCH_SPACE.get(name, [{}]))
+        if len(settings) > OTHER_SETTINGS:
+            pick = np.linspace(0, len(settings) - 1, OTHER_SETTINGS).round().astype(int)
+            settings = [settings[i] for i in sorted(set(pick.tolist()))]
+        missing = [p for p in required_params(cls) if all(p not in s for s in settings)]
+        if any(not p.endswith("_pct") for p in missing):
+            print(f"# {name}: left out (required {missing} unknown here)", file=sys.stderr)
+            continue
+        space[name] = [dict(s) | {p: target for p in missing} for s in settings]
+    return space
+
+
+# ---------------------------------------------------------------------------------------------------- streams
 
 
 def iot(name: str) -> Stream:
     stream = read_stream(ROOT / "samples" / f"{name}.csv", **IOT)
     order = np.argsort(stream.tp_ms, kind="stable")
-    device = np.asarray(stream.partition)[order]
-    return stream.te_ms[order], stream.tp_ms[order], device
+    return stream.te_ms[order], stream.tp_ms[order], np.asarray(stream.partition)[order].astype(str)
 
 
-def congested(stream: Stream, seed: int) -> Stream:
-    """Every other 90 s of ingestion time (the 2nd, 4th, ...), arrivals held back 1.5 s + U[0, 0.3] s."""
-    te, tp, device = stream
-    rng = np.random.default_rng(seed)
-    episode = ((tp - tp[0]) // 90_000) % 2 == 1
-    held = tp + np.where(episode, 1_500 + rng.integers(0, 301, tp.size), 0)
-    order = np.argsort(held, kind="stable")
-    return te[order], held[order], device[order]
-
-
-def synthetic(seed: int, medians: tuple[tuple[float, float], ...]) -> Stream:
-    """100 events/s over 8 devices, with the delay distribution's median switching between regimes."""
-    s = generate(events=40_000, seed=seed, rate_per_s=100.0, rate_changes=((0.0, 1.0),),
-                 delay_median_ms=medians, delay_sigma=0.5, partitions=8, keys=8, bursts=0,
-                 idle_partitions=0)  # fmt: skip
-    device = np.array([f"dev_{p}" for p in s.partition.tolist()], dtype=object)
-    return s.te_ms, s.tp_ms, device
-
-
-#: Event-time span of a synthetic stream: 40,000 events at 100 events/s.
-SYNTHETIC_SPAN_S = 400
-
-
-def alternating(calm: tuple[int, float], congested: tuple[int, float]) -> tuple[tuple[float, float], ...]:
-    """A median delay alternating between a calm and a congested regime, ``(seconds, median ms)`` each.
-
-    The cycle (calm, then congested) repeats over the stream's 400 s; each switch takes 0.5 % of the stream
-    (2 s), the median being interpolated linearly in between.
-    """
+def alternating(
+    span_s: int, calm: tuple[int, float], busy: tuple[int, float]
+) -> tuple[tuple[float, float], ...]:
+    """A median delay alternating between a calm and a congested regime (``(seconds, median ms)`` each)."""
     out: list[tuple[float, float]] = []
     t, i = 0, 0
-    while t < SYNTHETIC_SPAN_S:
-        seconds, median = (calm, congested)[i % 2]
-        lo, hi = t / SYNTHETIC_SPAN_S, min(1.0, (t + seconds) / SYNTHETIC_SPAN_S)
+    while t < span_s:
+        seconds, median = (calm, busy)[i % 2]
+        lo, hi = t / span_s, min(1.0, (t + seconds) / span_s)
         out += [(lo + (0.005 if out else 0.0), median), (hi, median)]
         t, i = t + seconds, i + 1
     return tuple(out)
 
 
-STREAMS: dict[str, tuple[str, Callable[[], Stream]]] = {
-    "d1": ("a", lambda: iot("ooo-iot-d1")),
-    "d2": ("a", lambda: iot("ooo-iot-d2")),
-    "d1+congestion": ("b", lambda: congested(iot("ooo-iot-d1"), 1)),
-    "d2+congestion": ("b", lambda: congested(iot("ooo-iot-d2"), 2)),
-    "synthetic-1": ("c", lambda: synthetic(1, alternating((70, 40.0), (30, 400.0)))),
-    "synthetic-2": ("c", lambda: synthetic(2, alternating((40, 30.0), (20, 600.0)))),
+def synthetic(seed: int) -> Stream:
+    """8 devices, 9,600 events at 16 events/s, median delay 70 s at 40 ms then 30 s at 400 ms, and again."""
+    s = generate(events=9_600, seed=seed, rate_per_s=16.0, rate_changes=((0.0, 1.0),),
+                 delay_median_ms=alternating(600, (70, 40.0), (30, 400.0)), delay_sigma=0.5, partitions=8,
+                 keys=8, bursts=0, idle_partitions=0)  # fmt: skip
+    return s.te_ms, s.tp_ms, np.array([f"dev_{p}" for p in s.partition.tolist()])
+
+
+_IOT_CACHE: dict[str, Stream] = {}
+
+
+def base(seed: int) -> tuple[str, Stream]:
+    which = seed % 3
+    if which == 2:
+        return f"synthetic-{seed}", synthetic(seed)
+    name = ("ooo-iot-d1", "ooo-iot-d2")[which]
+    if name not in _IOT_CACHE:
+        _IOT_CACHE[name] = iot(name)
+    return name[-2:], _IOT_CACHE[name]
+
+
+Family = Callable[[Stream, int], tuple[Stream, np.ndarray]]  # -> (stream, partition column)
+
+
+def _keyed(f: Callable[..., perturb.Stream], **kw: Any) -> Family:
+    def apply(s: Stream, seed: int) -> tuple[Stream, np.ndarray]:
+        out = f(*s, seed=seed, **kw)
+        return out, out[2]
+
+    return apply
+
+
+FAMILIES: dict[str, Family] = {
+    "clean": lambda s, seed: (s, s[2]),
+    "clock-steps": _keyed(perturb.clock_steps, share=0.25, step_ms=(1_000, 10_000)),
+    "retransmits": _keyed(perturb.retransmits, share=0.03, retry_ms=(1_000, 5_000)),
+    "offline-flush": _keyed(perturb.offline_flush, episodes=2, offline_ms=(60_000, 120_000)),
+    "congestion": _keyed(perturb.congestion, mean_gap_ms=120_000, episode_ms=(20_000, 60_000)),
+    "keys-stop": _keyed(perturb.stops, share=0.25),
+    "many-keys": lambda s, seed: (s, perturb.group_partitions(s[2], seed=seed, keys_per_partition=4)),
 }
 
 
-def halves(stream: Stream) -> tuple[Stream, Stream]:
-    h = stream[0].size // 2
-    first = (stream[0][:h], stream[1][:h], stream[2][:h])
-    second = (stream[0][h:], stream[1][h:], stream[2][h:])
-    return first, second
+def periods(tp: np.ndarray, count: int) -> list[np.ndarray]:
+    """Row indices of ``count`` periods of equal arrival-time length."""
+    edges = np.linspace(int(tp[0]), int(tp[-1]) + 1, count + 1)
+    cut = np.searchsorted(tp, edges[1:-1], side="left")
+    return np.split(np.arange(tp.size), cut)
 
 
-def run(stream: Stream, strategy: str, params: dict[str, Any], mode: str | None, window: WindowSpec) -> dict:
-    te, tp, device = stream
-    part = None if mode is None else device
-    s = replay(te, tp, strategy=strategy, params=params, window=window, key=device, partition=part,
-               partition_mode=mode or "min").summary()  # fmt: skip
-    return {
-        "strategy": strategy,
-        "params": params,
-        "partition_mode": mode or "global",
-        "late_pct": s["dropped_pct"],
-        "latency_ms": s["emit_latency_ms"]["mean"],
-        "pairs": s["windows_fired"],
-    }
+# ---------------------------------------------------------------------------------------------- measurement
 
 
-def baseline(stream: Stream, target: float, window: WindowSpec) -> dict:
-    best: dict | None = None
-    for period in (10, 50, 200):
-        for delay in range(0, 5_001, 10):
-            r = run(stream, "periodic", {"delay_ms": delay, "period_ms": period}, None, window)
-            if r["late_pct"] <= target and r["latency_ms"] is not None:
-                if best is None or r["latency_ms"] < best["latency_ms"]:
-                    best = r
-    assert best is not None
-    return best
+@dataclass
+class Measure:
+    late_pct: float
+    latency_ms: float  # mean emit latency, stuck windows charged
+    stuck: int
+    stuck_idle: int | None
 
 
-def per_strategy(candidates: list[Candidate], target: float) -> dict[str, Candidate]:
+def measure(te: np.ndarray, tp: np.ndarray, key: np.ndarray, part: np.ndarray | None, strategy: str,
+            params: Mapping[str, Any], mode: str | None) -> Measure:  # fmt: skip
+    r = replay(te, tp, strategy=strategy, params=dict(params), window=WINDOW, key=key, partition=part,
+               partition_mode=mode or "min", idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
+    s = r.summary()
+    return Measure(s["dropped_pct"], float(s["emit_latency_charged_ms"]["mean"] or 0.0),
+                   s["windows_flushed"], s["windows_stuck_idle"])  # fmt: skip
+
+
+@dataclass
+class Hindsight:
+    """Fixed delays replayed on one evaluation period, global and per key, memoised by delay."""
+
+    te: np.ndarray
+    tp: np.ndarray
+    key: np.ndarray
+    runs: dict[tuple[str, int], Measure] = field(default_factory=dict)
+
+    def at(self, side: str, delay: int) -> Measure:
+        if (side, delay) not in self.runs:
+            params = {"delay_ms": delay, "period_ms": BASELINE_PERIOD_MS}
+            if side == "global":
+                m = measure(self.te, self.tp, self.key, None, "periodic", params, None)
+            else:
+                m = measure(self.te, self.tp, self.key, self.key, "periodic", params, "scoped")
+            self.runs[side, delay] = m
+        return self.runs[side, delay]
+
+    def smallest_delay(self, side: str, late_pct: float) -> int | None:
+        """The smallest delay (a multiple of the step) with late share <= ``late_pct``; None if none."""
+        hi = 1_000
+        while self.at(side, hi).late_pct > late_pct:
+            if hi >= BASELINE_MAX_DELAY_MS:
+                return None
+            hi = min(2 * hi, BASELINE_MAX_DELAY_MS)
+        lo = -BASELINE_STEP_MS  # invariant: lo fails (or is below 0), hi passes
+        while hi - lo > BASELINE_STEP_MS:
+            mid = (lo + hi) // 2 // BASELINE_STEP_MS * BASELINE_STEP_MS
+            mid = max(mid, lo + BASELINE_STEP_MS)
+            if self.at(side, mid).late_pct <= late_pct:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def best(self, late_pct: float) -> dict[str, Any] | None:
+        """The lower-latency side at late share <= ``late_pct``."""
+        out = None
+        for side in ("global", "per-key"):
+            d = self.smallest_delay(side, late_pct)
+            if d is None:
+                continue
+            m = self.at(side, d)
+            if out is None or m.latency_ms < out["latency_ms"]:
+                out = {"side": side, "delay_ms": d, **m.__dict__}
+        return out
+
+
+def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Candidate]:
     """Each strategy's best candidate at the target (else its least late one)."""
     out: dict[str, Candidate] = {}
     for c in candidates:
-        ok = c.dropped_pct <= target and c.windows_fired
-        key = (not ok, c.mean_latency_ms if ok else c.dropped_pct)
+        ok = c.dropped_pct <= target and c.windows_fired > 0
+        rank = (not ok, c.mean_latency_ms if ok else c.dropped_pct)
         prev = out.get(c.strategy)
         if prev is None:
             out[c.strategy] = c
             continue
-        prev_ok = prev.dropped_pct <= target and prev.windows_fired
-        if key < (not prev_ok, prev.mean_latency_ms if prev_ok else prev.dropped_pct):
+        prev_ok = prev.dropped_pct <= target and prev.windows_fired > 0
+        if rank < (not prev_ok, prev.mean_latency_ms if prev_ok else prev.dropped_pct):
             out[c.strategy] = c
     return out
 
 
-def verdict(row: dict, base: dict, target: float, limit: float) -> dict:
-    ratio = None if row["latency_ms"] is None else row["latency_ms"] / base["latency_ms"]
-    pairs = row["pairs"] / base["pairs"] if base["pairs"] else 0.0
-    ok = ratio is not None and ratio <= limit and pairs >= 0.98 and row["late_pct"] <= target + 0.1
-    return row | {"ratio": ratio, "pairs_vs_baseline": pairs, "passes": ok}
+def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows: np.ndarray, target: float,
+             space: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> dict[str, Any]:  # fmt: skip
+    te, tp, key = stream
+    t0 = time.perf_counter()
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        result = tune(te[tune_rows], tp[tune_rows], target_late_pct=target, window=WINDOW, space=space,
+                      partition=part[tune_rows], key=key[tune_rows],
+                      idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
+    except TuneError as exc:
+        return {"error": str(exc), "rows": rows, "tune_s": time.perf_counter() - t0}
+    tune_s = time.perf_counter() - t0
+    chosen = {"tuner": result.choice} | {
+        f"best {name}": c for name, c in sorted(per_strategy(result.candidates, target).items())
+    }
+    e_te, e_tp, e_key, e_part = te[eval_rows], tp[eval_rows], key[eval_rows], part[eval_rows]
+    hindsight = Hindsight(e_te, e_tp, e_key)
+    for label, c in chosen.items():
+        m = measure(e_te, e_tp, e_key, e_part, c.strategy, c.params, c.partition_mode)
+        base_row = hindsight.best(m.late_pct)
+        ratio = (
+            None if base_row is None or base_row["latency_ms"] <= 0 else m.latency_ms / base_row["latency_ms"]
+        )
+        rows[label] = {
+            "strategy": c.strategy,
+            "params": c.params,
+            "partition_mode": c.partition_mode,
+            "tune_late_pct": c.dropped_pct,
+            **m.__dict__,
+            "baseline": base_row,
+            "ratio": ratio,
+        }
+    return {"rows": rows, "tune_s": tune_s, "eval_s": time.perf_counter() - t0 - tune_s}
 
 
-def fmt(name: str, row: dict) -> str:
-    params = ",".join(f"{k}={v}" for k, v in row["params"].items())
-    lat = "-" if row["latency_ms"] is None else f"{row['latency_ms']:,.0f}"
-    ratio = "-" if row.get("ratio") is None else f"{row['ratio']:.2f}"
-    pairs = f"{100 * row.get('pairs_vs_baseline', 1.0):.1f}"
-    verdict_text = {True: "yes", False: "no", None: ""}[row.get("passes")]
-    return (f"| {name} | {row['strategy']} | {row['partition_mode']} | {params} | {row['late_pct']:.3f} "
-            f"| {lat} | {ratio} | {row['pairs']:,} ({pairs} %) | {verdict_text} |")  # fmt: skip
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def bootstrap_median(values: Sequence[float], resamples: int = 2_000) -> tuple[float, float, float]:
+    """Median and its 95 % percentile-bootstrap interval (fixed seed: the same figures every run)."""
+    v = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    medians = np.median(v[rng.integers(0, v.size, size=(resamples, v.size))], axis=1)
+    lo, hi = np.percentile(medians, [2.5, 97.5])
+    return float(np.median(v)), float(lo), float(hi)
+
+
+def summarise(cases: list[dict[str, Any]], target: float) -> dict[str, dict[str, Any]]:
+    """Per candidate label: median ratio over seeds with its CI, late shares, stuck windows."""
+    labels = sorted({label for c in cases for label in c["rows"]}, key=lambda s: (s != "tuner", s))
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        per_seed: dict[int, list[float]] = {}
+        late, stuck, stuck_idle, b_stuck, b_idle, missing, sides = (
+            [],
+            0,
+            0,
+            0,
+            0,
+            0,
+            {"global": 0, "per-key": 0},
+        )
+        for case in cases:
+            row = case["rows"].get(label)
+            if row is None or row["ratio"] is None:
+                missing += 1
+                continue
+            per_seed.setdefault(case["seed"], []).append(math.log(row["ratio"]))
+            late.append(row["late_pct"])
+            stuck += row["stuck"]
+            stuck_idle += row["stuck_idle"] or 0
+            b_stuck += row["baseline"]["stuck"]
+            b_idle += row["baseline"]["stuck_idle"] or 0
+            sides[row["baseline"]["side"]] += 1
+        if not per_seed:
+            out[label] = {"cases": 0, "missing": missing}
+            continue
+        ratios = [math.exp(sum(v) / len(v)) for v in per_seed.values()]
+        med, lo, hi = bootstrap_median(ratios)
+        out[label] = {
+            "seeds": len(ratios),
+            "cases": len(late),
+            "missing": missing,
+            "ratio_median": med,
+            "ratio_ci95": [lo, hi],
+            "ratio_max_seed": max(ratios),
+            "late_median_pct": float(np.median(late)),
+            "late_max_pct": float(max(late)),
+            "cases_late_over": int(sum(x > target + 0.1 for x in late)),
+            "stuck": stuck,
+            "stuck_idle": stuck_idle,
+            "baseline_stuck": b_stuck,
+            "baseline_stuck_idle": b_idle,
+            "baseline_sides": sides,
+            "passes": med <= 0.8 and float(np.median(late)) <= target + 0.1,
+        }
+    return out
+
+
+def table(family: str, summary: dict[str, dict[str, Any]], target: float) -> str:
+    lines = [
+        f"\n### {family}\n",
+        "| candidate | seeds | median ratio [95 % CI] | worst seed | late % median / max (cases > "
+        f"{target + 0.1:g}) | stuck (idle) | baseline stuck (idle) | baseline global / per key | passes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, s in summary.items():
+        if not s.get("cases"):
+            lines.append(f"| {label} | 0 | - ({s['missing']} cases without a ratio) | | | | | | no |")
+            continue
+        lo, hi = s["ratio_ci95"]
+        miss = f", {s['missing']} missing" if s["missing"] else ""
+        lines.append(
+            f"| {label} | {s['seeds']}{miss} | {s['ratio_median']:.2f} [{lo:.2f}, {hi:.2f}] "
+            f"| {s['ratio_max_seed']:.2f} | {s['late_median_pct']:.2f} / {s['late_max_pct']:.2f} "
+            f"({s['cases_late_over']}/{s['cases']}) | {s['stuck']} ({s['stuck_idle']}) "
+            f"| {s['baseline_stuck']} ({s['baseline_stuck_idle']}) "
+            f"| {s['baseline_sides']['global']} / {s['baseline_sides']['per-key']} "
+            f"| {'yes' if s['passes'] else 'no'} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--target-late-pct", type=float, default=0.5)
-    p.add_argument("--window-ms", type=int, default=1_000)
-    p.add_argument("--streams", help="comma-separated subset of: " + ", ".join(STREAMS))
+    p.add_argument("--seeds", type=int, help="seeds per family (default 10, 3 with --quick)")
+    p.add_argument("--design", action="store_true", help="use the design seeds 0.. instead of 1000..")
+    p.add_argument("--quick", action="store_true", help="3 seeds, half streams, one split (development)")
+    p.add_argument("--families", help="comma-separated subset of: " + ", ".join(FAMILIES))
+    p.add_argument("--full-space", action="store_true", help="the tuner's own default search space")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    target, window = args.target_late_pct, WindowSpec(args.window_ms)
-    names = args.streams.split(",") if args.streams else list(STREAMS)
-    report: dict[str, Any] = {"target_late_pct": target, "window_ms": args.window_ms, "streams": {}}
-    header = (
-        "| row | strategy | partitions | params | late % | mean emit latency ms | ratio | pairs fired | "
-        "passes |\n|---|---|---|---|---|---|---|---|---|"
+    target = args.target_late_pct
+    n_seeds = args.seeds or (3 if args.quick else 10)
+    first = DESIGN_SEEDS if args.design else EVALUATION_SEEDS
+    seeds = list(range(first, first + n_seeds))
+    families = args.families.split(",") if args.families else list(FAMILIES)
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        p.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
+    space = None if args.full_space else search_space(target)
+    kind = "design" if args.design else "evaluation"
+    head = (
+        f"# {kind} seeds {seeds[0]}-{seeds[-1]}; target late {target} %; 1 s windows; idle timeout "
+        f"{IDLE_TIMEOUT_MS // 1000} s; strategies {', '.join(STRATEGIES)}; search space "
+        f"{'tuner default' if space is None else 'reduced (' + str(sum(map(len, space.values()))) + ')'}"
+        f"{'; quick' if args.quick else ''}"
     )
-    for name in names:
-        group, load = STREAMS[name]
-        first, second = halves(load())
-        result = tune(first[0], first[1], target_late_pct=target, window=window, partition=first[2],
-                      key=first[2])  # fmt: skip
-        base = baseline(second, target, window) | {"ratio": 1.0, "pairs_vs_baseline": 1.0, "passes": None}
-        c = result.choice
-        choice = verdict(
-            run(second, c.strategy, c.params, c.partition_mode, window), base, target, LIMITS[group]
-        )
-        rows = {"baseline: hindsight global periodic (timers)": base, "tuned choice": choice}
-        for strat, cand in per_strategy(result.candidates, target).items():
-            r = run(second, strat, cand.params, cand.partition_mode, window)
-            rows[f"best {strat} on the first half"] = verdict(r, base, target, LIMITS[group])
-        extra = {
-            "adaptive, faithful (paper defaults)": ("adaptive", {}, None),
-            "adaptive, heartbeat_ms=200": ("adaptive", {"heartbeat_ms": 200}, None),
-            "periodic 1000/200, a guess": ("periodic", {"delay_ms": 1_000, "period_ms": 200}, None),
-            "slo defaults, one global generator": ("slo", {"late_slo_pct": target}, None),
-            "slo defaults, min over partitions": ("slo", {"late_slo_pct": target}, "min"),
-            "slo defaults, partition-scoped": ("slo", {"late_slo_pct": target}, "scoped"),
-        }
-        for label, (strat, params, mode) in extra.items():
-            rows[label] = verdict(run(second, strat, params, mode, window), base, target, LIMITS[group])
-        report["streams"][name] = {"group": group, "limit": LIMITS[group], "rows": rows}
+    report: dict[str, Any] = {"seeds": seeds, "seed_kind": kind, "target_late_pct": target, "families": {}}
+    if not args.json:
+        print(head)
+    started = time.perf_counter()
+    for family in families:
+        cases: list[dict[str, Any]] = []
+        for seed in seeds:
+            name, stream = base(seed)
+            if args.quick:
+                half = np.flatnonzero(stream[1] < stream[1][0] + (stream[1][-1] - stream[1][0]) // 2)
+                stream = (stream[0][half], stream[1][half], stream[2][half])
+            perturbed, part = FAMILIES[family](stream, seed)
+            cuts = periods(perturbed[1], 2 if args.quick else PERIODS)
+            for i in range(len(cuts) - 1):
+                case = one_case(perturbed, part, cuts[i], cuts[i + 1], target, space)
+                cases.append(case | {"seed": seed, "base": name, "split": i})
+                if case.get("error"):
+                    print(f"# {family} seed {seed} split {i}: tuner error: {case['error']}", file=sys.stderr)
+                print(f"# {family} seed {seed} ({name}) split {i}: tune {case['tune_s']:.1f} s, evaluate "
+                      f"{case.get('eval_s', 0):.1f} s", file=sys.stderr, flush=True)  # fmt: skip
+        summary = summarise(cases, target)
+        report["families"][family] = {"summary": summary, "cases": cases}
         if not args.json:
-            print(f"\n### {name} (group {group}: ratio <= {LIMITS[group]}, late <= {target + 0.1} %)\n")
-            print(header)
-            for label, row in rows.items():
-                print(fmt(label, row))
-            sys.stdout.flush()
+            print(table(family, summary, target), flush=True)
+    report["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         print(json.dumps(report, default=str))
+    else:
+        print(f"\n# {report['seconds']:.0f} s")
 
 
 if __name__ == "__main__":
