@@ -68,6 +68,18 @@ PARAMS = {
             "surge_arrivals": st.integers(0, 50),
         }
     ),
+    "fleet": st.fixed_dictionaries(
+        {
+            "late_slo_pct": st.sampled_from([0.5, 5.0, 30.0]),
+            "initial_delay_ms": st.integers(0, 300),
+            "period_ms": st.integers(1, 300),
+            "memory": st.integers(10, 100),
+            "prior": st.sampled_from([0.0, 5.0, 50.0]),
+            "congestion": st.sampled_from([0.0, 1.0, 2.0]),
+            "step_min_ms": st.integers(1, 500),
+            "step_run": st.integers(1, 6),
+        }
+    ),
 }
 
 NAMES = list(PARAMS)

@@ -9,6 +9,7 @@ from typing import Any
 from watermark.adaptive import Adaptive
 from watermark.band import Band
 from watermark.base import WatermarkGenerator
+from watermark.fleet import FleetWatermark
 from watermark.ingestion import Ingestion
 from watermark.percentile import Percentile
 from watermark.periodic import Periodic
@@ -16,7 +17,8 @@ from watermark.sliding import Sliding
 from watermark.slo import LateRateSLO
 
 STRATEGIES: dict[str, type[WatermarkGenerator]] = {
-    cls.name: cls for cls in (Periodic, Adaptive, Sliding, Percentile, Band, Ingestion, LateRateSLO)
+    cls.name: cls
+    for cls in (Periodic, Adaptive, Sliding, Percentile, Band, Ingestion, LateRateSLO, FleetWatermark)
 }
 
 

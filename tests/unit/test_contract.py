@@ -27,7 +27,16 @@ def state_of(gen):
 
 
 def test_every_design_strategy_is_registered():
-    assert list(STRATEGIES) == ["periodic", "adaptive", "sliding", "percentile", "band", "ingestion", "slo"]
+    assert list(STRATEGIES) == [
+        "periodic",
+        "adaptive",
+        "sliding",
+        "percentile",
+        "band",
+        "ingestion",
+        "slo",
+        "fleet",
+    ]
     assert set(NAMES) == set(STRATEGIES)
 
 
@@ -135,8 +144,8 @@ def test_arrivals_behind_the_ingestion_clock_are_treated_as_arriving_at_it(name)
     np.testing.assert_array_equal(a.process(te, tp_raw), b.process(te, clamped))
 
 
-#: The one required parameter (the SLO strategy's target); every other strategy has defaults for all.
-REQUIRED = {"slo": {"late_slo_pct": 0.5}}
+#: The one required parameter (the SLO and fleet strategies' target); the other strategies have defaults.
+REQUIRED = {"slo": {"late_slo_pct": 0.5}, "fleet": {"late_slo_pct": 0.5}}
 
 INVALID = [
     ("slo", {}, "missing required parameter(s) late_slo_pct"),

@@ -1,0 +1,399 @@
+"""A per-key lateness model with one shared late budget: the fleet watermark.
+
+Every key (a device; a partition in the combination's ``scoped`` mode) fires its windows by its own
+watermark, ``W_k = max te of k - d_k * c``. What the per-key watermarks of :mod:`watermark.ingestion` or
+:mod:`watermark.slo` lack is the fleet: a key with little history has nothing to learn from, a congestion
+shows in each key's history only after it has cost late records, and a late-share target met key by key
+spends the budget where it buys the least latency. Here the keys' models live in one :class:`Fleet` that the
+generators of a :class:`~watermark.combine.PartitionedWatermark` share:
+
+* **Per-key lag model.** The *lag* of an arrival is how far its event time is behind its key's reference
+  (the key's largest event time before it; 0 when in order): under ``W_k = ref - d`` it is late exactly when
+  its lag exceeds ``d``. Each key keeps a histogram of its lags in log-spaced bins (8 a doubling, 273 bins:
+  bounded, JSON-able state) with exponential decay (``memory`` arrivals of the key); a key's disorder is its
+  own.
+* **Clock steps.** A forward step of a key's clock only raises its reference. A backward step shows as a
+  run of lags far beyond the key's delay (``> max(step_min_ms, 4 d_k)``): such lags are held pending, and
+  after ``step_run`` of them in a row the key is *re-based* (its reference moves to the run's largest event
+  time, its transit baseline to the new offset) and the pending lags are dropped, so the step does not
+  inflate the key's delay; a shorter run is disorder after all, and its lags join the histogram. (A key's
+  records from before a backward step's size of event time are still late: the watermark never goes back.)
+* **Pooling.** The survival function of a key's lag is shrunk toward the fleet's (a histogram of every
+  key's lags, with a longer memory) with weight ``prior / (n_k + prior)``, ``n_k`` the key's effective
+  history: a key with little history uses the fleet's model, one with much its own. A key the fleet has not
+  seen starts with the fleet's quantile at the budget.
+* **One late budget.** On a grid of ingestion time (``period_ms``) the delays are chosen together:
+  minimise the total window latency ``sum_k d_k`` (every key's windows weigh the same) subject to the
+  expected late arrivals ``sum_k r_k S_k(d_k)`` being at most ``late_slo_pct`` of all arrivals (``r_k``: the
+  key's recent arrival rate). Lagrangian: ``d_k = argmin_d [d + lambda r_k S_k(d)]``, with ``lambda`` set by
+  bisection so that the total meets the budget. A busy key gets a tight cover (its late records are many), a
+  sparse one a loose one. The budget tightens while the realised late share is above the target (won back
+  over 2,000 arrivals, as :mod:`watermark.slo` does), and the initial delay fades over the fleet's first
+  200 arrivals.
+* **Congestion moves every key at once.** Each key tracks its transit ``tp - te`` above its own low
+  baseline (which absorbs its clock offset); the fleet's factor is the median over keys of the recent
+  (16 arrivals) over the long-run geometric mean of ``1 + transit``, to the power ``congestion`` and within
+  ``[1, 8]``. It multiplies every key's delay from the next grid instant on, before each key's own
+  histogram shows the episode. A median over keys, so that one device flushing a buffer is no congestion.
+
+**Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
+:mod:`watermark.fleet_kernel`); the allocation happens at the first arrival at or past each grid instant.
+A :class:`~watermark.combine.PartitionedWatermark` runs the fleet over the whole batch before the
+partitions' generators read their proposals (:meth:`Fleet.prepare`), so a batch gives the same decisions
+whether it is processed whole, in cuts, or tuple by tuple; its snapshot holds the fleet once. Cut a stream
+into batches *by arrival order*: a batch that holds one partition further ahead in time than another (Kafka
+partitions read at different speeds) orders the fleet's arrivals differently, so the executors' stage
+(partitions apart) cannot run it; the job runs this strategy's stage on the driver.
+
+**Alone** (one generator, the combination's ``global`` or ``min`` modes, a replay without partitions) each
+generator has a fleet of its own with one key: a decayed lag histogram whose quantile meets the budget, with
+clock-step re-basing and its own congestion ratio.
+
+Parameters
+----------
+late_slo_pct
+    Target share of late tuples over all keys, in percent, in ``(0, 100)``.
+initial_delay_ms
+    Delay before the fleet has data (fading over its first 200 arrivals), >= 0.
+period_ms
+    Ingestion time between two allocations of the budget, >= 1.
+memory
+    Arrivals of a key over which its histogram decays (by ``1/e``), >= 10.
+prior
+    Weight of the fleet's lag distribution in a key's, in pseudo-arrivals, >= 0.
+congestion
+    Exponent of the congestion ratio, in ``[0, 4]`` (0: no congestion factor).
+step_min_ms
+    A lag must exceed this (and 4 times the key's delay) to count toward a clock step, >= 1.
+step_run
+    Lags beyond the threshold in a row that make a clock step, in ``[1, 16]``.
+
+Examples
+--------
+One key whose tuples trail its frontier by up to 40 ms: the budget of 1 % is met at a delay of about 30 ms.
+
+>>> import numpy as np
+>>> from watermark.fleet import FleetWatermark
+>>> rng = np.random.default_rng(1)
+>>> n = 20_000
+>>> tp = 1_700_000_000_000 + np.arange(n) * 5
+>>> te = tp - rng.integers(0, 40, n)
+>>> gen = FleetWatermark(late_slo_pct=1.0)
+>>> wm = gen.process(te, tp)
+>>> round(100 * gen.n_late / n, 1) <= 1.1, 30 <= gen.delay_ms <= 45
+(True, True)
+
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from watermark import fleet_kernel as fk
+from watermark.base import I64, WatermarkGenerator, check_float, check_int
+from watermark.timeutil import NO_WATERMARK, running_max, shift_right
+
+
+def _encode_f64(values: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, "<f8").tobytes()).decode("ascii")
+
+
+def _decode_f64(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<f8").astype(np.float64)
+
+
+class Fleet:
+    """The shared state of a fleet of keys: their lag models, the congestion factor and the allocation.
+
+    Built by :meth:`FleetWatermark.shared_state` (one per :class:`~watermark.combine.PartitionedWatermark`)
+    or by a lone generator for itself. Keys are the partition keys (strings or integers).
+    """
+
+    _kints: NDArray[np.int64]
+    _kfloats: NDArray[np.float64]
+    _hist: NDArray[np.float64]
+    _pend: NDArray[np.int64]
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.params = dict(params)
+        self._iparams = np.zeros(fk.N_IPARAMS, np.int64)
+        self._iparams[fk.P_PERIOD] = params["period_ms"]
+        self._iparams[fk.P_INITIAL] = params["initial_delay_ms"]
+        self._iparams[fk.P_STEP_RUN] = params["step_run"]
+        self._iparams[fk.P_STEP_MIN] = params["step_min_ms"]
+        self._iparams[fk.P_MEMORY] = params["memory"]
+        self._fparams = np.zeros(fk.N_FPARAMS, np.float64)
+        self._fparams[fk.P_TARGET] = params["late_slo_pct"] / 100.0
+        self._fparams[fk.P_PRIOR] = params["prior"]
+        self._fparams[fk.P_CONGESTION] = params["congestion"]
+        self._fints = np.zeros(fk.N_FINTS, np.int64)
+        self._fints[fk.G_NEW_DELAY] = params["initial_delay_ms"]
+        self._ffloats = np.zeros(fk.N_FFLOATS, np.float64)
+        self._ffloats[fk.H_INC] = 1.0
+        self._ffloats[fk.H_FACTOR] = 1.0
+        self._fhist = np.zeros(fk.N_BINS, np.float64)
+        self._slots: dict[Hashable, int] = {}
+        self._alloc(4)
+        #: Proposals :meth:`prepare` computed for the generators to read, by key.
+        self._prepared: dict[Hashable, tuple[I64, I64]] = {}
+
+    def _alloc(self, capacity: int, *, keep: bool = True) -> None:
+        old = getattr(self, "_kints", None) if keep else None
+        kints = np.zeros((capacity, fk.N_KINTS), np.int64)
+        kints[:, fk.K_REF] = NO_WATERMARK
+        kints[:, fk.K_WM] = NO_WATERMARK
+        kfloats = np.zeros((capacity, fk.N_KFLOATS), np.float64)
+        hist = np.zeros((capacity, fk.N_BINS), np.float64)
+        pend = np.zeros((capacity, fk.MAX_STEP_RUN), np.int64)
+        if old is not None:
+            k = old.shape[0]
+            kints[:k], kfloats[:k], hist[:k], pend[:k] = self._kints, self._kfloats, self._hist, self._pend
+        self._kints, self._kfloats, self._hist, self._pend = kints, kfloats, hist, pend
+
+    def slot(self, key: Hashable) -> int:
+        """The state row of ``key`` (a new key gets the next one)."""
+        s = self._slots.get(key)
+        if s is None:
+            s = self._slots[key] = len(self._slots)
+            if s >= self._kints.shape[0]:
+                self._alloc(2 * self._kints.shape[0])
+            self._fints[fk.G_KEYS] = len(self._slots)
+        return s
+
+    # -- running ------------------------------------------------------------------------------------------
+    def run(self, slots: np.ndarray, te: I64, tp: I64, clocks: np.ndarray | None = None) -> I64:
+        """Arrivals of any keys (their slots) in arrival order; each one's key's proposal after it."""
+        out = np.empty(te.size, np.int64)
+        if clocks is None:
+            clocks = np.full(max(1, len(self._slots)), NO_WATERMARK, np.int64)
+        fk.run(
+            np.ascontiguousarray(slots, np.int64),
+            np.ascontiguousarray(te, np.int64),
+            np.ascontiguousarray(tp, np.int64),
+            clocks,
+            self._kints,
+            self._kfloats,
+            self._hist,
+            self._pend,
+            self._fints,
+            self._ffloats,
+            self._fhist,
+            self._iparams,
+            self._fparams,
+            out,
+        )
+        return out
+
+    def prepare(
+        self,
+        keys: list[Hashable],
+        codes: np.ndarray,
+        te: I64,
+        tp: I64,
+        clocks: Mapping[Hashable, int | None],
+    ) -> None:
+        """Run a whole batch of every key in arrival order; each key's generator then reads its proposals.
+
+        ``codes[i]`` is the index in ``keys`` of arrival ``i``'s key; ``tp`` the arrival times as the keys'
+        generators will see them; ``clocks`` each generator's clock before the batch.
+        """
+        slot_of = np.array([self.slot(key) for key in keys], np.int64)
+        clock_arr = np.full(len(self._slots), NO_WATERMARK, np.int64)
+        for key, clock in clocks.items():
+            if clock is not None and key in self._slots:
+                clock_arr[self._slots[key]] = clock
+        out = self.run(slot_of[codes], te, tp, clock_arr)
+        self._prepared = {}
+        for code, key in enumerate(keys):
+            rows = np.flatnonzero(codes == code)
+            self._prepared[key] = (te[rows], out[rows])
+
+    def proposals(self, key: Hashable, te: I64, tp: I64) -> I64:
+        """The proposals of ``key``'s arrivals ``te``: those :meth:`prepare` computed, else run now."""
+        ready = self._prepared.pop(key, None)
+        if ready is not None and ready[0].size == te.size and np.array_equal(ready[0], te):
+            return ready[1]
+        s = self.slot(key)
+        return self.run(np.full(te.size, s, np.int64), te, tp)
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a key (its partition was evicted): its row is cleared for reuse by a new key."""
+        s = self._slots.pop(key, None)
+        if s is None:
+            return
+        last = len(self._slots)  # move the last row into the hole, keeping slots dense
+        moved = [k for k, v in self._slots.items() if v == last]
+        for arr in (self._kints, self._kfloats, self._hist, self._pend):
+            arr[s] = arr[last]
+        if moved:
+            self._slots[moved[0]] = s
+        self._kints[last] = 0
+        self._kints[last, fk.K_REF] = NO_WATERMARK
+        self._kints[last, fk.K_WM] = NO_WATERMARK
+        self._kfloats[last] = 0.0
+        self._hist[last] = 0.0
+        self._pend[last] = 0
+        self._fints[fk.G_KEYS] = len(self._slots)
+
+    # -- read-only ------------------------------------------------------------------------------------------
+    def delays_ms(self) -> dict[Hashable, int]:
+        """Each key's delay in force (the allocated delay times the congestion factor)."""
+        factor = float(self._ffloats[fk.H_FACTOR])
+        return {k: int(np.ceil(self._kints[s, fk.K_DELAY] * factor)) for k, s in self._slots.items()}
+
+    @property
+    def congestion_factor(self) -> float:
+        """The congestion factor in force."""
+        return float(self._ffloats[fk.H_FACTOR])
+
+    @property
+    def new_key_delay_ms(self) -> int:
+        """The delay a key the fleet has not seen yet starts with."""
+        return int(self._fints[fk.G_NEW_DELAY])
+
+    def steps(self) -> dict[Hashable, int]:
+        """Clock steps detected per key."""
+        return {k: int(self._kints[s, fk.K_STEPS]) for k, s in self._slots.items()}
+
+    def diagnostics(self) -> dict[str, Any]:
+        """Keys, allocations, congestion factor, realised late share of the keys' own proposals."""
+        arrivals = int(self._fints[fk.G_ARRIVALS])
+        return {
+            "keys": len(self._slots),
+            "allocations": int(self._fints[fk.G_ALLOCATIONS]),
+            "congestion_factor": self.congestion_factor,
+            "late_share": int(self._fints[fk.G_LATE]) / arrivals if arrivals else 0.0,
+            "clock_steps": int(self._kints[: len(self._slots), fk.K_STEPS].sum()),
+        }
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state (the histograms as base64 of their float64 bytes, exact)."""
+        n = len(self._slots)
+        return {
+            "kind": "fleet",
+            "version": 1,
+            "keys": list(self._slots),
+            "kints": self._kints[:n].tolist(),
+            "kfloats": _encode_f64(self._kfloats[:n]),
+            "hist": _encode_f64(self._hist[:n]),
+            "pend": self._pend[:n].tolist(),
+            "fints": self._fints.tolist(),
+            "ffloats": _encode_f64(self._ffloats),
+            "fhist": _encode_f64(self._fhist),
+        }
+
+    def load(self, snap: Mapping[str, Any]) -> None:
+        """Take the state of :meth:`snapshot` (of a fleet with the same parameters)."""
+        if snap.get("kind") != "fleet" or snap.get("version") != 1:
+            msg = "not a version-1 fleet snapshot"
+            raise ValueError(msg)
+        keys = list(snap["keys"])
+        n = len(keys)
+        self._alloc(max(4, n), keep=False)
+        if n:
+            self._kints[:n] = np.array(snap["kints"], np.int64).reshape(n, fk.N_KINTS)
+            self._kfloats[:n] = _decode_f64(snap["kfloats"]).reshape(n, fk.N_KFLOATS)
+            self._hist[:n] = _decode_f64(snap["hist"]).reshape(n, fk.N_BINS)
+            self._pend[:n] = np.array(snap["pend"], np.int64).reshape(n, fk.MAX_STEP_RUN)
+        self._slots = {key: i for i, key in enumerate(keys)}
+        self._fints[:] = np.array(snap["fints"], np.int64)
+        self._ffloats[:] = _decode_f64(snap["ffloats"])
+        self._fhist[:] = _decode_f64(snap["fhist"])
+        self._prepared = {}
+
+
+class FleetWatermark(WatermarkGenerator):
+    """One key's watermark in a fleet that shares a late budget (see the module docstring)."""
+
+    name = "fleet"
+    param_types: ClassVar[Mapping[str, Any]] = {
+        "late_slo_pct": float,
+        "initial_delay_ms": int,
+        "period_ms": int,
+        "memory": int,
+        "prior": float,
+        "congestion": float,
+        "step_min_ms": int,
+        "step_run": int,
+    }
+
+    def __init__(
+        self,
+        late_slo_pct: float,
+        initial_delay_ms: int = 2_000,
+        period_ms: int = 1_000,
+        memory: int = 2_000,
+        prior: float = 50.0,
+        congestion: float = 1.0,
+        step_min_ms: int = 1_000,
+        step_run: int = 5,
+    ) -> None:
+        self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
+        if self.late_slo_pct >= 100.0:
+            msg = f"late_slo_pct must be below 100, got {self.late_slo_pct}"
+            raise ValueError(msg)
+        self.initial_delay_ms = check_int("initial_delay_ms", initial_delay_ms, 0)
+        self.period_ms = check_int("period_ms", period_ms, 1)
+        self.memory = check_int("memory", memory, 10)
+        self.prior = check_float("prior", prior, 0.0, 1e9)
+        self.congestion = check_float("congestion", congestion, 0.0, 4.0)
+        self.step_min_ms = check_int("step_min_ms", step_min_ms, 1)
+        self.step_run = check_int("step_run", step_run, 1, fk.MAX_STEP_RUN)
+        super().__init__()
+
+    @classmethod
+    def shared_state(cls, params: Mapping[str, Any]) -> Fleet:
+        """The state the generators of one combination share (built once by the combination)."""
+        return Fleet(cls(**params).params)
+
+    def _reset_state(self) -> None:
+        self._fleet = Fleet(self.params)
+        self._key: Hashable = 0
+        self._joined = False
+
+    def join(self, fleet: Fleet, key: Hashable) -> None:
+        """Make this generator key ``key`` of the shared ``fleet`` (its own fleet is dropped)."""
+        self._fleet, self._key, self._joined = fleet, key, True
+
+    @property
+    def fleet(self) -> Fleet:
+        """The fleet this generator's key belongs to."""
+        return self._fleet
+
+    @property
+    def delay_ms(self) -> int:
+        """The key's delay in force (the fleet's congestion factor included)."""
+        return self._fleet.delays_ms().get(self._key, self._fleet.new_key_delay_ms)
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The key's delay and the fleet's figures."""
+        return {"delay_ms": self.delay_ms, **self._fleet.diagnostics()}
+
+    # -- the rule -------------------------------------------------------------------------------------------
+    def _advance(self, now: int, *, arrival: bool) -> None:
+        """The watermark moves only at arrivals."""
+
+    def _observe(self, te: int, tp: int, late: bool) -> None:
+        one = np.array([te], np.int64)
+        self._raise(int(self._fleet.proposals(self._key, one, np.array([tp], np.int64))[0]))
+
+    def _run_arrivals(self, te: I64, tp: I64) -> tuple[I64, I64]:
+        proposals = self._fleet.proposals(self._key, te, tp)
+        post = running_max(proposals, self._wm)
+        return shift_right(post, self._wm), post
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def _state_dict(self) -> dict[str, Any]:
+        # A generator of a shared fleet is restored by its combination, which holds the fleet once.
+        return {"key": self._key, "fleet": None if self._joined else self._fleet.snapshot()}
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        self._key = state["key"]
+        if state["fleet"] is not None:
+            self._fleet.load(state["fleet"])

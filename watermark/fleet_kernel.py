@@ -1,0 +1,381 @@
+"""The fleet rule (:class:`watermark.fleet.Fleet`) compiled with numba, over flat state arrays.
+
+One function, :func:`run`, takes arrivals of any keys in arrival order and returns, per arrival, the watermark
+its key proposes right after it (``max event time of the key - delay of the key * congestion factor``). The
+scalar path (one arrival) and the batch path (a whole batch of every key) run the same compiled code in the
+same order, so their results are equal by construction. The same source runs uncompiled under
+``NUMBA_DISABLE_JIT=1``: that is the pure-Python reference the tests compare the compiled kernel with.
+
+State (see the constants below): per key ``kints`` / ``kfloats`` rows, a log-spaced lag histogram ``hist``
+and the pending lags of a suspected clock step ``pend``; for the fleet ``fints`` / ``ffloats`` and the fleet
+histogram ``fhist``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, cast
+
+import numpy as np
+from numba import njit
+
+from watermark.timeutil import NO_WATERMARK
+
+# -- histogram bins ---------------------------------------------------------------------------------------
+#: Bins per doubling of the lag (a bin spans 9 % of its lag).
+PER_OCTAVE: Final = 8
+#: Bins: lag 0, then up to 2**34 ms (200 days; larger lags go in the last bin).
+N_BINS: Final = 1 + PER_OCTAVE * 34
+
+
+def _edges() -> np.ndarray:
+    """Largest lag of each bin: bin ``b >= 1`` holds lags up to ``ceil(2 ** (b / 8)) - 1`` ms."""
+    out = np.zeros(N_BINS, np.int64)
+    for b in range(1, N_BINS):
+        out[b] = max(out[b - 1], math.ceil(2.0 ** (b / PER_OCTAVE)) - 1)
+    return out
+
+
+#: ``EDGES[b]``: the delay that covers bin ``b`` entirely (every lag ``<= EDGES[b]``).
+EDGES: Final = _edges()
+
+# -- per-key ints -------------------------------------------------------------------------------------------
+K_REF: Final = 0  # the key's reference: its largest event time since its last re-base (NO_WATERMARK: none)
+K_RUN: Final = 1  # arrivals in the current run of lags beyond the step threshold
+K_RUN_MAX: Final = 2  # largest event time of that run
+K_STEPS: Final = 3  # clock steps detected (re-bases)
+K_DELAY: Final = 4  # the key's allocated delay (ms), before the congestion factor
+K_COUNT: Final = 5  # arrivals since the last allocation
+K_WM: Final = 6  # the key's own proposed watermark so far (lateness feedback)
+K_ARRIVALS: Final = 7
+K_LATE: Final = 8
+N_KINTS: Final = 9
+
+# -- per-key floats -----------------------------------------------------------------------------------------
+F_INC: Final = 0  # weight of the next arrival in the histogram (grows: older ones decay relatively)
+F_TOTAL: Final = 1  # the histogram's mass
+F_RATE: Final = 2  # arrivals per allocation period (exponential average)
+F_BASE: Final = 3  # the key's low baseline of tp - te (its clock offset plus the usual transit)
+F_SHORT: Final = 4  # recent mean of log(1 + transit above the baseline)
+F_LONG: Final = 5  # long-run mean of the same
+N_KFLOATS: Final = 6
+
+# -- fleet ints / floats ------------------------------------------------------------------------------------
+G_CLOCK: Final = 0
+G_HAS_CLOCK: Final = 1
+G_NEXT: Final = 2  # the next instant of the allocation grid
+G_ARRIVALS: Final = 3
+G_LATE: Final = 4
+G_ALLOCATIONS: Final = 5
+G_NEW_DELAY: Final = 6  # the delay of a key the fleet has not seen yet (the fleet's own quantile)
+G_KEYS: Final = 7  # key slots in use
+N_FINTS: Final = 8
+H_INC: Final = 0
+H_TOTAL: Final = 1
+H_FACTOR: Final = 2  # the congestion factor in force
+H_LAMBDA: Final = 3  # the Lagrange multiplier of the last allocation (diagnostics)
+N_FFLOATS: Final = 4
+
+# -- parameters ---------------------------------------------------------------------------------------------
+P_PERIOD: Final = 0
+P_INITIAL: Final = 1
+P_STEP_RUN: Final = 2
+P_STEP_MIN: Final = 3
+P_MEMORY: Final = 4
+N_IPARAMS: Final = 5
+P_TARGET: Final = 0  # target late share (a fraction)
+P_PRIOR: Final = 1  # pseudo-arrivals of the fleet's lag distribution in each key's
+P_CONGESTION: Final = 2  # exponent of the congestion ratio (0: no congestion factor)
+N_FPARAMS: Final = 3
+
+#: Longest run of large lags a clock step is detected after (the pending buffer's width).
+MAX_STEP_RUN: Final = 16
+#: Arrivals over which an excess of late tuples is won back.
+PAYBACK: Final = 2_000
+#: Arrivals of the fleet over which the initial delay fades.
+WARMUP: Final = 200
+#: Weight of the last period in a key's arrival rate.
+RATE_WEIGHT: Final = 0.25
+#: Arrivals the recent transit level averages over.
+SHORT: Final = 16
+#: Largest congestion factor.
+MAX_FACTOR: Final = 8.0
+#: A key counts in the congestion median after this many arrivals.
+MIN_CONGESTION_ARRIVALS: Final = 20
+#: A key below this rate (arrivals per period) is inactive: out of the budget, its delay kept.
+MIN_RATE: Final = 1e-3
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _compiled(fn: _F) -> _F:
+    return cast(_F, njit(cache=True, nogil=True)(fn))
+
+
+def _inlined(fn: _F) -> _F:
+    return cast(_F, njit(cache=True, nogil=True, inline="always")(fn))
+
+
+_EDGES = EDGES
+_NO_WM: Final = NO_WATERMARK
+
+
+@_inlined
+def bin_of(lag: int) -> int:
+    """The histogram bin of a lag: the first bin whose largest lag is at least ``lag``."""
+    if lag <= 0:
+        return 0
+    lo, hi = 1, N_BINS - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _EDGES[mid] >= lag:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@_inlined
+def _add(hist: Any, kfloats: Any, s: int, lag: int, memory: int) -> None:
+    inc = kfloats[s, F_INC]
+    hist[s, bin_of(lag)] += inc
+    kfloats[s, F_TOTAL] += inc
+    inc *= 1.0 + 1.0 / memory
+    if inc > 1e100:  # rescale: only ratios matter
+        for b in range(N_BINS):
+            hist[s, b] /= inc
+        kfloats[s, F_TOTAL] /= inc
+        inc = 1.0
+    kfloats[s, F_INC] = inc
+
+
+@_inlined
+def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
+    inc = ffloats[H_INC]
+    fhist[bin_of(lag)] += inc
+    ffloats[H_TOTAL] += inc
+    inc *= 1.0 + 1.0 / memory
+    if inc > 1e100:
+        for b in range(N_BINS):
+            fhist[b] /= inc
+        ffloats[H_TOTAL] /= inc
+        inc = 1.0
+    ffloats[H_INC] = inc
+
+
+@_compiled
+def allocate(
+    kints: Any, kfloats: Any, hist: Any, fints: Any, ffloats: Any, fhist: Any, iparams: Any, fparams: Any
+) -> None:
+    """Choose every active key's delay for the next period, and the congestion factor.
+
+    ``d_k = argmin_d [d + lambda * r_k * S_k(d)]`` over the bins' edges, where ``r_k`` is the key's arrival
+    rate and ``S_k`` its lag survival function shrunk toward the fleet's (weight ``m / (n_k + m)``); the
+    multiplier ``lambda`` is set by bisection (on its logarithm) to the smallest value whose expected late
+    arrivals ``sum r_k S_k(d_k)`` fit in the budget ``x * sum r_k``.
+    """
+    nk = fints[G_KEYS]
+    period = iparams[P_PERIOD]
+    # Periods since the last allocation (the grid may have skipped empty ones): rates decay over each.
+    elapsed = 1
+    if fints[G_ALLOCATIONS] > 0:
+        elapsed = max(1, (fints[G_CLOCK] - fints[G_NEXT]) // period + 1)
+    keep = (1.0 - RATE_WEIGHT) ** elapsed
+    fints[G_ALLOCATIONS] += 1
+    # The budget, tightened while the late share so far is above the target (won back over PAYBACK).
+    x = fparams[P_TARGET]
+    allowed = x * (fints[G_ARRIVALS] + PAYBACK) - fints[G_LATE]
+    budget = min(x, max(x / 4.0, allowed / PAYBACK))
+    # The fleet's survival function: mass above each bin.
+    fs = np.zeros(N_BINS, np.float64)
+    ftop = 0
+    ftotal = ffloats[H_TOTAL]
+    if ftotal > 0.0:
+        acc = 0.0
+        for b in range(N_BINS - 1, -1, -1):
+            fs[b] = acc / ftotal
+            if acc == 0.0 and fhist[b] > 0.0:
+                ftop = b
+            acc += fhist[b]
+    # The delay of a key not seen yet: the fleet's own quantile at the budget.
+    new_delay = 0
+    for b in range(N_BINS):
+        if fs[b] <= budget:
+            new_delay = _EDGES[b]
+            break
+    n_fleet = fints[G_ARRIVALS]
+    floor = 0
+    if n_fleet < WARMUP:
+        floor = math.ceil(iparams[P_INITIAL] * (1.0 - n_fleet / WARMUP))
+    fints[G_NEW_DELAY] = max(floor, new_delay) if ftotal > 0.0 else iparams[P_INITIAL]
+    # Per key: rate, pooled survival, top bin; the congestion ratios.
+    prior = fparams[P_PRIOR]
+    surv = np.zeros((nk, N_BINS), np.float64)
+    top = np.zeros(nk, np.int64)
+    rate = np.zeros(nk, np.float64)
+    ratios = np.zeros(nk, np.float64)
+    n_ratios = 0
+    total_rate = 0.0
+    for s in range(nk):
+        r = kfloats[s, F_RATE] * keep + RATE_WEIGHT * kints[s, K_COUNT]
+        kfloats[s, F_RATE] = r
+        kints[s, K_COUNT] = 0
+        if r < MIN_RATE or kints[s, K_REF] == _NO_WM:
+            continue
+        rate[s] = r
+        total_rate += r
+        if kints[s, K_ARRIVALS] >= MIN_CONGESTION_ARRIVALS:
+            ratios[n_ratios] = math.exp(kfloats[s, F_SHORT] - kfloats[s, F_LONG])
+            n_ratios += 1
+        total = kfloats[s, F_TOTAL]
+        n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
+        acc = 0.0
+        t = ftop
+        for b in range(N_BINS - 1, -1, -1):
+            own = acc / total if total > 0.0 else 0.0
+            surv[s, b] = (n * own + prior * fs[b]) / (n + prior) if n + prior > 0.0 else fs[b]
+            if acc == 0.0 and hist[s, b] > 0.0 and b > t:
+                t = b
+            acc += hist[s, b]
+        top[s] = t
+    # Congestion: the median over keys of recent over long-run transit above their baselines.
+    factor = 1.0
+    if n_ratios > 0 and fparams[P_CONGESTION] > 0.0:
+        med = np.sort(ratios[:n_ratios])
+        mid = n_ratios // 2
+        m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
+        factor = min(MAX_FACTOR, max(1.0, m ** fparams[P_CONGESTION]))
+    ffloats[H_FACTOR] = factor
+    if total_rate <= 0.0:
+        return
+    # Bisection on log(lambda): the expected late arrivals fall as lambda rises.
+    allowed_late = budget * total_rate
+    lo, hi = -20.0, 60.0
+    best = np.zeros(nk, np.int64)
+    choice = np.zeros(nk, np.int64)
+    found = False
+    for _ in range(48):
+        middle = 0.5 * (lo + hi)
+        lam = math.exp(middle)
+        late = 0.0
+        for s in range(nk):
+            if rate[s] == 0.0:
+                continue
+            w = lam * rate[s]
+            bb = 0
+            cost = w * surv[s, 0]
+            for b in range(1, top[s] + 1):
+                c = _EDGES[b] + w * surv[s, b]
+                if c < cost:
+                    cost = c
+                    bb = b
+            choice[s] = bb
+            late += rate[s] * surv[s, bb]
+        if late <= allowed_late:
+            hi = middle
+            found = True
+            best[:] = choice
+        else:
+            lo = middle
+    if not found:  # (the top bins cover everything: the largest lambda always fits)
+        for s in range(nk):
+            best[s] = top[s]
+    ffloats[H_LAMBDA] = math.exp(hi)
+    for s in range(nk):
+        if rate[s] > 0.0:
+            kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
+
+
+@_compiled
+def run(
+    slots: Any,
+    te: Any,
+    tp: Any,
+    clocks: Any,
+    kints: Any,
+    kfloats: Any,
+    hist: Any,
+    pend: Any,
+    fints: Any,
+    ffloats: Any,
+    fhist: Any,
+    iparams: Any,
+    fparams: Any,
+    out: Any,
+) -> None:
+    """Take in arrivals (key slot, event time, arrival time) in arrival order; ``out``: each key's proposal.
+
+    ``clocks`` holds each slot's ingestion clock before the run (an arrival behind it counts at it, as its
+    generator treats it), and is updated.
+    """
+    period = iparams[P_PERIOD]
+    memory = iparams[P_MEMORY]
+    fleet_memory = 8 * memory
+    step_run = iparams[P_STEP_RUN]
+    step_min = iparams[P_STEP_MIN]
+    for i in range(te.shape[0]):
+        s = slots[i]
+        e = te[i]
+        t = max(tp[i], clocks[s])
+        clocks[s] = t
+        if not fints[G_HAS_CLOCK]:
+            fints[G_HAS_CLOCK] = 1
+            fints[G_CLOCK] = t
+            fints[G_NEXT] = (t // period + 1) * period
+        elif t > fints[G_CLOCK]:
+            fints[G_CLOCK] = t
+        if fints[G_CLOCK] >= fints[G_NEXT]:
+            allocate(kints, kfloats, hist, fints, ffloats, fhist, iparams, fparams)
+            fints[G_NEXT] = (fints[G_CLOCK] // period + 1) * period
+        # Lateness against the key's own proposals (the feedback that keeps the late share on target).
+        late = e < kints[s, K_WM]
+        kints[s, K_ARRIVALS] += 1
+        kints[s, K_LATE] += late
+        kints[s, K_COUNT] += 1
+        fints[G_ARRIVALS] += 1
+        fints[G_LATE] += late
+        offset = t - e
+        ref = kints[s, K_REF]
+        if ref == _NO_WM:  # a key's first arrival: its reference and baseline
+            kints[s, K_REF] = e
+            kints[s, K_DELAY] = fints[G_NEW_DELAY]
+            kfloats[s, F_INC] = 1.0
+            kfloats[s, F_BASE] = offset
+        else:
+            lag = max(0, ref - e)
+            if lag > max(step_min, 4 * kints[s, K_DELAY]):
+                # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
+                # back. Held pending; a run of them is a step: the reference moves back to the new clock.
+                run_len = kints[s, K_RUN]
+                kints[s, K_RUN_MAX] = e if run_len == 0 else max(kints[s, K_RUN_MAX], e)
+                pend[s, run_len] = lag
+                kints[s, K_RUN] = run_len + 1
+                if run_len + 1 >= step_run:
+                    kints[s, K_REF] = kints[s, K_RUN_MAX]
+                    kints[s, K_RUN] = 0
+                    kints[s, K_STEPS] += 1
+                    kfloats[s, F_BASE] = offset
+            else:
+                for j in range(kints[s, K_RUN]):  # the run ended: it was disorder after all
+                    _add(hist, kfloats, s, pend[s, j], memory)
+                    _add_fleet(fhist, ffloats, pend[s, j], fleet_memory)
+                kints[s, K_RUN] = 0
+                _add(hist, kfloats, s, lag, memory)
+                _add_fleet(fhist, ffloats, lag, fleet_memory)
+                kints[s, K_REF] = max(ref, e)
+            # Transit above the key's baseline (the baseline falls at once, rises slowly).
+            base = kfloats[s, F_BASE]
+            if offset < base:
+                base = offset
+            else:
+                base += (offset - base) / memory
+            kfloats[s, F_BASE] = base
+            v = math.log1p(max(0.0, offset - base))
+            kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / SHORT
+            kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / memory
+        delay = math.ceil(kints[s, K_DELAY] * ffloats[H_FACTOR])
+        proposal = kints[s, K_REF] - delay
+        if proposal > kints[s, K_WM]:
+            kints[s, K_WM] = proposal
+        out[i] = proposal
