@@ -201,8 +201,10 @@ def test_charged_latency_charges_a_stuck_window_until_the_last_arrival():
 
 def test_stuck_windows_of_keys_idle_past_the_timeout_are_counted():
     assert stopped_key_replay().summary()["windows_stuck_idle"] is None  # no timeout, no count
-    assert stopped_key_replay(idle_timeout_ms=2_000).summary()["windows_stuck_idle"] == 1  # b's window
-    assert stopped_key_replay(idle_timeout_ms=5_000).summary()["windows_stuck_idle"] == 0  # b silent 3.3 s
+    assert stopped_key_replay().stuck_idle(2_000) == 1  # b's window
+    assert stopped_key_replay().stuck_idle(5_000) == 0  # b silent 3.3 s
+    # Replayed with the timeout, b's watermark follows a's once b is idle: its window fires, none is stuck.
+    assert stopped_key_replay(idle_timeout_ms=2_000).summary()["windows_stuck_idle"] == 0
     assert stopped_key_replay().stuck_idle(0) == 3  # a timeout of 0 counts every stuck window
 
 
@@ -210,3 +212,12 @@ def test_charged_latency_keeps_a_fired_windows_latency_and_charges_nothing_past_
     r = small_replay()  # [0, 1000) fired at 1410; [1000, 2000) open, ends after the last arrival (1430)
     assert r.charged_latency_ms().tolist() == [410, 0]
     assert r.summary()["emit_latency_charged_ms"]["mean"] == 205.0
+
+
+def test_charged_latency_counts_a_window_fired_before_its_end_as_zero():
+    # A device clock 5 s ahead: its window [5000, 6000) fires at the ingestion instant 310, before its end.
+    r = replay([5_100, 6_200, 7_300], [110, 210, 1_310], strategy="periodic", params=PERIODIC,
+               window=WindowSpec(1_000))  # fmt: skip
+    assert r.windows.fired[0] and r.windows.fire_tp_ms[0] < r.windows.end_ms[0]
+    assert r.charged_latency_ms()[0] == 0
+    assert r.summary()["emit_latency_ms"]["mean"] < 0  # the plain figure keeps the sign
