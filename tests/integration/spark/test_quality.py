@@ -1,9 +1,13 @@
 """Great Expectations suites on the pipeline's tables."""
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from jobs.batch.quality import check_tables
+from jobs.batch.quality_results import read_history
+from jobs.batch.quality_store import results_root
 from jobs.common.schemas import AGGREGATES_SCHEMA, QUARANTINE_SCHEMA
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
@@ -33,6 +37,13 @@ def test_the_tables_of_a_reconciled_run_meet_every_expectation(reconciled_tables
     assert report.expectations >= 20
     assert report.rows["quarantine"] == 2 and report.rows["late_events"] > 0
     assert report.summary().startswith("data quality OK")
+    stored = read_history(results_root(str(reconciled_tables)), 1)
+    assert [(r.suite, r.success) for r in stored] == [
+        ("aggregates", True),
+        ("conservation", True),
+        ("late_events", True),
+        ("quarantine", True),
+    ]
 
 
 def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(
@@ -81,6 +92,22 @@ def test_broken_rows_fail_with_a_summary_naming_table_expectation_and_rows(
     # The stray window breaks conservation too: more counted on time than the job accepted.
     assert not any("conservation" in x for x in lines)  # count 0 keeps the totals balanced
     assert len(lines) == len(report.failures) == 4
+
+    # The run's results stay: read back from the store, with the values that broke each expectation.
+    history = {r.suite: r for r in read_history(results_root(str(tables)), 1)}
+    assert {suite for suite, r in history.items() if not r.success} == {"aggregates", "quarantine"}
+    assert all(r.run_name == report.run_name == "manual" for r in history.values())
+    count = next(f for f in history["aggregates"].failures if f.arguments.get("column") == "count")
+    assert (count.expectation, count.unexpected_count, count.examples) == (
+        "expect_column_values_to_be_between",
+        1,
+        [0],
+    )
+    [reason] = history["quarantine"].failures
+    assert reason.examples == ["cosmic_rays"]
+    page = history["aggregates"].page
+    assert report.docs_pages["aggregates"] == page.uri and Path(page.key).is_file()
+    assert f"aggregates (failed): {page.uri}" in report.data_docs()
 
 
 def test_the_cut_off_uses_the_jobs_own_application_id_so_a_table_a_batch_ahead_raises_no_false_alarm(
