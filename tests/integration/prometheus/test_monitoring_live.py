@@ -1,10 +1,13 @@
-"""A real Prometheus (and Pushgateway) on 127.0.0.1 scraping a real run of the job.
+"""A real Prometheus (with the Pushgateway and Alertmanager) on 127.0.0.1 scraping a real run of the job.
 
 One run, two phases. Healthy: four partitions send live data; every dashboard panel query, every recording
-rule and every alert expression parses in Prometheus and every metric each reads has data, and no alert
-fires. Then one partition falls silent while the others keep sending: its watermark stops, holds the global
-one back, and the holding-back and stalled-watermark alerts fire (rules rendered with short ``for``
-durations and thresholds scaled to a test's seconds).
+rule and every alert expression parses in Prometheus and every metric each reads has data, no alert fires,
+and on-call's last word on anything is "resolved" (a test-scale stall while the first batch runs may page
+and resolve). Then one partition falls silent while the others keep sending: its watermark
+stops, holds the global one back, the holding-back and stalled-watermark alerts fire (rules rendered with
+short ``for`` durations and thresholds scaled to a test's seconds), and Alertmanager (the project's
+configuration, with grouping delays of a second) delivers each to the webhook of its severity with its
+runbook and grouping labels. A failed query pages, and mutes the job-down alert it causes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from monitoring.push import push_outcome
 from monitoring.server import serve
 from tests.integration.spark.test_stream import config
 from tests.unit.test_dashboards import metric_names as dashboard_metric_names
+from tools.local.alertmanager import WebhookReceiver, alertmanager_config, start_alertmanager
 from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1_200)]
@@ -116,9 +120,48 @@ def firing(prom) -> set[str]:
     return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
 
-def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_a_silent_partition(
-    spark, tmp_path, local_server
+@pytest.fixture
+def on_call(local_server, tmp_path):
+    """Alertmanager with the project's configuration (grouping delays of a second) posting to a webhook
+    receiver of the test: ``(alertmanager, webhook)``."""
+    webhook = WebhookReceiver()
+    manager = None
+    try:
+        config = alertmanager_config(
+            tmp_path / "alertmanager.yml", webhook.url, group_wait="1s", group_interval="1s"
+        )
+        manager = start_alertmanager(config, tmp_path / "alertmanager", port=local_server.free_port())
+        yield manager, webhook
+    finally:
+        if manager is not None:
+            manager.stop()
+        webhook.stop()
+
+
+def received(webhook, name: str, since: int = 0) -> list[tuple[str, dict, dict]]:
+    """``(path, alert, notification)`` of each firing ``name`` in the webhook's notifications from
+    the ``since``-th on."""
+    return [
+        (path, a, payload)
+        for path, payload in webhook.notifications[since:]
+        for a in payload["alerts"]
+        if a["status"] == "firing" and a["labels"]["alertname"] == name
+    ]
+
+
+def still_firing(webhook) -> set[str]:
+    """Alerts whose last notification to the webhook says firing."""
+    last = {}
+    for _, payload in webhook.notifications:
+        for a in payload["alerts"]:
+            last[a["fingerprint"]] = (a["labels"]["alertname"], a["status"])
+    return {name for name, status in last.values() if status == "firing"}
+
+
+def test_prometheus_scraping_a_live_job_evaluates_every_query_and_a_silent_partition_reaches_on_call(
+    spark, tmp_path, local_server, on_call
 ):
+    manager, webhook = on_call
     gateway = start_pushgateway(tmp_path / "pushgateway", port=local_server.free_port())
     servers = [gateway]
     source = LiveSource(tmp_path / "landing", PARTITIONS)
@@ -172,6 +215,7 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             {"awm_job": f"127.0.0.1:{endpoint.port}", "pushgateway": f"127.0.0.1:{gateway.port}"},
             rule_files=[recording_file, alert_file],
             interval="1s",
+            alertmanagers=[f"127.0.0.1:{manager.port}"],
         )
         prom = start_prometheus(cfg, tmp_path / "prometheus", port=local_server.free_port())
         servers.append(prom)
@@ -191,6 +235,8 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         def stopped() -> str:
             if not worker.is_alive():
                 return "the job ended"
+            if manager.process.poll() is not None:
+                return f"Alertmanager exited ({manager.process.returncode})"
             return "" if prom.process.poll() is None else f"Prometheus exited ({prom.process.returncode})"
 
         # Healthy: wait for windows to fire and for the rate windows to fill.
@@ -229,8 +275,12 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         empty = [label for label, expr in dashboard_data if not query(prom, expr)["data"]["result"]]
         assert not empty, f"dashboard panels with no data: {empty}"
         assert firing(prom) == set(), "a healthy run fires no alert"
+        # at the test's scale a slow first batch can stall the watermark for a few seconds (a transient
+        # AwmWatermarkStalled); whatever reached on-call, its last word on each alert is "resolved"
+        wait_until(lambda: not still_firing(webhook), "on-call to hear every alert resolved", stopped)
 
         # A silent partition: its watermark stops and holds the global one back.
+        healthy = len(webhook.notifications)
         source.silence(SILENT)
         fired = wait_until(
             lambda: (
@@ -243,6 +293,27 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
         assert set(rules.SILENT_PARTITION_ALERTS) <= fired
         holding = query(prom, "awm_partition_holds_back == 1")["data"]["result"]
         assert [r["metric"]["partition"] for r in holding] == [SILENT]
+
+        # Alertmanager routes each by severity, grouped by pipeline and partition, to the webhook
+        wait_until(
+            lambda: all(received(webhook, name, healthy) for name in rules.SILENT_PARTITION_ALERTS),
+            f"{rules.SILENT_PARTITION_ALERTS} at the webhook",
+            stopped,
+        )
+        expected = {
+            "AwmWatermarkStalled": ("page", {"pipeline": "stream"}),
+            "AwmPartitionHoldingBackWatermark": ("ticket", {"pipeline": "stream", "partition": SILENT}),
+        }
+        assert set(expected) == set(rules.SILENT_PARTITION_ALERTS)
+        for name, (severity, group) in expected.items():
+            for path, alert, payload in received(webhook, name, healthy):
+                assert (path, payload["receiver"]) == (f"/alerts/{severity}", f"awm-{severity}")
+                assert payload["groupLabels"] == group
+                assert alert["labels"]["severity"] == severity
+                assert alert["labels"]["job"] == "awm_job"
+                assert alert["labels"]["instance"] == f"127.0.0.1:{endpoint.port}"
+                assert alert["annotations"]["runbook_url"] == rules.runbook_url(name)
+                assert alert["annotations"]["dashboard_url"] == rules.dashboard_url(name)
     finally:
         source.stop()
         for query_ in spark.streams.active:
@@ -254,23 +325,34 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_fires_only_on_
             server.stop()
 
 
-def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_fires(
-    spark, tmp_path, local_server
+def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_pages_muting_the_job_down_alert(
+    spark, tmp_path, local_server, on_call
 ):
     """The query fails in its first batch (its output is a file, not a folder): the job's metrics server
-    keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires."""
+    keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires. The
+    job being gone fires AwmJobDown too, which Alertmanager inhibits: on-call is paged for the cause."""
     from tests.integration.spark.test_stream import iot_records
     from tools.feed import feed
 
+    manager, webhook = on_call
     port = local_server.free_port()
     alert_file = tmp_path / "alerts.yml"
-    alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=TEST_THRESHOLDS))
+    # the failure stays in the query-failed alert's range for 10 min: it still fires when the job-down
+    # alert does, however long the machine takes to get there
+    thresholds = {**TEST_THRESHOLDS, "rate_window": "10m"}
+    alert_file.write_text(rules.render_alert_rules(for_override=TEST_FOR, thresholds=thresholds))
     cfg = prometheus_config(
-        tmp_path / "prometheus.json", {"awm_job": f"127.0.0.1:{port}"}, rule_files=[alert_file], interval="1s"
+        tmp_path / "prometheus.json",
+        {"awm_job": f"127.0.0.1:{port}"},
+        rule_files=[alert_file],
+        interval="1s",
+        alertmanagers=[f"127.0.0.1:{manager.port}"],
     )
     prom = start_prometheus(cfg, tmp_path / "prometheus", port=local_server.free_port())
 
     def stopped() -> str:
+        if manager.process.poll() is not None:
+            return f"Alertmanager exited ({manager.process.returncode})"
         return "" if prom.process.poll() is None else f"Prometheus exited ({prom.process.returncode})"
 
     try:
@@ -300,5 +382,30 @@ def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_its_alert_
         wait_until(
             lambda: "AwmStreamingQueryFailed" in firing(prom), "AwmStreamingQueryFailed to fire", stopped
         )
+        # the job is gone: AwmJobDown fires too, and Alertmanager mutes it as the failure's consequence
+        wait_until(lambda: "AwmJobDown" in firing(prom), "AwmJobDown to fire", stopped)
+
+        def job_down_inhibited():
+            got = {a["labels"]["alertname"]: a for a in manager.get_json("/api/v2/alerts")}
+            down, failed = got.get("AwmJobDown"), got.get("AwmStreamingQueryFailed")
+            return (
+                down is not None
+                and failed is not None
+                and down["status"]["state"] == "suppressed"
+                and down["status"]["inhibitedBy"] == [failed["fingerprint"]]
+            )
+
+        wait_until(job_down_inhibited, "AwmJobDown inhibited in Alertmanager", stopped)
+        wait_until(
+            lambda: received(webhook, "AwmStreamingQueryFailed"), "the failure paged at the webhook", stopped
+        )
+        path, alert, payload = received(webhook, "AwmStreamingQueryFailed")[0]
+        assert (path, payload["receiver"], payload["groupLabels"]) == (
+            "/alerts/page",
+            "awm-page",
+            {"pipeline": "stream"},
+        )
+        assert alert["annotations"]["runbook_url"] == rules.runbook_url("AwmStreamingQueryFailed")
+        assert not received(webhook, "AwmJobDown"), "the job-down alert is muted by its cause"
     finally:
         prom.stop()
