@@ -138,10 +138,16 @@ ARRIVALS_SCHEMA = pa.schema(
     ]
 )
 #: Generated date partition column of a table: (column, the epoch-ms column it is derived from). The date is
-#: the UTC day, computed without a time zone (``DATE_ADD(DATE'1970-01-01', ms DIV 86400000)``).
+#: the UTC day, computed without a time zone (``DATE_ADD(DATE'1970-01-01', ms DIV 86400000)``). Every table
+#: has one, so the daily maintenance compacts only the dates written since its last run and the ``arrivals``
+#: retention drops whole dates (:mod:`jobs.batch.maintenance`); a table created before its partition column
+#: was added keeps its layout (readers and maintenance work on both).
 PARTITIONS: Mapping[str, tuple[str, str]] = {
     "aggregates": ("window_date", "window_start_ms"),
     "late_events": ("event_date", "event_time_ms"),
+    "quarantine": ("ingested_date", "ingested_at_ms"),
+    "watermark_log": ("ingested_date", "ingested_at_ms"),
+    "arrivals": ("arrival_date", "arrival_time_ms"),
 }
 #: Delta table properties set when a table is created.
 PROPERTIES: Mapping[str, Mapping[str, str]] = {
@@ -164,7 +170,7 @@ TABLE_DOCS: Mapping[str, str] = {
     "watermark_log": "batch and partition that arrived, is active or holds the watermark back; and one last "
     "row (null watermark) for a partition the job forgets",
     "arrivals": "valid record, in arrival order: the arrival history the re-tuning DAG replays "
-    "(`--no-arrival-history` turns it off; the maintenance DAG deletes rows past their retention)",
+    "(`--no-arrival-history` turns it off; the maintenance DAG drops the dates past their retention)",
 }
 _INGESTED = "the micro-batch's ingestion time (saved with the batch, so a replay writes the same)"
 #: One line per column of each table, including the generated date partition columns of :data:`PARTITIONS`
@@ -219,6 +225,7 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "line": "0-based record number in the file (on Kafka, the offset); null for a whole file",
         "batch_id": "micro-batch that read it",
         "ingested_at_ms": _INGESTED,
+        "ingested_date": "UTC date of `ingested_at_ms`: the partition column",
     },
     "watermark_log": {
         "batch_id": "micro-batch",
@@ -239,12 +246,14 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "config_version": "configuration version in force",
         "ingested_at_ms": _INGESTED,
         "processed_at_ms": "when the batch was processed (wall clock)",
+        "ingested_date": "UTC date of `ingested_at_ms`: the partition column",
     },
     "arrivals": {
         "partition": "source partition",
         "event_time_ms": "event time",
         "arrival_time_ms": "arrival (ingestion) time",
         "batch_id": "micro-batch that read it",
-        "ingested_at_ms": _INGESTED + "; the retention deletes rows by it",
+        "ingested_at_ms": _INGESTED,
+        "arrival_date": "UTC date of `arrival_time_ms`: the partition column; the retention drops whole dates",
     },
 }
