@@ -8,7 +8,11 @@ reads the log (with the storage options of :mod:`jobs.common.object_store` on an
 files are read with pyarrow's file system for the location, not delta-rs's own file-system handler: with
 the latter, a process that read a table aborts now and then at exit (``terminate called without an active
 exception``, exit 134; a thread teardown race between delta-rs and pyarrow). A data file the log names
-outside the table's folder (``..``, an absolute path or another URI) is refused, never read.
+outside the table's folder (``..``, an absolute path or another URI) is refused, never read. A table with
+deletion vectors or column mapping (which the pipeline does not turn on, an operator may) is read by
+delta-rs's own engine instead (:func:`read_delta_scan`, logged), after the same check of its files.
+A table written by an older version of the code reads null in the columns added since
+(:func:`missing_columns`).
 ``tests/integration/spark/test_tables.py`` runs a reader of every table in a fresh process several times
 and requires exit status 0 each time.
 
@@ -20,6 +24,7 @@ pruned by day (:func:`day_range`).
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 import os
 from collections.abc import Mapping
@@ -31,6 +36,8 @@ import pyarrow.compute as pc
 
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
 from watermark.storage import Location, StorageError
+
+log = logging.getLogger(__name__)
 
 
 def table_path(root: str | os.PathLike[str] | Location, table: str) -> str:
@@ -98,19 +105,26 @@ def read_delta(
     the table (named by ``path``'s last component) is partitioned that way; the caller's ``where`` on the
     epoch-ms column keeps the result exact.
 
+    A table that needs more of its reader than this (deletion vectors, column mapping: any reader feature
+    other than ``timestampNtz``, or a column mapping mode) is read by delta-rs's own engine instead
+    (:func:`read_delta_scan`, logged once per table), which applies them; every data file its log names is
+    still checked to lie inside the table first (:func:`data_file_name`).
+
     Raises
     ------
+    watermark.storage.StorageError
+        If the log names a data file outside the table's folder.
     NotImplementedError
-        If the table needs a reader feature this path does not apply (deletion vectors, column mapping).
+        If the table needs a reader feature delta-rs does not read either (the message names them).
 
     """
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
 
     features = set(dt.protocol().reader_features or [])
-    if features - {"timestampNtz"}:
-        msg = f"{path}: reader features {sorted(features)} are not read by read_delta"
-        raise NotImplementedError(msg)
+    mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if features - PYARROW_READER_FEATURES or mapping != "none":
+        return read_delta_scan(dt, path, columns, where, days, features, mapping)
     where_ = Location.of(path)
     table = where_.name
     fs, root = where_.filesystem()
@@ -133,6 +147,64 @@ def read_delta(
         if pruning is not None:
             where = pruning if where is None else pruning & where
     return dataset.to_table(columns=columns, filter=where)
+
+
+#: Reader features the pyarrow path of :func:`read_delta` applies itself (others: :func:`read_delta_scan`).
+PYARROW_READER_FEATURES = frozenset({"timestampNtz"})
+_scan_logged: set[tuple[str, str]] = set()
+
+
+def read_delta_scan(
+    dt: Any,
+    path: str,
+    columns: list[str] | None,
+    where: Any,
+    days: tuple[int | None, int | None] | None,
+    features: set[str],
+    mapping: str,
+) -> pa.Table:
+    """Rows of ``dt`` read by delta-rs's engine (``DeltaTable.scan``: deletion vectors, column mapping).
+
+    ``where`` and the day pruning are then applied by pyarrow, and ``columns`` selected. The data files
+    the log names are checked first (:func:`data_file_name`). Every column of every file of the snapshot
+    is read (no pruning by the log's statistics): the fallback for tables the pipeline itself does not
+    write that way (an operator who turned deletion vectors or column mapping on). delta-rs's engine
+    returns strings as ``string_view``; they come back as ``string``, as from the pyarrow path.
+    """
+    from deltalake.exceptions import DeltaProtocolError
+
+    where_ = Location.of(path)
+    for logged in pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist():
+        data_file_name(where_, logged)
+    why = f"reader features {sorted(features)}, column mapping mode {mapping!r}"
+    if (path, why) not in _scan_logged:
+        _scan_logged.add((path, why))
+        log.info("%s: read through delta-rs's engine (%s), not the pyarrow file reader", path, why)
+    try:
+        data = pa.table(dt.scan())
+    except DeltaProtocolError as err:
+        msg = f"{path}: the table needs reader features delta-rs does not read ({why}): {err}"
+        raise NotImplementedError(msg) from err
+    data = data.cast(pa.schema([_without_views(field) for field in data.schema]))
+    table = where_.name
+    partition_columns = list(dt.metadata().partition_columns)
+    if days is not None and table in PARTITIONS and PARTITIONS[table][0] in partition_columns:
+        pruning = day_range(table, *days)
+        if pruning is not None:
+            where = pruning if where is None else pruning & where
+    if where is not None:
+        data = data.filter(where)
+    return data.select(columns) if columns is not None else data
+
+
+def _without_views(field: pa.Field) -> pa.Field:
+    """``field`` with view types as plain ones (``string_view`` -> ``string``) and no Delta metadata."""
+    kind = field.type
+    if kind == pa.string_view():
+        kind = pa.string()
+    elif kind == pa.binary_view():
+        kind = pa.binary()
+    return pa.field(field.name, kind, field.nullable)
 
 
 def data_file_name(table: Location, logged: str) -> str:
@@ -188,6 +260,19 @@ def file_guarantee(action: Mapping[str, Any], schema: pa.Schema, partition_colum
             within = (field >= pa.scalar(low, column.type)) & (field <= pa.scalar(high, column.type))
             conditions.append(within if nulls == 0 else within | field.is_null())
     return functools.reduce(operator.and_, conditions) if conditions else pc.scalar(True)
+
+
+def missing_columns(dt: Any, table: str, columns: list[str] | None) -> list[str]:
+    """The columns of ``columns`` that the code's schema of ``table`` has and the Delta table not yet.
+
+    A table written by an older version of the code lacks the columns added since, until the writer
+    evolves it (:func:`jobs.common.tables.ensure_table`); readers see null in them meanwhile, as they see
+    null in the rows written before the evolution.
+    """
+    if columns is None or table not in TABLES:
+        return []
+    present = {field.name for field in dt.schema().fields}
+    return [name for name in columns if name not in present and name in TABLES[table].names]
 
 
 def delta_location(path: str | Location) -> tuple[str, dict[str, str] | None]:
@@ -287,7 +372,18 @@ class TableReader:
             raise FileNotFoundError(msg)
         if columns is None and table in TABLES:
             columns = list(TABLES[table].names)
-        return read_delta(dt, path, columns, filters, days)
+        absent = missing_columns(dt, table, columns)
+        if not absent:
+            return read_delta(dt, path, columns, filters, days)
+        assert columns is not None
+        log.info(
+            "%s: no column(s) %s yet (written by an older version of the code): read as nulls",
+            path,
+            ", ".join(absent),
+        )
+        data = read_delta(dt, path, [c for c in columns if c not in absent], filters, days)
+        nulls = {name: pa.nulls(data.num_rows, TABLES[table].field(name).type) for name in absent}
+        return pa.table({name: nulls[name] if name in nulls else data.column(name) for name in columns})
 
     def version(self, table: str) -> int | None:
         """The table's newest Delta version, or None when it does not exist."""

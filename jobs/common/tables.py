@@ -18,7 +18,13 @@ Each append carries Delta's own idempotency options ``txnAppId`` (the writer's a
 whose version is not above the one it recorded for that application, so a batch replayed after a crash is
 never written twice. A batch with no rows for a table is not written to it: a replay recomputes the same
 (empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
-Each table is created by its first append, with its schema.
+
+**Creation and evolution.** Before a table's first append in a run, :func:`ensure_table` creates it (with
+its schema, generated partition column and properties), or, when it exists, evolves it to the code's
+schema: the columns a newer version of the code added are added to the table (one ``ALTER TABLE ... ADD
+COLUMNS``, logged), and rows written before read null in them. A column the table has and the code no
+longer has, or one whose type changed, is a :class:`TableSchemaError` naming the table, the column and the
+migration (``docs/deployment.md``, Upgrading).
 
 **Few files.** An Arrow batch goes to Spark in at most one partition per :data:`ROWS_PER_PARTITION` rows
 (Spark's own default is one per 10,000), so a micro-batch's append writes few files.
@@ -28,8 +34,7 @@ window start or the event time (:data:`jobs.common.schemas.PARTITIONS`: ``window
 generated columns, so writers never supply them and the backfill's MERGE inserts without them). Readers
 prune by it with :func:`jobs.common.reads.day_range`. ``aggregates`` has Delta's Change Data Feed on
 (:data:`jobs.common.schemas.PROPERTIES`), so a consumer sees the backfill's revisions as update pre- and
-post-images. Both are created on the first append by :func:`create_table`; tables created before this
-layout keep theirs (readers work on both).
+post-images. Tables created before this layout keep theirs (readers work on both).
 
 **Reads** without Spark are :mod:`jobs.common.reads`; :class:`DeltaTables` has them too (it is a
 :class:`jobs.common.reads.TableReader`).
@@ -51,8 +56,6 @@ import pyarrow as pa
 from jobs.common.reads import TableReader
 from jobs.common.schemas import DAY_MS, PARTITIONS, PROPERTIES, TABLES
 from jobs.common.session import arrow_frame
-from watermark import storage
-from watermark.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +163,12 @@ def _delete_one(fs: Any, entry: Any) -> None:
         log.warning("%s: not deleted (%s)", entry.toString(), str(exc).splitlines()[0] if str(exc) else exc)
 
 
-def create_table(spark: Any, path: str, table: str) -> None:
+def create_table(spark: Any, path: str, table: str, schema: pa.Schema | None = None) -> None:
     """Create ``table`` at ``path`` (if absent) with its schema, generated partition column and properties.
 
-    A ``_delta_log`` left by a creation killed before its first commit is removed first
-    (:func:`clear_uncommitted_log`).
+    ``schema`` defaults to the table's in :data:`TABLES` (another one is for tests that build a table as an
+    older version of the code did). A ``_delta_log`` left by a creation killed before its first commit is
+    removed first (:func:`clear_uncommitted_log`).
     """
     from delta.tables import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -172,7 +176,7 @@ def create_table(spark: Any, path: str, table: str) -> None:
 
     clear_uncommitted_log(spark, path)
     builder = DeltaTable.createIfNotExists(spark).location(path)
-    for spark_field in from_arrow_schema(TABLES[table]).fields:
+    for spark_field in from_arrow_schema(schema if schema is not None else TABLES[table]).fields:
         builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)
     if table in PARTITIONS:
         column, source = PARTITIONS[table]
@@ -181,6 +185,105 @@ def create_table(spark: Any, path: str, table: str) -> None:
     for key, value in PROPERTIES.get(table, {}).items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+#: Where the upgrade of the tables is described (named by every schema error).
+UPGRADING_DOC = "docs/deployment.md, section Upgrading"
+
+
+class TableSchemaError(ValueError):
+    """An existing table's schema is not one the code's can evolve from (a column removed or retyped)."""
+
+
+def columns_to_add(table: str, existing: Any, expected: Any, generated: str | None = None) -> list[Any]:
+    """The fields of ``expected`` that ``existing`` lacks (Spark ``StructType`` s): what evolution adds.
+
+    A table may only gain nullable columns: a column of the table the code no longer has (other than the
+    generated partition column ``generated``), or one whose type differs, raises :class:`TableSchemaError`
+    naming the table, the column and :data:`UPGRADING_DOC`.
+
+    >>> from pyspark.sql.types import LongType, StringType, StructField, StructType
+    >>> old = StructType([StructField("key", StringType())])
+    >>> new = StructType([StructField("key", StringType()), StructField("n", LongType())])
+    >>> [f.name for f in columns_to_add("t", old, new)], columns_to_add("t", new, new)
+    (['n'], [])
+    """
+    have = {field.name: field for field in existing.fields}
+    want = {field.name: field for field in expected.fields}
+    problems = [
+        f"column {name!r} ({field.dataType.simpleString()}) is not in the code's schema (removed or renamed)"
+        for name, field in have.items()
+        if name not in want and name != generated
+    ]
+    problems += [
+        f"column {name!r} is {have[name].dataType.simpleString()} in the table but "
+        f"{field.dataType.simpleString()} in the code's schema"
+        for name, field in want.items()
+        if name in have and have[name].dataType != field.dataType
+    ]
+    if problems:
+        msg = (
+            f"table {table!r}: {'; '.join(problems)}. Only added nullable columns are evolved automatically; "
+            f"migrate the table first ({UPGRADING_DOC})"
+        )
+        raise TableSchemaError(msg)
+    return [field for name, field in want.items() if name not in have]
+
+
+def _sql_table(path: str) -> str:
+    """``delta.`path``` for Spark SQL (a backtick in the path doubled)."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def evolve_table(spark: Any, path: str, table: str, schema: pa.Schema | None = None) -> list[str]:
+    """Add to the existing table at ``path`` the columns of its schema (default :data:`TABLES`) it lacks.
+
+    One ``ALTER TABLE ... ADD COLUMNS`` (one Delta commit, a metadata change) adds them all as nullable
+    columns at the end; rows written before read null in them. Nothing is committed when the table has
+    them all. Returns the names added (logged).
+
+    Raises
+    ------
+    TableSchemaError
+        If the table has a column the schema lacks, or one of another type (:func:`columns_to_add`).
+
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    existing = spark.read.format("delta").load(path).schema
+    expected = from_arrow_schema(schema if schema is not None else TABLES[table])
+    generated = PARTITIONS[table][0] if table in PARTITIONS else None
+    added = columns_to_add(table, existing, expected, generated)
+    if not added:
+        return []
+    columns = ", ".join(f"`{field.name}` {field.dataType.simpleString()}" for field in added)
+    spark.sql(f"ALTER TABLE {_sql_table(path)} ADD COLUMNS ({columns})")
+    names = [field.name for field in added]
+    log.warning(
+        "%s: added column(s) %s to table %r (the code's schema is newer than the table's; rows written "
+        "before read null in them)",
+        path,
+        ", ".join(names),
+        table,
+    )
+    return names
+
+
+def ensure_table(spark: Any, path: str, table: str) -> list[str]:
+    """Create ``table`` at ``path``, or evolve the existing one to its schema; the column names added.
+
+    A ``_delta_log`` left by an interrupted creation is cleared first (:func:`clear_uncommitted_log`); an
+    existing table gains the columns the code's schema added since it was created (:func:`evolve_table`;
+    a removed or retyped column is a :class:`TableSchemaError`); an absent one is created
+    (:func:`create_table`).
+    """
+    from delta.tables import DeltaTable
+
+    clear_uncommitted_log(spark, path)
+    if DeltaTable.isDeltaTable(spark, path):
+        return evolve_table(spark, path, table)
+    create_table(spark, path, table)
+    return []
 
 
 class DeltaTables(TableReader):
@@ -202,6 +305,7 @@ class DeltaTables(TableReader):
         self.spark = spark
         self._created: set[str] = set()
         self._creating = threading.Lock()  # an append and prepare_state may both create a table
+        self._recorded: dict[str, int] = {}  # table -> a batch id the table records for app_id
 
     def append(self, table: str, data: Any, batch_id: int, *, schema: pa.Schema | None = None) -> bool:
         """Append ``data`` to ``table`` as batch ``batch_id`` of this writer, exactly once.
@@ -246,6 +350,7 @@ class DeltaTables(TableReader):
             .option("txnVersion", str(batch_id))
             .save(self.path(table))
         )
+        self._recorded[table] = max(batch_id, self._recorded.get(table, batch_id))
         log.debug("appended %s batch %d in %.2f s", table, batch_id, time.perf_counter() - started)
         return True
 
@@ -262,12 +367,16 @@ class DeltaTables(TableReader):
             future.result()
 
     def _create(self, table: str) -> None:
-        """Create ``table`` first when it has a generated partition column or properties (once per run)."""
-        if table not in PARTITIONS and table not in PROPERTIES:
-            return  # the first append creates it
+        """Create ``table``, or evolve it to its schema, once per run, before its first append.
+
+        The first use of a table in a run (an append, :meth:`prepare_state`) runs :func:`ensure_table`:
+        an absent table is created with its generated partition column and properties, an existing one
+        gains the columns the code's schema added since (logged; a removed or retyped column raises
+        :class:`TableSchemaError`). Later batches skip it.
+        """
         with self._creating:
             if table not in self._created:
-                create_table(self.spark, self.path(table), table)
+                ensure_table(self.spark, self.path(table), table)
                 self._created.add(table)
 
     def prepare_state(self, table: str) -> bool:
@@ -276,30 +385,39 @@ class DeltaTables(TableReader):
         An append with ``txnVersion`` asks Delta for the application ids the table recorded, which
         delta-spark 4.4 answers from a full reconstruction of the snapshot's state (three Spark jobs, not
         the version's checksum file). Computed here, from a thread of the caller's while the driver does
-        other work, the append finds it done. A table that an append would create first
-        (:data:`PARTITIONS`, :data:`PROPERTIES`) is created here. Only an optimisation: the newest
-        snapshot this session knows (Delta's ``unsafeVolatileSnapshot``, through the JVM) is used, and any
-        failure (another delta-spark, a table not there yet) is ignored; the append then computes it
-        itself. Returns whether it was computed.
+        other work, the append finds it done. The table is created or evolved here first (:meth:`_create`;
+        its errors are raised).
+
+        The state is computed through Delta's public write options only: an empty append with
+        ``txnAppId`` = this writer's and ``txnVersion`` = a batch id the table already recorded for it.
+        Delta checks the recorded version (computing the state), finds the batch written and skips the
+        write: nothing is committed. The version used is the newest this writer appended in this run, or
+        else the one the table's log records for it (:meth:`committed_version`, delta-rs); a table that
+        records none for this writer yet is not prepared (its first append computes the state itself).
+
+        Returns whether the state was computed. A failure of that empty append is logged as a warning
+        (the next append then computes the state itself, as without this step) and returns False.
         """
         if self.spark is None:
             return False
+        self._create(table)
+        recorded = self._recorded.get(table)
+        if recorded is None:
+            recorded = self.committed_version(table)
+        if recorded is None:
+            log.debug("%s: no batch of %s recorded yet, nothing to prepare", table, self.app_id)
+            return False
         try:
-            self._create(table)
-            if table not in self._created and not self._exists_here(table):
-                return False
-            jvm = self.spark._jvm
-            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-                self.spark._jsparkSession, self.path(table)
+            (
+                self.spark.range(0)
+                .write.format("delta")
+                .mode("append")
+                .option("txnAppId", self.app_id)
+                .option("txnVersion", str(recorded))
+                .save(self.path(table))
             )
-            delta_log.unsafeVolatileSnapshot().transactions()
-        except Exception as exc:  # noqa: BLE001 - an optimisation only
-            log.debug("could not prepare %s's Delta state: %s", table, exc)
+        except Exception as exc:  # noqa: BLE001 - logged; the next append computes the state itself
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("%s: Delta state not prepared ahead (the next append computes it): %s", table, first)
             return False
         return True
-
-    def _exists_here(self, table: str) -> bool:
-        if storage.exists(Location.of(self.path(table)) / "_delta_log"):
-            self._created.add(table)
-            return True
-        return False

@@ -1,0 +1,33 @@
+"""Which columns the writer adds to a table an older version of the code wrote, and what it refuses."""
+
+import pytest
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from jobs.common.tables import TableSchemaError, columns_to_add
+
+OLD = StructType([StructField("key", StringType()), StructField("count", LongType())])
+
+
+def test_the_columns_the_code_added_are_the_ones_to_add_in_the_code_s_order():
+    new = StructType([*OLD.fields, StructField("b", DoubleType()), StructField("a", LongType())])
+    assert [f.name for f in columns_to_add("t", OLD, new)] == ["b", "a"]
+    assert columns_to_add("t", new, new) == []
+
+
+def test_the_generated_partition_column_is_not_a_removed_column():
+    table = StructType([*OLD.fields, StructField("day", StringType())])
+    assert columns_to_add("t", table, OLD, generated="day") == []
+    with pytest.raises(TableSchemaError, match="'day'"):
+        columns_to_add("t", table, OLD)
+
+
+def test_a_removed_or_retyped_column_names_the_table_the_column_and_the_migration():
+    retyped = StructType([StructField("key", StringType()), StructField("count", DoubleType())])
+    with pytest.raises(
+        TableSchemaError,
+        match=r"table 'agg': column 'count' is bigint in the table but double",
+    ):
+        columns_to_add("agg", OLD, retyped)
+    removed = StructType([StructField("key", StringType())])
+    with pytest.raises(TableSchemaError, match=r"'count' \(bigint\) is not in the code's schema.*Upgrading"):
+        columns_to_add("agg", OLD, removed)
