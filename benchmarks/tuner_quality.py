@@ -1,7 +1,7 @@
 """Tuner quality: every candidate against the best fixed delay chosen with hindsight, at its own late rate.
 
     python benchmarks/tuner_quality.py [--quick] [--design] [--seeds N] [--families NAMES] [--json]
-                                       [--target-late-pct 0.5] [--full-space]
+                                       [--save PATH] [--target-late-pct 0.5] [--full-space]
 
 The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
 
@@ -23,10 +23,11 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
 * **Candidates.** The tuner's choice, and for every strategy registered in :data:`watermark.registry.
   STRATEGIES` at run time its best setting on the tuning period (at the target, else its least late one).
 * **Hindsight baseline.** For a candidate whose realized late share on the evaluation period is ``r``: the
-  ``periodic`` watermark (10 ms period) with the smallest delay, in 10 ms steps, whose late share on the
-  evaluation period is ``<= r``, found by binary search (the late share falls as the delay grows), both as
-  one generator for the whole stream (**global**) and as one per key (**per key**: partition = key,
-  partition-scoped firing); the one with the lower charged latency is the baseline.
+  ``periodic`` watermark with the smallest delay, in 10 ms steps, whose late share on the evaluation period
+  is ``<= r``, found by binary search (the late share falls as the delay grows), as one generator for the
+  whole stream (**global**) and as one per key (**per key**: partition = key, partition-scoped firing), each
+  with an emission period of 10, 50 or 200 ms; of these six the one with the lowest charged latency is the
+  baseline.
 * **Latency** is the mean emit latency charged for stuck windows (``emit_latency_charged_ms`` of
   :meth:`watermark.evaluate.ReplayResult.summary`): a window not fired before the end of the evaluation
   period counts as fired at its last arrival, on both sides. Stuck windows are counted per side, and those of
@@ -41,8 +42,9 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   reported table uses the evaluation seeds 1000, 1001, ...; the output says which.
 
 ``--quick``: 3 seeds, the first half of each base stream, one split (development only). The tuner searches a
-reduced space by default (:data:`SPACE`; every registered strategy, fewer settings: the default space took
-about a minute per tune on this machine); ``--full-space`` passes none, so the tuner searches its own default.
+reduced space by default (:data:`SPACE`: the fixed-delay families whole, fewer settings of the data-driven
+strategies); ``--full-space`` uses the tuner's own default space. Either way every strategy registered at run
+time is searched (one missing from the space gets its default-space settings or its defaults).
 """
 
 from __future__ import annotations
@@ -79,20 +81,19 @@ WINDOW = WindowSpec(1_000)
 IDLE_TIMEOUT_MS = 30_000
 PERIODS = 3
 DESIGN_SEEDS, EVALUATION_SEEDS = 0, 1_000
-BASELINE_PERIOD_MS = 10
+BASELINE_PERIODS_MS = (10, 50, 200)
 BASELINE_STEP_MS = 10
 BASELINE_MAX_DELAY_MS = 1_200_000
 
 Stream = tuple[np.ndarray, np.ndarray, np.ndarray]  # te, tp, device, in arrival order
 
-#: The tuner's search space here: every strategy of the default space with fewer settings.
+#: The tuner's search space here: the default space's fixed-delay families whole (the tuner binary-searches
+#: them), fewer settings of the data-driven strategies (whose every setting is replayed).
 SPACE: dict[str, list[dict[str, Any]]] = {
     "slo": [{"sample_size": 2_000}, {"sample_size": 10_000, "horizon_ms": 20_000}],
-    "periodic": [
-        {"delay_ms": d, "period_ms": 10} for d in (*range(0, 2_000, 100), *range(2_000, 5_001, 500))
-    ],
-    "ingestion": [{"max_event_time_lag_ms": lag} for lag in (0, 50, 100, 200, 300, 500, 750, 1_000, 2_000)],
-    "band": [{"band_ms": b} for b in (50, 100, 200, 500, 1_000, 2_000)],
+    "periodic": SEARCH_SPACE["periodic"],
+    "ingestion": SEARCH_SPACE["ingestion"],
+    "band": SEARCH_SPACE["band"],
     "percentile": [
         {"percentile": q, "horizon_ms": h, "period_ms": 10} for q in (0.0, 1.0, 5.0) for h in (500, 2_000)
     ],
@@ -106,14 +107,19 @@ SPACE: dict[str, list[dict[str, Any]]] = {
 OTHER_SETTINGS = 8
 
 
-def search_space(target: float) -> dict[str, list[dict[str, Any]]]:
-    """:data:`SPACE` and every other registered strategy (its default-space settings thinned, or defaults)."""
-    space = {name: list(settings) for name, settings in SPACE.items() if name in STRATEGIES}
+def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """:data:`SPACE` (``full``: the tuner's default space) and every other registered strategy.
+
+    A registered strategy missing from it gets its settings in the tuner's default space (thinned to
+    :data:`OTHER_SETTINGS` unless ``full``) or its defaults, a required ``*_pct`` parameter set to the target.
+    """
+    chosen = SEARCH_SPACE if full else SPACE
+    space = {name: list(settings) for name, settings in chosen.items() if name in STRATEGIES}
     for name, cls in STRATEGIES.items():
         if name in space:
             continue
         settings = list(SEARCH_SPACE.get(name, [{}]))
-        if len(settings) > OTHER_SETTINGS:
+        if len(settings) > OTHER_SETTINGS and not full:
             pick = np.linspace(0, len(settings) - 1, OTHER_SETTINGS).round().astype(int)
             settings = [settings[i] for i in sorted(set(pick.tolist()))]
         missing = [p for p in required_params(cls) if all(p not in s for s in settings)]
@@ -219,50 +225,54 @@ def measure(te: np.ndarray, tp: np.ndarray, key: np.ndarray, part: np.ndarray | 
 
 @dataclass
 class Hindsight:
-    """Fixed delays replayed on one evaluation period, global and per key, memoised by delay."""
+    """Fixed delays replayed on one evaluation period, global and per key, memoised by side and delay.
+
+    A side is ``(scope, period_ms)``: one ``periodic`` generator for the whole stream (``global``) or one per
+    key (``per-key``, partition-scoped firing), emitting every ``period_ms`` (:data:`BASELINE_PERIODS_MS`).
+    """
 
     te: np.ndarray
     tp: np.ndarray
     key: np.ndarray
-    runs: dict[tuple[str, int], Measure] = field(default_factory=dict)
+    runs: dict[tuple[str, int, int], Measure] = field(default_factory=dict)
 
-    def at(self, side: str, delay: int) -> Measure:
-        if (side, delay) not in self.runs:
-            params = {"delay_ms": delay, "period_ms": BASELINE_PERIOD_MS}
-            if side == "global":
+    def at(self, scope: str, period: int, delay: int) -> Measure:
+        if (scope, period, delay) not in self.runs:
+            params = {"delay_ms": delay, "period_ms": period}
+            if scope == "global":
                 m = measure(self.te, self.tp, self.key, None, "periodic", params, None)
             else:
                 m = measure(self.te, self.tp, self.key, self.key, "periodic", params, "scoped")
-            self.runs[side, delay] = m
-        return self.runs[side, delay]
+            self.runs[scope, period, delay] = m
+        return self.runs[scope, period, delay]
 
-    def smallest_delay(self, side: str, late_pct: float) -> int | None:
+    def smallest_delay(self, scope: str, period: int, late_pct: float) -> int | None:
         """The smallest delay (a multiple of the step) with late share <= ``late_pct``; None if none."""
         hi = 1_000
-        while self.at(side, hi).late_pct > late_pct:
+        while self.at(scope, period, hi).late_pct > late_pct:
             if hi >= BASELINE_MAX_DELAY_MS:
                 return None
             hi = min(2 * hi, BASELINE_MAX_DELAY_MS)
         lo = -BASELINE_STEP_MS  # invariant: lo fails (or is below 0), hi passes
         while hi - lo > BASELINE_STEP_MS:
-            mid = (lo + hi) // 2 // BASELINE_STEP_MS * BASELINE_STEP_MS
-            mid = max(mid, lo + BASELINE_STEP_MS)
-            if self.at(side, mid).late_pct <= late_pct:
+            mid = max((lo + hi) // 2 // BASELINE_STEP_MS * BASELINE_STEP_MS, lo + BASELINE_STEP_MS)
+            if self.at(scope, period, mid).late_pct <= late_pct:
                 hi = mid
             else:
                 lo = mid
         return hi
 
     def best(self, late_pct: float) -> dict[str, Any] | None:
-        """The lower-latency side at late share <= ``late_pct``."""
+        """The lowest charged latency over the sides, each at its smallest delay with late <= ``late_pct``."""
         out = None
-        for side in ("global", "per-key"):
-            d = self.smallest_delay(side, late_pct)
-            if d is None:
-                continue
-            m = self.at(side, d)
-            if out is None or m.latency_ms < out["latency_ms"]:
-                out = {"side": side, "delay_ms": d, **m.__dict__}
+        for scope in ("global", "per-key"):
+            for period in BASELINE_PERIODS_MS:
+                d = self.smallest_delay(scope, period, late_pct)
+                if d is None:
+                    continue
+                m = self.at(scope, period, d)
+                if out is None or m.latency_ms < out["latency_ms"]:
+                    out = {"side": scope, "period_ms": period, "delay_ms": d, **m.__dict__}
         return out
 
 
@@ -283,16 +293,18 @@ def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Ca
 
 
 def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows: np.ndarray, target: float,
-             space: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> dict[str, Any]:  # fmt: skip
+             space: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:  # fmt: skip
     te, tp, key = stream
     t0 = time.perf_counter()
     rows: dict[str, dict[str, Any]] = {}
     try:
         result = tune(te[tune_rows], tp[tune_rows], target_late_pct=target, window=WINDOW, space=space,
                       partition=part[tune_rows], key=key[tune_rows],
-                      idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
-    except TuneError as exc:
+                      idle_timeout_ms=IDLE_TIMEOUT_MS, compare_fixed=False)  # fmt: skip
+    except TuneError as exc:  # no setting meets the target on the tuning period: every row missing
         return {"error": str(exc), "rows": rows, "tune_s": time.perf_counter() - t0}
+    except Exception as exc:  # a strategy's bug: reported and counted missing, the other cases still run
+        return {"error": f"{type(exc).__name__}: {exc}", "rows": rows, "tune_s": time.perf_counter() - t0}
     tune_s = time.perf_counter() - t0
     chosen = {"tuner": result.choice} | {
         f"best {name}": c for name, c in sorted(per_strategy(result.candidates, target).items())
@@ -405,6 +417,32 @@ def table(family: str, summary: dict[str, dict[str, Any]], target: float) -> str
     return "\n".join(lines)
 
 
+def overview(report: dict[str, Any], target: float) -> str:
+    """One line per candidate, one column per family: median ratio [95 % CI] and median late share."""
+    families = list(report["families"])
+    labels: list[str] = []
+    for f in families:
+        labels += [label for label in report["families"][f]["summary"] if label not in labels]
+    lines = [
+        "\n### Overview: median ratio [95 % CI] over seeds; median late % (target "
+        f"{target:g}, allowed {target + 0.1:g}); * = passes (ratio <= 0.8 and late <= {target + 0.1:g})\n",
+        "| candidate | " + " | ".join(families) + " |",
+        "|---" * (len(families) + 1) + "|",
+    ]
+    for label in labels:
+        cells = []
+        for f in families:
+            s = report["families"][f]["summary"].get(label)
+            if not s or not s.get("cases"):
+                cells.append("-")
+                continue
+            lo, hi = s["ratio_ci95"]
+            mark = "*" if s["passes"] else ""
+            cells.append(f"{s['ratio_median']:.2f} [{lo:.2f}, {hi:.2f}]; {s['late_median_pct']:.2f} %{mark}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--target-late-pct", type=float, default=0.5)
@@ -414,6 +452,7 @@ def main() -> None:
     p.add_argument("--families", help="comma-separated subset of: " + ", ".join(FAMILIES))
     p.add_argument("--full-space", action="store_true", help="the tuner's own default search space")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--save", help="also write the JSON report to this file")
     args = p.parse_args()
     target = args.target_late_pct
     n_seeds = args.seeds or (3 if args.quick else 10)
@@ -423,12 +462,12 @@ def main() -> None:
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         p.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
-    space = None if args.full_space else search_space(target)
+    space = search_space(target, args.full_space)
     kind = "design" if args.design else "evaluation"
     head = (
         f"# {kind} seeds {seeds[0]}-{seeds[-1]}; target late {target} %; 1 s windows; idle timeout "
         f"{IDLE_TIMEOUT_MS // 1000} s; strategies {', '.join(STRATEGIES)}; search space "
-        f"{'tuner default' if space is None else 'reduced (' + str(sum(map(len, space.values()))) + ')'}"
+        f"{'the tuner default' if args.full_space else 'reduced'} ({sum(map(len, space.values()))} settings)"
         f"{'; quick' if args.quick else ''}"
     )
     report: dict[str, Any] = {"seeds": seeds, "seed_kind": kind, "target_late_pct": target, "families": {}}
@@ -452,13 +491,19 @@ def main() -> None:
                 print(f"# {family} seed {seed} ({name}) split {i}: tune {case['tune_s']:.1f} s, evaluate "
                       f"{case.get('eval_s', 0):.1f} s", file=sys.stderr, flush=True)  # fmt: skip
         summary = summarise(cases, target)
-        report["families"][family] = {"summary": summary, "cases": cases}
+        errors = sum(1 for c in cases if c.get("error"))
+        report["families"][family] = {"summary": summary, "cases": cases, "tune_errors": errors}
         if not args.json:
             print(table(family, summary, target), flush=True)
+            if errors:
+                print(f"\n{errors} of {len(cases)} cases without a choice (the tuner raised, see stderr)")
     report["seconds"] = round(time.perf_counter() - started, 1)
+    if args.save:
+        Path(args.save).write_text(json.dumps(report, default=str), encoding="utf-8")
     if args.json:
         print(json.dumps(report, default=str))
     else:
+        print(overview(report, target))
         print(f"\n# {report['seconds']:.0f} s")
 
 
