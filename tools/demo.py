@@ -1,12 +1,14 @@
-"""A local monitoring demo: Prometheus and the Pushgateway on 127.0.0.1 watching a live run of the job.
+"""A local monitoring demo: Prometheus, the Pushgateway and Alertmanager on 127.0.0.1 watching a live run.
 
-    python -m tools.demo [--speed 5] [--duration SECONDS]      (bin/monitor runs this)
+    python -m tools.demo [--speed 5] [--duration SECONDS] [--webhook-url URL]   (bin/monitor runs this)
 
 It feeds the bundled IoT stream (``samples/ooo-iot-d1.csv``) into a landing directory in real time (times
 ``--speed``), runs the streaming job on it with an interval trigger and its metrics endpoint, and starts a
-Prometheus with the project's recording and alert rules scraping the job and the Pushgateway. It prints the
-addresses to open and runs until the stream ends (or ``--duration`` seconds, or Ctrl-C), then stops
-everything it started. Its files go to ``out/monitor/``.
+Prometheus with the project's recording and alert rules scraping the job and the Pushgateway and sending its
+alerts to an Alertmanager with the project's configuration (``infra/alertmanager/``). Alertmanager's
+webhooks post to a receiver of the demo that prints each notification (``--webhook-url`` sends them to an
+endpoint of yours instead). It prints the addresses to open and runs until the stream ends (or
+``--duration`` seconds, or Ctrl-C), then stops everything it started. Its files go to ``out/monitor/``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from tools.local.alertmanager import WebhookReceiver, alertmanager_config, describe, start_alertmanager
 from tools.local.prometheus import LocalServer, prometheus_config, start_prometheus, start_pushgateway
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +42,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
+_PRINTING = threading.Lock()
+
+
+def _print_notification(path: str, payload: dict[str, Any]) -> None:
+    """What on-call would receive, one line per alert (notifications arrive on several threads)."""
+    with _PRINTING:
+        sys.stdout.write(describe(path, payload) + "\n")
+        sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the process exit code."""
     p = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.splitlines()[0])
@@ -45,11 +60,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prometheus-port", type=int, default=9090)
     p.add_argument("--pushgateway-port", type=int, default=9091)
     p.add_argument("--metrics-port", type=int, default=9108)
+    p.add_argument("--alertmanager-port", type=int, default=9093)
+    p.add_argument(
+        "--webhook-port", type=int, default=9095, help="port of the demo's receiver printing notifications"
+    )
+    p.add_argument(
+        "--webhook-url",
+        help="post Alertmanager's notifications here (under /page and /ticket) instead of printing them",
+    )
     p.add_argument("--out", default=str(ROOT / "out" / "monitor"))
     args = p.parse_args(argv)
     busy = [
         port
-        for port in (args.prometheus_port, args.pushgateway_port, args.metrics_port)
+        for port in (
+            args.prometheus_port,
+            args.pushgateway_port,
+            args.metrics_port,
+            args.alertmanager_port,
+            *(() if args.webhook_url else (args.webhook_port,)),
+        )
         if not _port_free(port)
     ]
     if busy:
@@ -60,8 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     servers: list[LocalServer] = []
     children: list[subprocess.Popen[bytes]] = []
+    webhook = None
     try:
         servers.append(start_pushgateway(out / "pushgateway", args.pushgateway_port))
+        webhook_url = args.webhook_url
+        if not webhook_url:
+            webhook = WebhookReceiver(args.webhook_port, _print_notification)
+            webhook_url = webhook.url
+        manager = start_alertmanager(
+            alertmanager_config(out / "alertmanager.yml", webhook_url),
+            out / "alertmanager",
+            args.alertmanager_port,
+        )
+        servers.append(manager)
         config = prometheus_config(
             out / "prometheus.yml",
             {
@@ -70,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             rule_files=[RULES / "recording_rules.yml", RULES / "alert_rules.yml"],
             interval="5s",
+            alertmanagers=[f"127.0.0.1:{args.alertmanager_port}"],
         )
         prom = start_prometheus(config, out / "prometheus", args.prometheus_port)
         servers.append(prom)
@@ -94,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Prometheus   {prom.url}  (alerts: {prom.url}/alerts, rules: {prom.url}/rules)\n"
             f"Pushgateway  {servers[0].url}\n"
+            f"Alertmanager {manager.url}  (API: {manager.url}/api/v2/alerts; "
+            f"amtool --alertmanager.url={manager.url} alert query)\n"
+            f"on-call      {webhook_url}/{{page,ticket}}"
+            f"{'' if args.webhook_url else '  (Alertmanager posts there; notifications print here)'}\n"
             f"job metrics  http://127.0.0.1:{args.metrics_port}/metrics   (job log: {out / 'job.log'})\n"
             f"Grafana      provision infra/grafana/ against {prom.url} to see the dashboards\n"
             "Ctrl-C stops the demo.",
@@ -125,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 child.kill()
         for server in servers:
             server.stop()
+        if webhook is not None:
+            webhook.stop()
     print(f"stopped; tables under {out / 'tables'}")
     return 0
 
