@@ -50,6 +50,17 @@ def test_the_alertmanager_config_and_its_templates_pass_amtool_check_config(amto
     assert "SUCCESS" in result.stdout and "1 templates" in result.stdout
 
 
+def test_the_example_pagerduty_and_slack_receivers_fit_the_config(amtool, tmp_path):
+    doc = yaml.safe_load(CONFIG.read_text())
+    example = yaml.safe_load((CONFIG.parent / "receivers.example.yml").read_text())
+    assert [r["name"] for r in example["receivers"]] == [r["name"] for r in doc["receivers"]]
+    doc["receivers"] = example["receivers"]
+    doc["templates"] = [str(TEMPLATES / "*.tmpl")]
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(doc))
+    result = amtool("check-config", str(tmp_path / "am.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: rule["alert"])
 def test_every_alert_routes_to_the_receiver_of_its_severity(amtool, rule):
     labels = {**rule["labels"], "alertname": rule["alert"], "job": "awm_job", "instance": "h:9108"}
