@@ -27,7 +27,7 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   is ``<= r``, found by binary search (the late share falls as the delay grows), as one generator for the
   whole stream (**global**) and as one per key (**per key**: partition = key, partition-scoped firing), each
   with an emission period of 10, 50 or 200 ms; of these six the one with the lowest charged latency is the
-  baseline.
+  baseline (:class:`watermark.baseline.Hindsight`).
 * **Latency** is the mean emit latency charged for stuck windows (``emit_latency_charged_ms`` of
   :meth:`watermark.evaluate.ReplayResult.summary`): a window not fired before the end of the evaluation
   period counts as fired at its last arrival, on both sides. Stuck windows are counted per side, and those of
@@ -55,7 +55,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from watermark import perturb  # noqa: E402
+from watermark.baseline import Hindsight  # noqa: E402
 from watermark.evaluate import WindowSpec, replay  # noqa: E402
 from watermark.io import read_stream  # noqa: E402
 from watermark.registry import STRATEGIES, required_params  # noqa: E402
@@ -223,59 +224,6 @@ def measure(te: np.ndarray, tp: np.ndarray, key: np.ndarray, part: np.ndarray | 
                    s["windows_flushed"], s["windows_stuck_idle"])  # fmt: skip
 
 
-@dataclass
-class Hindsight:
-    """Fixed delays replayed on one evaluation period, global and per key, memoised by side and delay.
-
-    A side is ``(scope, period_ms)``: one ``periodic`` generator for the whole stream (``global``) or one per
-    key (``per-key``, partition-scoped firing), emitting every ``period_ms`` (:data:`BASELINE_PERIODS_MS`).
-    """
-
-    te: np.ndarray
-    tp: np.ndarray
-    key: np.ndarray
-    runs: dict[tuple[str, int, int], Measure] = field(default_factory=dict)
-
-    def at(self, scope: str, period: int, delay: int) -> Measure:
-        if (scope, period, delay) not in self.runs:
-            params = {"delay_ms": delay, "period_ms": period}
-            if scope == "global":
-                m = measure(self.te, self.tp, self.key, None, "periodic", params, None)
-            else:
-                m = measure(self.te, self.tp, self.key, self.key, "periodic", params, "scoped")
-            self.runs[scope, period, delay] = m
-        return self.runs[scope, period, delay]
-
-    def smallest_delay(self, scope: str, period: int, late_pct: float) -> int | None:
-        """The smallest delay (a multiple of the step) with late share <= ``late_pct``; None if none."""
-        hi = 1_000
-        while self.at(scope, period, hi).late_pct > late_pct:
-            if hi >= BASELINE_MAX_DELAY_MS:
-                return None
-            hi = min(2 * hi, BASELINE_MAX_DELAY_MS)
-        lo = -BASELINE_STEP_MS  # invariant: lo fails (or is below 0), hi passes
-        while hi - lo > BASELINE_STEP_MS:
-            mid = max((lo + hi) // 2 // BASELINE_STEP_MS * BASELINE_STEP_MS, lo + BASELINE_STEP_MS)
-            if self.at(scope, period, mid).late_pct <= late_pct:
-                hi = mid
-            else:
-                lo = mid
-        return hi
-
-    def best(self, late_pct: float) -> dict[str, Any] | None:
-        """The lowest charged latency over the sides, each at its smallest delay with late <= ``late_pct``."""
-        out = None
-        for scope in ("global", "per-key"):
-            for period in BASELINE_PERIODS_MS:
-                d = self.smallest_delay(scope, period, late_pct)
-                if d is None:
-                    continue
-                m = self.at(scope, period, d)
-                if out is None or m.latency_ms < out["latency_ms"]:
-                    out = {"side": scope, "period_ms": period, "delay_ms": d, **m.__dict__}
-        return out
-
-
 def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Candidate]:
     """Each strategy's best candidate at the target (else its least late one)."""
     out: dict[str, Candidate] = {}
@@ -310,10 +258,13 @@ def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows:
         f"best {name}": c for name, c in sorted(per_strategy(result.candidates, target).items())
     }
     e_te, e_tp, e_key, e_part = te[eval_rows], tp[eval_rows], key[eval_rows], part[eval_rows]
-    hindsight = Hindsight(e_te, e_tp, e_key)
+    hindsight = Hindsight(e_te, e_tp, e_key, window=WINDOW, periods_ms=BASELINE_PERIODS_MS,
+                          step_ms=BASELINE_STEP_MS, max_delay_ms=BASELINE_MAX_DELAY_MS,
+                          idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
     for label, c in chosen.items():
         m = measure(e_te, e_tp, e_key, e_part, c.strategy, c.params, c.partition_mode)
-        base_row = hindsight.best(m.late_pct)
+        best = hindsight.best(m.late_pct)
+        base_row = None if best is None else best.as_dict() | {"side": best.scope}
         ratio = (
             None if base_row is None or base_row["latency_ms"] <= 0 else m.latency_ms / base_row["latency_ms"]
         )
