@@ -53,6 +53,35 @@ def test_every_alert_names_the_pipeline_it_concerns_for_alertmanager_to_group_by
             assert pipeline == re.search(r"\bawm_([a-z]+)_", alert["expr"]).group(1), alert["alert"]
 
 
+def test_every_runbook_says_where_alertmanager_sends_it_and_what_mutes_it_as_the_config_does():
+    """The runbook's **On-call.** paragraph names its receiver, the alerts it mutes and those muting it, as
+    infra/alertmanager/alertmanager.yml's inhibit rules do (a pair counts within one pipeline: the rules
+    match on it or on the job)."""
+    config = yaml.safe_load((ROOT / "infra" / "alertmanager" / "alertmanager.yml").read_text())
+    pipeline = {a.name: a.pipeline for a in rules.ALERTS}
+
+    def alertnames(matchers: list[str]) -> set[str]:
+        return {n for m in matchers for n in re.fullmatch(r'alertname=~?"(.*)"', m).group(1).split("|")}
+
+    mutes: dict[str, set[str]] = {a.name: set() for a in rules.ALERTS}
+    muted_by: dict[str, set[str]] = {a.name: set() for a in rules.ALERTS}
+    for rule in config["inhibit_rules"]:
+        for cause in alertnames(rule["source_matchers"]):
+            for symptom in alertnames(rule["target_matchers"]):
+                if cause != symptom and pipeline[cause] == pipeline[symptom]:
+                    mutes[cause].add(symptom)
+                    muted_by[symptom].add(cause)
+    assert mutes["AwmStreamingQueryFailed"] >= {"AwmJobDown", "AwmWatermarkStalled"}
+    for alert in rules.ALERTS:
+        text = (ROOT / "docs" / "runbooks" / f"{alert.name}.md").read_text()
+        on_call = text.split("**On-call.**", 1)[1].split("\n\n", 1)[0]
+        assert f"`awm-{alert.severity}` receiver" in on_call, alert.name
+        _, _, after_mutes = on_call.partition("While it fires, it mutes")
+        named_mutes = set(re.findall(r"`(Awm\w+)`", after_mutes.partition("It is muted")[0]))
+        named_by = set(re.findall(r"`(Awm\w+)`", on_call.partition("It is muted while")[2]))
+        assert (named_mutes, named_by) == (mutes[alert.name], muted_by[alert.name]), alert.name
+
+
 def test_every_runbook_is_linked_from_a_dashboard_panel_showing_its_metrics():
     from monitoring import dashboards
 
