@@ -25,6 +25,7 @@ tracks partitions.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +35,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
+from watermark.idle import IdleLearning, dense, sparse
 from watermark.registry import make, restore
-from watermark.timeline import Component, Timeline
+from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
 
 
@@ -120,6 +122,44 @@ def _factorize_strings(arr: NDArray[Any]) -> tuple[list[Hashable], NDArray[np.in
     return encoded.dictionary.to_pylist(), codes
 
 
+#: ``offset`` of a step in a component that otherwise ramps (``W(t) = t - offset`` is past any step at once).
+_STEP_OFFSET = -(2**62)
+
+
+def _joined(before: int, parts: list[tuple[Timeline | None, I64, I64]]) -> Timeline:
+    """One partition's timeline from its runs (a generator's timeline) and raises (instants, values).
+
+    A raise is a step at its instant. A run's gaps keep their generator's timers: a timer of a partition
+    that was idle may date a window before a raise that came after it (its own clock passed it then).
+    """
+    if len(parts) == 1 and parts[0][0] is not None:
+        return parts[0][0]
+    ramps = any(tl is not None and tl.parts[0].offset is not None for tl, _, _ in parts)
+    tps, pres, posts, rises, offsets = [], [], [], [], []
+    for tl, at, value in parts:
+        if tl is None:
+            tps.append(at)
+            pres.append(value)
+            posts.append(value)
+            rises.append(np.full(at.size, NO_RISE, np.int64))
+            offsets.append(np.zeros(at.size, np.int64))
+            continue
+        comp = tl.parts[0]
+        tps.append(tl.tp)
+        pres.append(tl.pre)
+        posts.append(tl.post)
+        rises.append(comp.rise)
+        step = np.full(tl.tp.size, _STEP_OFFSET, np.int64)
+        offsets.append(comp.offset if comp.offset is not None else step)
+    tp_all, pre_all, post_all = np.concatenate(tps), np.concatenate(pres), np.concatenate(posts)
+    offset = np.concatenate(offsets) if ramps else None
+    part = Component(before, pre_all, post_all, np.concatenate(rises), offset)
+    return Timeline(tp_all, pre_all, post_all, before, (part,))
+
+
+#: ``idle_timeout_ms`` of a timeout learned per partition from its own gaps (:mod:`watermark.idle`).
+AUTO = "auto"
+
 #: How :class:`PartitionedWatermark` makes the global watermark.
 COMBINATION_MODES = ("min", "global", "scoped")
 
@@ -171,19 +211,36 @@ class PartitionedWatermark(WatermarkReadout):
         strategy: str,
         params: Mapping[str, Any] | None = None,
         *,
-        idle_timeout_ms: int | None = None,
+        idle_timeout_ms: int | str | IdleLearning | None = None,
         mode: str = "min",
     ) -> None:
         make(strategy, params)  # validate now, with the strategy's own messages
         self.strategy = strategy
         self.params = dict(params or {})
-        self.idle_timeout_ms = (
-            None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
-        )
         if mode not in COMBINATION_MODES:
             msg = f"mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
             raise ValueError(msg)
         self.mode = mode
+        #: The configured timeout: milliseconds, ``"auto"`` (learned per partition) or ``None``.
+        self.idle_timeout_ms: int | str | None
+        #: Learned timeouts (``"auto"``, scoped mode only); else ``None``.
+        self._learning: IdleLearning | None = None
+        auto = isinstance(idle_timeout_ms, str) and idle_timeout_ms.strip().lower() == AUTO
+        if auto or isinstance(idle_timeout_ms, IdleLearning):
+            if mode != "scoped":
+                msg = f"idle_timeout_ms 'auto' (learned per partition) needs mode 'scoped', got {mode!r}"
+                raise ValueError(msg)
+            learning = idle_timeout_ms if isinstance(idle_timeout_ms, IdleLearning) else IdleLearning()
+            self.idle_timeout_ms, self._learning = AUTO, learning
+        else:
+            self.idle_timeout_ms = (
+                None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
+            )
+        #: The fixed timeout (``None``: none, or learned).
+        self._timeout: int | None = self.idle_timeout_ms if isinstance(self.idle_timeout_ms, int) else None
+        #: Learned timeouts: each partition's gap histogram (:mod:`watermark.idle`) and the timeout it gives.
+        self._gap_hist: dict[Hashable, list[int]] = {}
+        self._learned: dict[Hashable, int] = {}
         #: In ``global`` mode, the one generator every partition feeds.
         self._shared: WatermarkGenerator | None = make(strategy, params) if mode == "global" else None
         self._gens: dict[Hashable, WatermarkGenerator] = {}
@@ -221,10 +278,22 @@ class PartitionedWatermark(WatermarkReadout):
         now = self._clock if now_ms is None else int(now_ms)
         if now is None:
             return []
-        return [p for p, last in self._last_tp.items() if self._is_active(now, last)]
+        return [p for p, last in self._last_tp.items() if self._is_active(now, last, p)]
 
-    def _is_active(self, now: int, last: int) -> bool:
-        return self.idle_timeout_ms is None or now - last < self.idle_timeout_ms
+    def _is_active(self, now: int, last: int, key: Hashable = None) -> bool:
+        timeout = self._timeout_of(key)
+        return timeout is None or now - last < timeout
+
+    def _timeout_of(self, key: Hashable) -> int | None:
+        """The idle timeout of partition ``key`` now (fixed, or learned from its gaps so far)."""
+        if self._learning is None:
+            return self._timeout
+        return self._learned.get(key, self._learning.cap_ms)
+
+    @property
+    def idle_timeouts_ms(self) -> dict[Hashable, int | None]:
+        """Each partition's idle timeout now (learned ones with ``idle_timeout_ms="auto"``)."""
+        return {p: self._timeout_of(p) for p in self._gens}
 
     def _generator(self, key: Hashable) -> WatermarkGenerator:
         gen = self._gens.get(key)
@@ -290,7 +359,7 @@ class PartitionedWatermark(WatermarkReadout):
         for p, last in self._last_tp.items():
             if str(p) in kept or clock - last < retention_ms:
                 continue
-            if self.mode == "min" and (self.idle_timeout_ms is None or self._is_active(clock, last)):
+            if self.mode == "min" and (self._timeout is None or self._is_active(clock, last)):
                 continue  # it still counts in the minimum: forgetting it would move the watermark
             out.append(p)
         return out
@@ -318,6 +387,8 @@ class PartitionedWatermark(WatermarkReadout):
         for p in gone:
             out[p] = self._gens.pop(p).watermark_ms
             del self._last_tp[p]
+            self._gap_hist.pop(p, None)
+            self._learned.pop(p, None)
         if self.mode == "scoped":
             self._evicted_floor = max(self._evicted_floor, *out.values())
             self.hold_key_floors(())
@@ -325,7 +396,7 @@ class PartitionedWatermark(WatermarkReadout):
             self._holdback = None
             if self._shared is None and self._clock is not None:
                 clock = self._clock
-                self._settle([p for p, last in self._last_tp.items() if self._is_active(clock, last)])
+                self._settle([p for p, last in self._last_tp.items() if self._is_active(clock, last, p)])
         return out
 
     # -- global mode: one generator for the stream, partitions only tracked ------------------------------
@@ -359,6 +430,8 @@ class PartitionedWatermark(WatermarkReadout):
 
     # -- scoped mode: each partition on its own --------------------------------------------------------
     def _update_scoped(self, key: Hashable, te: int, tp: int) -> Self:
+        if self._idle_scoped():
+            return self._update_scoped_idle(key, te, tp)
         gen = self._generator(key).update(te, tp)  # the generator keeps its own clock
         assert gen.clock_ms is not None
         self._clock = max(tp, self._clock if self._clock is not None else tp)
@@ -390,6 +463,233 @@ class PartitionedWatermark(WatermarkReadout):
         self._n_seen += te.size
         self._n_late += int(np.count_nonzero(te < pre))
         self._settle(list(self._gens))
+        return Trace(pre, post, None, timelines)
+
+    # -- scoped mode with idleness: a silent partition follows the fleet ----------------------------------
+    def _idle_scoped(self) -> bool:
+        return self.mode == "scoped" and (self._timeout is not None or self._learning is not None)
+
+    def _fleet(self, now: int) -> tuple[int | None, list[Hashable]]:
+        """The fleet watermark at ``now`` (minimum over active partitions; None: none) and the idle ones."""
+        low: int | None = None
+        idle = []
+        for p, gen in self._gens.items():
+            last = self._last_tp.get(p)
+            if last is None:
+                continue
+            if self._is_active(now, last, p):
+                w = gen.watermark_ms
+                low = w if low is None else min(low, w)
+            else:
+                idle.append(p)
+        return low, idle
+
+    def _scoped_raise_idle(self, now: int) -> None:
+        """Raise every idle partition to the fleet's watermark at ``now`` (never lowering it)."""
+        low, idle = self._fleet(now)
+        if low is not None:
+            for p in idle:
+                self._gens[p].hold_floor(low)
+
+    def _scoped_drop_until(self, now: int) -> None:
+        """Time runs from the clock to ``now``: at each instant a partition falls idle, raise the idle."""
+        clock = self._clock
+        if clock is None:
+            return
+        instants = set()
+        for p, last in self._last_tp.items():
+            timeout = self._timeout_of(p)
+            if timeout is not None and clock < last + timeout <= now:
+                instants.add(last + timeout)
+        for instant in sorted(instants):
+            self._scoped_raise_idle(instant)
+
+    def _learn_gaps(self, key: Hashable, gaps: I64) -> NDArray[np.int64]:
+        """Learned timeouts: take in ``key``'s gaps; the timeout in force after each of them."""
+        learning = self._learning
+        assert learning is not None
+        hist = self._gap_hist.get(key) or [0] * 64
+        out = np.empty(gaps.size, np.int64)
+        for i, gap in enumerate(gaps.tolist()):
+            hist = learning.learn(hist, (gap,))
+            out[i] = learning.timeout_ms(hist)
+        if gaps.size:
+            self._gap_hist[key] = hist
+            self._learned[key] = int(out[-1])
+        return out
+
+    def _update_scoped_idle(self, key: Hashable, te: int, tp: int) -> Self:
+        now = tp if self._clock is None else max(tp, self._clock)
+        self._scoped_drop_until(now)
+        gen = self._generator(key).update(te, tp)  # judged by its own watermark (raised while idle)
+        last = self._last_tp.get(key)
+        if last is not None and self._learning is not None:
+            self._learn_gaps(key, np.array([now - last], np.int64))
+        self._last_tp[key] = now
+        self._clock = now
+        self._wm_at_arrival = gen.watermark_at_arrival_ms
+        self._n_seen += 1
+        self._n_late += te < self._wm_at_arrival
+        self._scoped_raise_idle(now)
+        self._settle(list(self._gens))
+        return self
+
+    def _trace_scoped_idle(
+        self, keys: list[Hashable], codes: NDArray[np.intp], te: I64, tp: I64, clock: I64
+    ) -> Trace:
+        """:meth:`_trace_scoped` with idleness: what :meth:`_update_scoped_idle` does arrival by arrival.
+
+        Each partition's arrivals split into *segments* where it returns after being idle; a segment runs
+        vectorised once the raises before it are known. Events in time order: a partition falling idle
+        (before the first arrival at or after that instant) and a segment's start; between events the
+        fleet's watermark after each arrival is the minimum of the active partitions' watermarks (forward
+        filled), and the idle partitions follow its running maximum. Each raise is a step in the raised
+        partition's timeline, at its instant.
+        """
+        n = te.size
+        start_clock = self._clock
+        pre = np.empty(n, np.int64)
+        post = np.empty(n, np.int64)
+        for key in keys:
+            self._generator(key)
+        rows_of = {key: np.flatnonzero(codes == c) for c, key in enumerate(keys)}
+        before_wm = {p: g.watermark_ms for p, g in self._gens.items()}
+        none_idx = np.empty(0, np.intp)
+        active: dict[Hashable, None] = {}  # ordered sets: the same order in every run
+        idle: dict[Hashable, None] = {}
+        drops: dict[int, list[Hashable]] = {}  # instant -> partitions falling idle then
+        starts: list[tuple[int, Hashable, NDArray[np.intp]]] = []  # (first arrival, partition, segment rows)
+        first_runs: list[tuple[Hashable, NDArray[np.intp]]] = []
+        for key in self._gens:
+            r = rows_of.get(key, none_idx)
+            last0 = self._last_tp.get(key)
+            t0 = self._timeout_of(key)
+            assert t0 is not None
+            a = clock[r]
+            if r.size == 0 and last0 is None:
+                continue
+            if last0 is None:
+                state0 = "new"
+            elif start_clock is not None and start_clock - last0 >= t0:
+                state0 = "idle"
+                idle[key] = None
+            else:
+                state0 = "active"
+                active[key] = None
+            # The timeout in force in the gap before each arrival, and after the last.
+            if self._learning is None:
+                t_before = np.full(r.size, t0, np.int64)
+                t_end = t0
+            elif r.size:
+                gaps = np.diff(a, prepend=last0) if last0 is not None else np.diff(a)
+                after = self._learn_gaps(key, gaps)
+                lead = [t0] if last0 is not None else [t0, t0]
+                t_all = np.concatenate([np.array(lead, np.int64), after])
+                t_before, t_end = t_all[: r.size], int(t_all[-1])
+            else:
+                t_before, t_end = np.empty(0, np.int64), t0
+            prev = np.empty(r.size, np.int64)
+            if r.size:
+                prev[1:] = a[:-1]
+                prev[0] = a[0] if last0 is None else last0
+            returns = a - prev >= t_before
+            if r.size and last0 is None:
+                returns[0] = False
+            cut = np.flatnonzero(returns).tolist()
+            for i in cut:
+                if not (i == 0 and state0 == "idle"):
+                    drops.setdefault(int(prev[i] + t_before[i]), []).append(key)
+            bounds = [*cut, r.size]
+            if r.size and state0 == "new":
+                bounds = [0, *bounds]
+            if r.size and bounds[0] > 0:
+                first_runs.append((key, r[: bounds[0]]))
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+                starts.append((int(r[lo]), key, r[lo:hi]))
+            if state0 != "idle" or r.size:
+                last_t = int(a[-1]) if r.size else int(last0 if last0 is not None else 0)
+                if last_t + t_end <= int(clock[-1]):
+                    drops.setdefault(last_t + t_end, []).append(key)
+        # Events: (first arrival at or after the instant, 0 for a drop / 1 for a start, instant, ...).
+        events: list[tuple[int, int, int, int]] = []
+        for instant in drops:
+            events.append((int(np.searchsorted(clock, instant, side="left")), 0, instant, -1))
+        for s, (first, _key, _rows) in enumerate(starts):
+            events.append((first, 1, int(clock[first]), s))
+        events.sort()
+        seen_idx: dict[Hashable, list[NDArray[np.intp]]] = {}
+        seen_post: dict[Hashable, list[I64]] = {}
+        flat: dict[Hashable, tuple[NDArray[np.intp], I64]] = {}
+        chunks: dict[Hashable, list[tuple[Timeline | None, I64, I64]]] = {}
+
+        def run(key: Hashable, seg: NDArray[np.intp]) -> None:
+            trace = self._gens[key].process_trace(te[seg], tp[seg])  # on the partition's own clock
+            pre[seg], post[seg] = trace.at_arrival, trace.after_arrival
+            seen_idx.setdefault(key, []).append(seg)
+            seen_post.setdefault(key, []).append(trace.after_arrival)
+            flat.pop(key, None)
+            chunks.setdefault(key, []).append((trace.timeline, none_idx, none_idx))
+
+        def values(key: Hashable, at: NDArray[np.intp]) -> I64:
+            """``key``'s watermark right after each arrival position ``at`` (-1: before the batch)."""
+            if key not in flat:
+                if key in seen_idx:
+                    flat[key] = (np.concatenate(seen_idx[key]), np.concatenate(seen_post[key]))
+                else:
+                    flat[key] = (none_idx, np.empty(0, np.int64))
+            idx, posts = flat[key]
+            k = np.searchsorted(idx, at, side="right") - 1
+            return np.where(k >= 0, posts[np.maximum(k, 0)] if posts.size else 0, before_wm[key])
+
+        def raise_idle(at_t: I64, fleet: I64) -> None:
+            """Idle partitions follow the running maximum of ``fleet`` (the fleet after each instant)."""
+            top = np.maximum.accumulate(fleet)
+            grows = np.ones(top.size, np.bool_)
+            grows[1:] = top[1:] > top[:-1]
+            for p in idle:
+                gen = self._gens[p]
+                steps = grows & (top > gen.watermark_ms)
+                if steps.any():
+                    chunks.setdefault(p, []).append((None, at_t[steps], top[steps]))
+                    gen.hold_floor(int(top[-1]))
+
+        cur = 0
+
+        def stretch(upto: int) -> None:
+            nonlocal cur
+            if idle and active and cur < upto:
+                at = np.arange(cur, upto, dtype=np.intp)
+                fleet = np.minimum.reduce([values(q, at) for q in active])
+                raise_idle(clock[at], fleet)
+            cur = max(cur, upto)
+
+        for key, seg in first_runs:
+            run(key, seg)
+        for pos, kind, instant, s in events:
+            stretch(pos)
+            if kind == 0:
+                for key in drops[instant]:
+                    active.pop(key, None)
+                    idle[key] = None
+                if active:
+                    before = np.array([pos - 1], np.intp)
+                    low = min(int(values(q, before)[0]) for q in active)
+                    raise_idle(np.array([instant], np.int64), np.array([low], np.int64))
+            else:
+                _, key, seg = starts[s]
+                idle.pop(key, None)
+                run(key, seg)
+                active[key] = None
+        stretch(n)
+        for key, r in rows_of.items():
+            if r.size:
+                self._last_tp[key] = int(clock[r[-1]])
+        self._clock = int(clock[-1])
+        self._wm_at_arrival = int(pre[-1])
+        self._n_seen += n
+        self._n_late += int(np.count_nonzero(te < pre))
+        self._settle(list(self._gens))
+        timelines = {key: _joined(before_wm[key], parts) for key, parts in chunks.items()}
         return Trace(pre, post, None, timelines)
 
     def absorb_partitions(
@@ -470,7 +770,9 @@ class PartitionedWatermark(WatermarkReadout):
             self._clock = now
             self._wm = max(self._wm, self._shared.on_idle(now).watermark_ms)
             return self
-        if self.mode == "scoped":  # each partition's time is its own arrivals': nothing to advance
+        if self.mode == "scoped":  # each partition's time is its own arrivals': only idleness advances
+            if self._idle_scoped():
+                self._scoped_drop_until(now)
             self._clock = now
             return self
         self._last_count(now)
@@ -499,12 +801,16 @@ class PartitionedWatermark(WatermarkReadout):
         now = int(now_ms)
         if self.mode != "scoped":
             return self.on_idle(now)
+        if self._idle_scoped():
+            self._scoped_drop_until(now)
         for gen in self._gens.values():
             if gen.clock_ms is None or now > gen.clock_ms:
                 gen.on_idle(now)
         if self._clock is None or now > self._clock:
             self._clock = now
-        self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last)])
+        if self._idle_scoped():
+            self._scoped_raise_idle(self._clock)
+        self._settle([p for p, last in self._last_tp.items() if self._is_active(now, last, p)])
         return self
 
     def _last_count(self, now: int) -> None:
@@ -514,7 +820,7 @@ class PartitionedWatermark(WatermarkReadout):
         instant; when every active partition falls idle before ``now``, that maximum is reached at the last
         instant one of them still counted, and time must stop there once (as a millisecond timer would).
         """
-        timeout, clock = self.idle_timeout_ms, self._clock
+        timeout, clock = self._timeout, self._clock
         if timeout is None or clock is None:
             return
         ends = [last + timeout for last in self._last_tp.values() if self._is_active(clock, last)]
@@ -561,6 +867,8 @@ class PartitionedWatermark(WatermarkReadout):
         if self._shared is not None:
             return self._trace_global(self._shared, keys, codes, te_a, clock)
         if self.mode == "scoped":
+            if self._idle_scoped():
+                return self._trace_scoped_idle(keys, codes, te_a, tp_a, clock)
             return self._trace_scoped(keys, codes, te_a, tp_a, clock)
         for key in keys:
             self._generator(key)
@@ -600,7 +908,7 @@ class PartitionedWatermark(WatermarkReadout):
                 np.minimum(min_post[post_from:], post_p[post_from:], out=min_post[post_from:])
                 active_end = post_from < n
             else:
-                timeout = self.idle_timeout_ms
+                timeout = self._timeout
                 assert timeout is not None  # _never_idle_in is always true without a timeout
                 start = NO_WATERMARK if last0 is None else last0
                 seen = np.full(n, start, np.int64)
@@ -643,7 +951,7 @@ class PartitionedWatermark(WatermarkReadout):
         """
         n = clock.size
         out = np.full(n, NO_WATERMARK, np.int64)
-        if self.idle_timeout_ms is None or not parts:
+        if self._timeout is None or not parts:
             return out
         drop = np.full(n, NO_WATERMARK, np.int64)
         for part in parts:
@@ -663,7 +971,7 @@ class PartitionedWatermark(WatermarkReadout):
 
     def _never_idle_in(self, idx: NDArray[np.intp], clock: I64, last0: int | None) -> bool:
         """True if, once it has arrived, the partition stays active through the whole batch."""
-        timeout = self.idle_timeout_ms
+        timeout = self._timeout
         if timeout is None:
             return True
         if idx.size == 0:
@@ -680,7 +988,7 @@ class PartitionedWatermark(WatermarkReadout):
         strategy: str,
         params: Mapping[str, Any] | None = None,
         *,
-        idle_timeout_ms: int | None = None,
+        idle_timeout_ms: int | str | IdleLearning | None = None,
         mode: str | None = None,
     ) -> PartitionedWatermark:
         """The combination under a new configuration, continuing from this one's global state.
@@ -713,6 +1021,8 @@ class PartitionedWatermark(WatermarkReadout):
                 key: make(strategy, params).hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
             }
         new._last_tp = dict(self._last_tp)
+        if new._learning is not None and self._learning is not None:  # the partitions' cadence carries over
+            new._gap_hist, new._learned = dict(self._gap_hist), dict(self._learned)
         new._evicted_floor, new._key_floors = self._evicted_floor, dict(self._key_floors)
         new._wm, new._wm_at_arrival, new._clock = self._wm, self._wm_at_arrival, self._clock
         new._n_seen, new._n_late = self._n_seen, self._n_late
@@ -724,7 +1034,7 @@ class PartitionedWatermark(WatermarkReadout):
         strategy: str,
         params: Mapping[str, Any] | None = None,
         *,
-        idle_timeout_ms: int | None = None,
+        idle_timeout_ms: int | str | None = None,
         mode: str = "min",
     ) -> str:
         """What differs between this combination and a configuration ('' when nothing does).
@@ -776,6 +1086,8 @@ class PartitionedWatermark(WatermarkReadout):
             "shared": None if self._shared is None else self._shared.snapshot(),
             "evicted_floor": self._evicted_floor,
             "key_floors": [[key, owner, floor] for key, (owner, floor) in sorted(self._key_floors.items())],
+            "idle_gaps": [[p, sparse(hist)] for p, hist in self._gap_hist.items()],
+            "idle_learning": None if self._learning is None else dataclasses.asdict(self._learning),
         }
 
     @classmethod
@@ -785,7 +1097,10 @@ class PartitionedWatermark(WatermarkReadout):
             msg = "not a version-1 partitioned watermark snapshot"
             raise ValueError(msg)
         mode = snap.get("mode", "min")
-        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=snap["idle_timeout_ms"], mode=mode)
+        idle = snap["idle_timeout_ms"]
+        if idle == AUTO and snap.get("idle_learning") is not None:
+            idle = IdleLearning(**snap["idle_learning"])
+        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=idle, mode=mode)
         if snap.get("shared") is not None:
             obj._shared = restore(snap["shared"])
             if type(obj._shared) is not type(obj._generator_template()):
@@ -812,4 +1127,9 @@ class PartitionedWatermark(WatermarkReadout):
         obj._evicted_floor = int(snap.get("evicted_floor", NO_WATERMARK))
         for key, owner, floor in snap.get("key_floors", ()):
             obj._key_floors[str(key)] = (_plain(owner), int(floor))
+        if obj._learning is not None:  # (absent from snapshots before learned timeouts: nothing learned)
+            for key, pairs in snap.get("idle_gaps", ()):
+                hist = dense(pairs)
+                obj._gap_hist[_plain(key)] = hist
+                obj._learned[_plain(key)] = obj._learning.timeout_ms(hist)
         return obj

@@ -312,8 +312,9 @@ def replay(
         windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
     else:
         pre, post, classes, windows = _scoped(
-            te_s, tp_s, part_codes, key_codes, keys is not None, strategy, params, window, straggler_ms
-        )
+            te_s, tp_s, part_codes, key_codes, keys is not None, strategy, params, window, straggler_ms,
+            idle_timeout_ms,
+        )  # fmt: skip
     return ReplayResult(
         strategy=strategy,
         params=effective,
@@ -344,8 +345,13 @@ def _scoped(
     params: dict[str, Any] | None,
     spec: WindowSpec,
     straggler_ms: int,
+    idle_timeout_ms: int | str | None = None,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int8], WindowTable]:
-    """Partition-scoped firing: each partition's generator judges its tuples and fires its keys' windows."""
+    """Partition-scoped firing: each partition's generator judges its tuples and fires its keys' windows.
+
+    With an idle timeout, a silent partition's watermark follows the fleet's
+    (:class:`~watermark.combine.PartitionedWatermark`, mode ``scoped``): its windows fire at the raise.
+    """
     if not keyed:
         msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"
         raise ValueError(msg)
@@ -357,13 +363,15 @@ def _scoped(
     post = np.empty(te.size, np.int64)
     classes = np.empty(te.size, np.int8)
     tables = []
+    combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms, mode="scoped")
+    trace = combo.process_trace(part_codes, te, tp)
+    assert trace.partition_timelines is not None
     for code in range(int(part_codes.max()) + 1 if part_codes.size else 0):
         rows = np.flatnonzero(part_codes == code)
-        trace = make(strategy, params).process_trace(te[rows], tp[rows])
-        pre[rows], post[rows] = trace.at_arrival, trace.after_arrival
-        classes[rows] = classify(te[rows], trace.at_arrival, straggler_ms)
-        assert trace.timeline is not None
-        tables.append(_windows(te[rows], trace.timeline, classes[rows] != LATE, key_codes[rows], spec))
+        pre[rows], post[rows] = trace.at_arrival[rows], trace.after_arrival[rows]
+        classes[rows] = classify(te[rows], pre[rows], straggler_ms)
+        timeline = trace.partition_timelines[code]
+        tables.append(_windows(te[rows], timeline, classes[rows] != LATE, key_codes[rows], spec))
     if not tables:
         empty_i, empty = np.empty(0, np.intp), np.empty(0, np.int64)
         table = WindowTable(empty_i, empty, empty, empty, np.empty(0, np.bool_), empty, empty)
