@@ -372,8 +372,11 @@ class DeltaTables(TableReader):
         The first use of a table in a run (an append, :meth:`prepare_state`) runs :func:`ensure_table`:
         an absent table is created with its generated partition column and properties, an existing one
         gains the columns the code's schema added since (logged; a removed or retyped column raises
-        :class:`TableSchemaError`). Later batches skip it.
+        :class:`TableSchemaError`). Later batches skip it. A table that is not one of :data:`TABLES`
+        (a DataFrame appended as it is) is created by its first append, with the DataFrame's schema.
         """
+        if table not in TABLES:
+            return
         with self._creating:
             if table not in self._created:
                 ensure_table(self.spark, self.path(table), table)
