@@ -145,16 +145,23 @@ class Hindsight:
     def smallest_delay(self, scope: str, period_ms: int, late_pct: float) -> int | None:
         """The smallest delay on the ``step_ms`` grid with late share <= ``late_pct``; None if none.
 
-        Doubling from 1 s finds a delay that meets it, then bisection narrows to the step.
+        The delays replayed before bracket the search (the late share does not grow with the delay); without
+        a delay known to meet it, doubling from 1 s finds one; then bisection narrows to the step.
         """
         step = self.step_ms
-        hi = min(1_000 // step * step or step, self.max_delay_ms // step * step)
-        while self.run(scope, period_ms, hi).late_pct > late_pct:
-            top = self.max_delay_ms // step * step
-            if hi >= top:
-                return None
-            hi = min(2 * hi, top)
-        lo = -step  # invariant: lo fails (or lies below 0), hi meets the share
+        top = self.max_delay_ms // step * step
+        known = [(d, r.late_pct) for (sc, p, d), r in self._runs.items() if sc == scope and p == period_ms]
+        meets = [d for d, late in known if late <= late_pct]
+        fails = [d for d, late in known if late > late_pct]
+        lo = max(fails, default=-step)  # invariant: lo fails (or lies below 0), hi meets the share
+        if meets:
+            hi = min(meets)
+        else:
+            hi = min(max(1_000 // step * step, lo + step), top)
+            while self.run(scope, period_ms, hi).late_pct > late_pct:
+                if hi >= top:
+                    return None
+                lo, hi = hi, min(2 * hi, top)
         while hi - lo > step:
             mid = max((lo + hi) // 2 // step * step, lo + step)
             if self.run(scope, period_ms, mid).late_pct <= late_pct:

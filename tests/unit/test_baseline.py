@@ -54,3 +54,10 @@ def test_bad_input_gets_a_clear_error():
         Hindsight(TE, TP, ONE_KEY, window=W, periods_ms=())
     with pytest.raises(ValueError, match="scope must be one of"):
         Hindsight(TE, TP, ONE_KEY, window=W).run("sideways", 10, 0)
+
+
+def test_earlier_replays_bracket_the_search_without_changing_its_answer():
+    shared = Hindsight(TE, TP, ONE_KEY, window=W, periods_ms=(10,))
+    for share in (13.0, 0.0, 5.0, 12.5, 0.0):
+        fresh = Hindsight(TE, TP, ONE_KEY, window=W, periods_ms=(10,))
+        assert shared.smallest_delay("global", 10, share) == fresh.smallest_delay("global", 10, share)
