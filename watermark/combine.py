@@ -29,14 +29,14 @@ import dataclasses
 import os
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
 from watermark.idle import IdleLearning, dense, sparse
-from watermark.registry import make, restore
+from watermark.registry import make, restore, strategy_class
 from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
 
@@ -243,6 +243,12 @@ class PartitionedWatermark(WatermarkReadout):
         self._learned: dict[Hashable, int] = {}
         #: In ``global`` mode, the one generator every partition feeds.
         self._shared: WatermarkGenerator | None = make(strategy, params) if mode == "global" else None
+        #: State the partitions' generators share (:meth:`~watermark.fleet.FleetWatermark.shared_state`:
+        #: the fleet's lag models and late budget), built once; ``None`` for the other strategies.
+        self._shared_state: Any = None
+        factory = getattr(strategy_class(strategy), "shared_state", None)
+        if factory is not None and mode != "global":
+            self._shared_state = factory(make(strategy, params).params)
         self._gens: dict[Hashable, WatermarkGenerator] = {}
         self._last_tp: dict[Hashable, int] = {}
         self._reset_readout()
@@ -299,7 +305,13 @@ class PartitionedWatermark(WatermarkReadout):
         gen = self._gens.get(key)
         if gen is None:
             gen = self._gens[key] = self._shared or self.new_generator()
+            self._join(key, gen)
         return gen
+
+    def _join(self, key: Hashable, gen: WatermarkGenerator) -> None:
+        """Hand the shared state to a partition's generator (strategies that share one, such as fleet)."""
+        if self._shared_state is not None:
+            cast(Any, gen).join(self._shared_state, key)
 
     def new_generator(self) -> WatermarkGenerator:
         """The generator a partition new to the combination starts with (scoped: at the eviction floor)."""
@@ -386,6 +398,8 @@ class PartitionedWatermark(WatermarkReadout):
         out = {}
         for p in gone:
             out[p] = self._gens.pop(p).watermark_ms
+            if self._shared_state is not None:
+                self._shared_state.forget(p)
             del self._last_tp[p]
             self._gap_hist.pop(p, None)
             self._learned.pop(p, None)
@@ -439,7 +453,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._wm_at_arrival = gen.watermark_at_arrival_ms
         self._n_seen += 1
         self._n_late += te < self._wm_at_arrival
-        self._settle(list(self._gens))
+        self._settle_scoped()
         return self
 
     def _trace_scoped(
@@ -462,7 +476,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._wm_at_arrival = int(pre[-1])
         self._n_seen += te.size
         self._n_late += int(np.count_nonzero(te < pre))
-        self._settle(list(self._gens))
+        self._settle_scoped()
         return Trace(pre, post, None, timelines)
 
     # -- scoped mode with idleness: a silent partition follows the fleet ----------------------------------
@@ -531,7 +545,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._n_seen += 1
         self._n_late += te < self._wm_at_arrival
         self._scoped_raise_idle(now)
-        self._settle(list(self._gens))
+        self._settle_scoped()
         return self
 
     def _trace_scoped_idle(
@@ -688,7 +702,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._wm_at_arrival = int(pre[-1])
         self._n_seen += n
         self._n_late += int(np.count_nonzero(te < pre))
-        self._settle(list(self._gens))
+        self._settle_scoped()
         timelines = {key: _joined(before_wm[key], parts) for key, parts in chunks.items()}
         return Trace(pre, post, None, timelines)
 
@@ -704,17 +718,24 @@ class PartitionedWatermark(WatermarkReadout):
         generator snapshot after the batch, the generator's clock, arrivals, arrivals below the
         generator's watermark)``: what :meth:`process_trace` computes when each partition's generator runs
         in the executor that reads the partition (:mod:`jobs.stream.workers.executor_stage`). The state
-        afterwards is the one :meth:`process_trace` leaves over the same arrivals.
+        afterwards is the one :meth:`process_trace` leaves over the same arrivals, except for idleness: the
+        partitions ran apart, so none was raised while idle within the batch (:meth:`advance_to` raises the
+        idle ones at the batch boundary), and a partition's last arrival is taken at the later of its own
+        clock and the clock before the batch.
         """
         if self.mode != "scoped":
             msg = f"only a partition-scoped watermark runs its partitions apart (mode is {self.mode!r})"
             raise ValueError(msg)
+        if self._shared_state is not None:
+            msg = f"{self.strategy}'s partitions share state: they cannot run apart (stage on the driver)"
+            raise ValueError(msg)
         seen = below = 0
+        before = self._clock if self._idle_scoped() else None  # idleness: activity on the shared clock
         for key, snap, clock, rows, under in partitions:
             plain = _plain(key)
             self._gens[plain] = restore(snap)
             if clock is not None:
-                self._last_tp[plain] = int(clock)
+                self._last_tp[plain] = int(clock) if before is None else max(before, int(clock))
             seen += int(rows)
             below += int(under)
         if not seen:
@@ -723,7 +744,7 @@ class PartitionedWatermark(WatermarkReadout):
         self._wm_at_arrival = int(wm_at_last_arrival)
         self._n_seen += seen
         self._n_late += below
-        self._settle(list(self._gens))
+        self._settle_scoped()
         return self
 
     # -- scalar path -----------------------------------------------------------------------------------
@@ -832,6 +853,14 @@ class PartitionedWatermark(WatermarkReadout):
             g.on_idle(t_last)
         self._settle([p for p, last in self._last_tp.items() if self._is_active(t_last, last)])
 
+    def _settle_scoped(self) -> None:
+        """Scoped mode: report the minimum over the partitions (with idleness, the active ones)."""
+        clock = self._clock
+        if self._idle_scoped() and clock is not None:
+            self._settle([p for p, last in self._last_tp.items() if self._is_active(clock, last, p)])
+        else:
+            self._settle(list(self._gens))
+
     def _settle(self, active: list[Hashable]) -> None:
         members = set(active)
         ordered = [p for p in self._gens if p in members]  # ties go to the oldest partition, as in process()
@@ -866,6 +895,14 @@ class PartitionedWatermark(WatermarkReadout):
             np.maximum(clock, self._clock, out=clock)
         if self._shared is not None:
             return self._trace_global(self._shared, keys, codes, te_a, clock)
+        if self._shared_state is not None:
+            # The shared state runs over the whole batch in arrival order first, so that each partition's
+            # generator reads what arrival-by-arrival processing would give it (batch invariance).
+            for key in keys:
+                self._generator(key)
+            times = tp_a if self.mode == "scoped" else clock  # what each partition's generator sees
+            clocks = {key: gen.clock_ms for key, gen in self._gens.items()}
+            self._shared_state.prepare(keys, codes, te_a, times, clocks)
         if self.mode == "scoped":
             if self._idle_scoped():
                 return self._trace_scoped_idle(keys, codes, te_a, tp_a, clock)
@@ -1013,6 +1050,7 @@ class PartitionedWatermark(WatermarkReadout):
             new._shared = self._shared
         if same:
             new._gens = dict(self._gens)
+            new._shared_state = self._shared_state
         elif new._shared is not None:
             new._shared.hold_floor(self._wm)
             new._gens = dict.fromkeys(self._gens, new._shared)
@@ -1020,6 +1058,8 @@ class PartitionedWatermark(WatermarkReadout):
             new._gens = {
                 key: make(strategy, params).hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
             }
+            for key, gen in new._gens.items():
+                new._join(key, gen)
         new._last_tp = dict(self._last_tp)
         if new._learning is not None and self._learning is not None:  # the partitions' cadence carries over
             new._gap_hist, new._learned = dict(self._gap_hist), dict(self._learned)
@@ -1086,6 +1126,7 @@ class PartitionedWatermark(WatermarkReadout):
             "shared": None if self._shared is None else self._shared.snapshot(),
             "evicted_floor": self._evicted_floor,
             "key_floors": [[key, owner, floor] for key, (owner, floor) in sorted(self._key_floors.items())],
+            "shared_state": None if self._shared_state is None else self._shared_state.snapshot(),
             "idle_gaps": [[p, sparse(hist)] for p, hist in self._gap_hist.items()],
             "idle_learning": None if self._learning is None else dataclasses.asdict(self._learning),
         }
@@ -1125,6 +1166,13 @@ class PartitionedWatermark(WatermarkReadout):
             if last is not None:
                 obj._last_tp[_plain(key)] = int(last)
         obj._evicted_floor = int(snap.get("evicted_floor", NO_WATERMARK))
+        if obj._shared_state is not None:
+            if snap.get("shared_state") is None:
+                msg = f"the snapshot lacks the state {obj.strategy}'s partitions share"
+                raise ValueError(msg)
+            obj._shared_state.load(snap["shared_state"])
+            for key, gen in obj._gens.items():
+                obj._join(key, gen)
         for key, owner, floor in snap.get("key_floors", ()):
             obj._key_floors[str(key)] = (_plain(owner), int(floor))
         if obj._learning is not None:  # (absent from snapshots before learned timeouts: nothing learned)

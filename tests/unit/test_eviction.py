@@ -237,8 +237,9 @@ def test_state_and_watermark_log_stay_bounded_however_many_partitions_die(tmp_pa
 
 
 def test_a_partition_is_not_forgotten_while_it_owns_an_open_window():
-    # On the arrival clock a scoped partition's last window stays open (its own clock stops): it stays.
-    run = DriverRun(config("scoped", retention=5_000))
+    # On the arrival clock, without an idle timeout, a scoped partition's last window stays open (its own
+    # clock stops): it stays. (With one, its window fires by the fleet: tests/unit/test_stage_idle.py.)
+    run = DriverRun(config("scoped", retention=5_000, idle=None))
     run.batch(0, [("a", "ka", 1_000, 1_000), ("b", "kb", 1_000, 1_000)], 2_000)
     for b in range(1, 4):
         t = 10_000 * b
@@ -279,7 +280,8 @@ def test_a_forgotten_partition_and_a_forgotten_key_coming_back_never_emit_a_wind
 
 def test_a_forgotten_key_claimed_by_a_partition_behind_the_floor_keeps_the_floor_until_it_catches_up():
     """q is far behind p: q's watermark alone would let a straggler of p's emitted window open it again."""
-    run = DriverRun(config("scoped", retention=5_000))  # on the arrival clock: each partition its own
+    # On the arrival clock: each partition its own (no idle timeout: a silent q stays behind).
+    run = DriverRun(config("scoped", retention=5_000, idle=None))
     # p's window (kp, 1000) opens and fires (p's late row at 5000 takes p's watermark to 4699)
     run.batch(0, [("q", "kq", 800, 900), ("p", "kp", 1_000, 1_000), ("p", "kp", 500, 5_000)], 5_000)
     assert [(k, ws) for _, k, ws in run.emitted] == [("kp", 1_000)]

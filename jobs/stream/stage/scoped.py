@@ -143,23 +143,33 @@ def fire_scoped(
     partition's own watermark after its arrivals never decreases. ``timelines`` (each partition's own
     watermark between its arrivals, :attr:`jobs.stream.stage.driver.StageResult.partition_timelines`) dates a
     window at the earliest instant its owner's watermark reached its end
-    (:func:`jobs.common.windows.credit_timeline`).
+    (:func:`jobs.common.windows.credit_timeline`). With an idle timeout a partition's timeline also holds
+    the instants at which it was raised while idle (its watermark follows the fleet's,
+    :class:`~watermark.combine.PartitionedWatermark`), so the windows of a partition without an arrival in
+    the batch fire too, at the raise, as in the replay.
     """
-    if open_windows.num_rows == 0 or wm_after.size == 0:
+    raised = {p: t for p, t in (timelines or {}).items() if t.tp.size}
+    if open_windows.num_rows == 0 or (wm_after.size == 0 and not raised):
         return FIRED_SCHEMA.empty_table(), open_windows
     window_owner = np.asarray(
         owner_of(owners, open_windows.column("key")).to_numpy(zero_copy_only=False), dtype=object
     )
     fired_parts, still_open = [], []
     rest = np.ones(open_windows.num_rows, bool)
-    for partition in dict.fromkeys(partitions.tolist()):
+    for partition in dict.fromkeys([*partitions.tolist(), *raised]):
         mine = window_owner == partition
         if not mine.any():
             continue
         rest &= ~mine
         arrivals = partitions == partition
-        fired, kept = fire(open_windows.filter(pa.array(mine)), wm_after[arrivals], arrival_ms[arrivals])
-        timeline = timelines.get(partition) if timelines is not None else None
+        timeline = raised.get(partition)
+        at_ms, wm = arrival_ms[arrivals], wm_after[arrivals]
+        if timeline is not None:  # the raises while idle are steps of the watermark too
+            at_ms = np.concatenate([at_ms, timeline.tp])
+            order = np.argsort(at_ms, kind="stable")
+            at_ms = at_ms[order]
+            wm = np.maximum.accumulate(np.concatenate([wm, timeline.post])[order])
+        fired, kept = fire(open_windows.filter(pa.array(mine)), wm, at_ms)
         if timeline is not None:
             fired = credit_timeline(fired, timeline)
         fired_parts.append(fired)

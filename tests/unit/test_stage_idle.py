@@ -1,0 +1,63 @@
+"""The job's driver stage in partition-scoped mode with an idle timeout: a silent partition's windows fire.
+
+Its watermark follows the fleet's once it is idle (:class:`watermark.combine.PartitionedWatermark`), and
+its windows reach the aggregates at the instant the replay gives, within a batch or across batches (with
+the watermark state through its JSON snapshot between them, as the checkpoint keeps it).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from jobs.stream.stage.states import StageStart
+from tests.unit.test_eviction import DriverRun, config
+from watermark.combine import PartitionedWatermark
+from watermark.evaluate import WindowSpec, replay
+
+# Device b sends once and stops; device a goes on (key = partition, as the IoT streams).
+ROWS = [("b", "kb", 100, 100), ("a", "ka", 500, 500), ("a", "ka", 1_500, 1_500), ("a", "ka", 2_500, 2_500)]
+
+
+def replayed(rows, cfg):
+    part, key, te, tp = zip(*rows, strict=True)
+    r = replay(te, tp, strategy=cfg.strategy, params=cfg.params, window=WindowSpec(1_000), key=key,
+               partition=part, partition_mode="scoped", idle_timeout_ms=cfg.idle_timeout_ms)  # fmt: skip
+    w = r.windows
+    keys = np.asarray(r.keys)[w.key]
+    return {
+        (str(k), int(s)): (int(t), int(m))
+        for k, s, f, t, m in zip(keys, w.start_ms, w.fired, w.fire_tp_ms, w.fire_wm_ms, strict=True)
+        if f
+    }
+
+
+def run_batches(cfg, batches, restart=False):
+    run = DriverRun(cfg)
+    fired = {}
+    for b, rows in enumerate(batches):
+        stage = run.batch(b, rows, 3_000 * (b + 1))
+        for row in stage.fired.to_pylist():
+            fired[row["key"], row["window_start_ms"]] = (row["fire_arrival_ms"], row["trigger_watermark_ms"])
+        if restart:  # the watermark through its checkpoint form
+            snap = json.loads(json.dumps(run.watermark.snapshot()))
+            s, restored = run.start, PartitionedWatermark.from_snapshot(snap)
+            run.start = StageStart(
+                s.ingest_ms, s.config, restored, s.open_windows, s.closed_until_ms, s.owners
+            )
+    return fired
+
+
+@pytest.mark.parametrize("cut", [4, 2, 1])
+def test_a_stopped_partitions_window_reaches_the_aggregates_at_the_replays_instant(cut):
+    cfg = config("scoped", retention=600_000, idle=2_000)
+    fired = run_batches(cfg, [ROWS[:cut], ROWS[cut:]], restart=True)
+    expected = replayed(ROWS, cfg)
+    # b idle from 2100: a's watermark (1500 - 1 - 300) then closes b's [0, 1000), with no arrival of b.
+    assert expected[("kb", 0)] == (2_100, 1_199)
+    assert fired == expected
+
+
+def test_without_an_idle_timeout_the_stopped_partitions_window_stays_open():
+    fired = run_batches(config("scoped", retention=600_000, idle=None), [ROWS])
+    assert ("kb", 0) not in fired and ("ka", 0) in fired
