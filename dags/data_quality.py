@@ -14,9 +14,9 @@ in the pipeline), or the hour before its logical date, or with `whole_tables` ev
 
 **Results stay.** Each run's validation results and Data Docs are kept in a Great Expectations Data
 Context under the tables' storage, `<tables>/_quality/gx/` (one Checkpoint per suite; the last
-`awm_quality_keep_runs` runs, default 100). The task log, the failure message and the XCom name the run's
-Data Docs page of each failed suite and the index; `python -m jobs.batch.quality TABLES --history 10`
-lists the last runs with what failed.
+`awm_quality_keep_runs` runs, default 200: eight days of hourly runs). The task log, the failure message
+and the XCom name the run's Data Docs page of each failed suite and the index;
+`python -m jobs.batch.quality TABLES --history 10` lists the last runs with what failed.
 
 The outcome is pushed as `awm_quality_*` (alert `AwmDataQualityFailing`) by `dags/outcome.py`.
 """
@@ -31,7 +31,7 @@ from airflow.sdk import Param, dag, task
 from dags import outcome
 from dags import pipeline_settings as settings
 
-#: The Variable giving how many runs' results the quality store keeps (default: 100).
+#: The Variable giving how many runs' results the quality store keeps (default: 200).
 KEEP_RUNS_VARIABLE = "awm_quality_keep_runs"
 
 

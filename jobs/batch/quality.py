@@ -467,7 +467,7 @@ def validate(
     report.results, report.run_name = root.uri, run_id.run_name
     report.run_time = run_id.run_time.isoformat()
     with working_copy(root) as workdir:
-        context = open_context(workdir)
+        context = open_context(workdir, suites_per_run=len(expectations))
         try:
             source = context.data_sources.get("awm")
         except KeyError:

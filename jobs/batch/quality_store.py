@@ -14,7 +14,7 @@ start in UTC (``20261124T090003.123456Z``); the four suites of one check share b
 
 **Local tables** (a path or ``file:``): the context is opened in place. **Object stores and HDFS**
 (``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``): GX's file stores work on local paths, so the context
-is opened in a local working folder holding a copy of the project and of the kept validation results (the
+is opened in a local working folder holding a copy of the project and of the results the index lists (the
 Data Docs pages are not fetched: empty stand-ins let GX link them from the index), and after the run every
 new or changed file is written back through pyarrow's file system (:mod:`watermark.storage`: one PUT each,
 no rename), as every other file of the pipeline. GX's own S3, Azure and GCS store backends were not used:
@@ -23,8 +23,10 @@ HDFS, and GX's project file stays local anyway. The copy is the run's, so two ch
 (the DAG allows one run at a time) could each rewrite the index page; the results of both are kept.
 
 **Retention.** Before each run the oldest runs are deleted, results and Data Docs pages, so that the store
-holds the last ``keep_runs`` runs (:data:`DEFAULT_KEEP_RUNS`) with the new one; the index page is then
-rebuilt from what is kept.
+holds the last ``keep_runs`` runs (:data:`DEFAULT_KEEP_RUNS`) with the new one. The index page links the
+newest :data:`INDEX_RUNS` of them (each Checkpoint's Data Docs build reads and renders every result the index
+lists: ``benchmarks/quality_results.py``); every kept run keeps its page, which
+:func:`jobs.batch.quality_results.read_history` names.
 """
 
 from __future__ import annotations
@@ -49,8 +51,13 @@ VALIDATIONS_DIR = "uncommitted/validations"
 #: The Data Docs site, below the GX project.
 SITE_NAME = "local_site"
 DOCS_DIR = f"uncommitted/data_docs/{SITE_NAME}"
-#: Runs kept by default (each holds one result per suite).
-DEFAULT_KEEP_RUNS = 100
+#: Runs kept by default (each holds one result per suite): at one check an hour (after each hourly
+#: backfill), eight days, so last Tuesday's runs are still there.
+DEFAULT_KEEP_RUNS = 200
+#: Runs the Data Docs index page links (the newest; older kept runs keep their pages, listed by the
+#: history). GX reads and renders every result the index lists, at each of a check's four Checkpoints.
+INDEX_RUNS = 24
+SUITES_PER_RUN = 4
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -126,10 +133,11 @@ def index_page(root: str | Location) -> Location:
 def working_copy(root: str | Location) -> Iterator[Path]:
     """A local folder holding the GX project of ``root``; written back when the block ends without error.
 
-    A local ``root`` is its own working copy. Otherwise the project and its validation results are copied
-    to a temporary folder, with an empty stand-in for each Data Docs page of a result (GX's index builder
-    links the pages the site holds), and, when the block ends, each file there that is new or changed is
-    written to ``root`` (the Data Docs' static assets only when missing).
+    A local ``root`` is its own working copy. Otherwise the project and the validation results of the
+    newest :data:`INDEX_RUNS` runs are copied to a temporary folder, with an empty stand-in for each of
+    their Data Docs pages (GX's index builder links the pages the site holds), and, when the block ends,
+    each file there that is new or changed is written to ``root`` (the Data Docs' static assets only when
+    missing). What a run copies does not grow with the runs kept.
     """
     loc = Location.of(root)
     if loc.local:
@@ -141,13 +149,19 @@ def working_copy(root: str | Location) -> Iterator[Path]:
         workdir = Path(tmp)
         fetched: dict[str, bytes] = {}
         remote_docs: set[str] = set()
+        indexed = {(run.run_name, run.run_time) for run in stored_runs(loc)[:INDEX_RUNS]}
+        pages, results = f"{DOCS_DIR}/validations/", f"{VALIDATIONS_DIR}/"
         for entry in storage.walk_files(project):
             relative = entry.location.relative_to(project)
-            if relative.startswith(DOCS_DIR + "/"):
+            run = _run_of(relative, pages) or _run_of(relative, results)
+            if relative.startswith(f"{DOCS_DIR}/"):
                 remote_docs.add(relative)
-                if not relative.startswith(f"{DOCS_DIR}/validations/"):
-                    continue
+            if run is not None and run not in indexed:
+                continue  # an older run: the index does not list it, this run needs nothing of it
+            if relative.startswith(pages):
                 data = b""  # a stand-in: GX lists the site's pages to link them from the index
+            elif relative.startswith(f"{DOCS_DIR}/"):
+                continue
             else:
                 data = storage.read_bytes(entry.location)
             target = workdir / GX_DIR / relative
@@ -166,11 +180,20 @@ def working_copy(root: str | Location) -> Iterator[Path]:
                 storage.write_bytes(project / relative, data)
 
 
-def open_context(workdir: Path) -> Any:
+def _run_of(relative: str, prefix: str) -> tuple[str, str] | None:
+    """``(RUN, TIME)`` of a result or page named ``prefix + SUITE/RUN/TIME/FILE`` (None: another file)."""
+    if not relative.startswith(prefix):
+        return None
+    parts = relative.removeprefix(prefix).split("/")
+    return (parts[1], parts[2]) if len(parts) == 4 else None
+
+
+def open_context(workdir: Path, suites_per_run: int = SUITES_PER_RUN) -> Any:
     """The GX file Data Context of the working copy ``workdir`` (created on first use).
 
     Progress bars and GX's usage analytics are off (a worker has no one to show them to and may have no
-    Internet access).
+    Internet access). The Data Docs index lists the newest :data:`INDEX_RUNS` runs of ``suites_per_run``
+    results each.
     """
     import great_expectations as gx
 
@@ -179,5 +202,15 @@ def open_context(workdir: Path) -> Any:
     context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(
         globally=False, metric_calculations=False
     )
+    sites = dict(context.variables.data_docs_sites or {})
+    site = dict(sites.get(SITE_NAME) or {})
+    if site:  # GX's default site: its index lists the newest runs only (each build reads what it lists)
+        site["show_how_to_buttons"] = False
+        site["site_index_builder"] = {
+            "class_name": "DefaultSiteIndexBuilder",
+            "validation_results_limit": INDEX_RUNS * suites_per_run,
+        }
+        sites[SITE_NAME] = site
+        context.variables.data_docs_sites = sites
     context.variables.save()
     return context

@@ -192,12 +192,18 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
 
     import pyarrow as pa
 
+    from jobs.batch.quality_results import read_history
+    from jobs.batch.quality_store import index_page, results_root, safe_run_name
     from jobs.common.schemas import QUARANTINE_SCHEMA
 
     tmp, _ = stream_tables
     dag = dagbag.get_dag("awm_data_quality")
     whole = run_conf(tmp) | {"whole_tables": True}
-    assert dag.test(logical_date=this_hour(), run_conf=whole).state == "success"
+    run = dag.test(logical_date=this_hour(), run_conf=whole)
+    assert run.state == "success"
+    stored = read_history(results_root(str(tmp / "out")), 1)  # the run's results stay, by its run id
+    assert {r.run_name for r in stored} == {safe_run_name(run.run_id)} and all(r.success for r in stored)
+    assert Path(index_page(results_root(str(tmp / "out"))).key).is_file()
     hour = run_conf(tmp) | {
         "interval_start": this_hour().isoformat(),
         "interval_end": ending_next_hour().isoformat(),
@@ -210,7 +216,11 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
     odd = pa.Table.from_pylist([{"raw": "x", "reason": "gremlins"}], schema=QUARANTINE_SCHEMA)
     DeltaTables(str(broken), "vandal", spark).append("quarantine", odd, 0, schema=QUARANTINE_SCHEMA)
     conf = whole | {"tables": str(broken)}
-    assert dag.test(logical_date=this_hour() + timedelta(minutes=1), run_conf=conf).state == "failed"
+    run = dag.test(logical_date=this_hour() + timedelta(minutes=1), run_conf=conf)
+    assert run.state == "failed"
+    failed = [r for r in read_history(results_root(str(broken)), 1) if not r.success]
+    assert [(r.run_name, r.suite) for r in failed] == [(safe_run_name(run.run_id), "quarantine")]
+    assert failed[0].failures[0].examples == ["gremlins"] and Path(failed[0].page.key).is_file()
 
 
 @pytest.fixture

@@ -35,3 +35,28 @@ def test_results_data_docs_and_retention_live_on_s3_and_are_read_back_from_there
     assert page == history[0].page and page.scheme == "s3a" and "count" in storage.read_text(page)
     index = storage.read_text(index_page(root))
     assert "wednesday" in index and "tuesday" in index and "monday" not in index
+
+
+def test_runs_the_index_no_longer_lists_keep_their_results_and_pages_on_s3(s3_server, monkeypatch):
+    """The local copy holds only the runs the index lists; the older kept runs stay whole on the store."""
+    import jobs.batch.quality_store
+    from jobs.batch.quality_results import read_history
+    from jobs.batch.quality_store import index_page
+    from tests.unit.test_quality import run_suites
+
+    monkeypatch.setattr(jobs.batch.quality_store, "INDEX_RUNS", 1)
+    root = Location.of(f"s3a://{s3_server.new_bucket()}/tables/_quality")
+    reports = [
+        run_suites(root, [0] if day == "monday" else [1], day, keep_runs=3)
+        for day in ("monday", "tuesday", "wednesday")
+    ]
+    index = storage.read_text(index_page(root))
+    assert "wednesday" in index and "tuesday" not in index and "monday" not in index
+    history = read_history(root, 3)
+    assert [(r.run_name, r.suite, r.success) for r in history][-2:] == [
+        ("monday", "aggregates", False),
+        ("monday", "quarantine", True),
+    ]
+    assert history[-2].failures[0].examples == [0]
+    for report in reports:
+        assert "count" in storage.read_text(Location.of(report.docs_pages["aggregates"]))
