@@ -508,6 +508,18 @@ def validate(
     return report
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be an integer >= 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.batch.quality`` argument parser."""
     from watermark.cli import OneLineParser
@@ -530,14 +542,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-name", help="the run's name in the results (default: manual)")
     p.add_argument(
         "--keep-runs",
-        type=int,
+        type=_at_least_one,
         default=DEFAULT_KEEP_RUNS,
         help="runs kept in the results, this one included; older ones are deleted "
         f"(default {DEFAULT_KEEP_RUNS})",
     )
     p.add_argument(
         "--history",
-        type=int,
+        type=_at_least_one,
         metavar="N",
         help="check nothing: list the stored results of the last N runs (run time, suite, outcome, failed "
         "expectations, Data Docs page)",

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from jobs.batch.quality import conservation_totals
 from jobs.common.schemas import AGGREGATES_SCHEMA, LATE_SCHEMA, WATERMARK_LOG_SCHEMA
@@ -126,3 +127,7 @@ def test_the_history_cli_lists_the_last_runs_with_what_failed(tmp_path, capsys):
     ]
     assert main([str(tmp_path / "empty"), "--history", "3"]) == 0
     assert capsys.readouterr().out.strip() == "no data-quality results stored"
+    for bad in (["--history", "0"], ["--keep-runs", "none"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(tables), *bad])
+        assert exit_.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
