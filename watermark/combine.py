@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
-from watermark.idle import IdleLearning, dense, sparse
+from watermark.idle import BUCKETS, IdleLearning, dense, sparse
 from watermark.registry import make, restore, strategy_class
 from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
@@ -522,11 +522,9 @@ class PartitionedWatermark(WatermarkReadout):
         """Learned timeouts: take in ``key``'s gaps; the timeout in force after each of them."""
         learning = self._learning
         assert learning is not None
-        hist = self._gap_hist.get(key) or [0] * 64
-        out = np.empty(gaps.size, np.int64)
-        for i, gap in enumerate(gaps.tolist()):
-            hist = learning.learn(hist, (gap,))
-            out[i] = learning.timeout_ms(hist)
+        if not gaps.size:
+            return np.empty(0, np.int64)
+        out, hist = learning.timeouts(self._gap_hist.get(key) or [0] * BUCKETS, gaps)
         if gaps.size:
             self._gap_hist[key] = hist
             self._learned[key] = int(out[-1])

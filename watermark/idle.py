@@ -21,6 +21,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from watermark.base import check_float, check_int
 
 #: Buckets of the gap histogram: every int64 gap has a bit length below 64.
@@ -72,6 +75,39 @@ class IdleLearning:
                 total = sum(out)
         return out
 
+    def timeouts(self, hist: Sequence[int], gaps: NDArray[np.int64]) -> tuple[NDArray[np.int64], list[int]]:
+        """The timeout after each of ``gaps`` (in arrival order) and the histogram after them.
+
+        The vectorised form of :meth:`learn` and :meth:`timeout_ms` gap by gap (the same integers): between
+        two halvings the histogram only grows, so each run of gaps is a cumulative sum of one-hot rows.
+        """
+        out = np.empty(gaps.size, np.int64)
+        counts = np.asarray(hist, np.int64).copy()
+        buckets = _bit_lengths(np.maximum(gaps, 0))
+        start = 0
+        while start < gaps.size:
+            total = int(counts.sum())
+            room = max(2 * self.memory - total, 1)  # gaps until the next halving (it follows that gap)
+            stop = min(gaps.size, start + room)
+            rows = np.zeros((stop - start, BUCKETS), np.int64)
+            rows[np.arange(stop - start), buckets[start:stop]] = 1
+            running = counts + np.cumsum(rows, axis=0)
+            totals = total + np.arange(1, stop - start + 1)
+            ranks = np.maximum(1, np.ceil(self.quantile * totals)).astype(np.int64)
+            bucket = np.argmax(np.cumsum(running, axis=1) >= ranks[:, None], axis=1)
+            edge = np.int64(1) << np.minimum(bucket, 62)  # (past cap // multiplier: the cap, no overflow)
+            over = (bucket > 62) | (edge > self.cap_ms // self.multiplier)
+            learned = np.where(
+                over, self.cap_ms, np.maximum(self.multiplier * np.where(over, 0, edge), self.floor_ms)
+            )
+            out[start:stop] = np.where(totals < self.min_gaps, self.cap_ms, learned)
+            counts = running[-1]
+            if int(counts.sum()) >= 2 * self.memory:  # halved right after that gap, before its timeout
+                counts = counts // 2
+                out[stop - 1] = self.timeout_ms(counts.tolist())
+            start = stop
+        return out, [int(c) for c in counts]
+
     def timeout_ms(self, hist: Sequence[int]) -> int:
         """The timeout the histogram gives (the cap with fewer than ``min_gaps`` gaps)."""
         total = sum(hist)
@@ -84,6 +120,18 @@ class IdleLearning:
             if seen >= rank:
                 return min(self.cap_ms, max(self.floor_ms, self.multiplier * (1 << bucket)))
         return self.cap_ms  # (unreachable: the counts sum to total)
+
+
+def _bit_lengths(values: NDArray[np.int64]) -> NDArray[np.intp]:
+    """``int.bit_length`` of each non-negative int64."""
+    out = np.zeros(values.size, np.intp)
+    rest = values.copy()
+    for shift in (32, 16, 8, 4, 2, 1):
+        big = rest >= (np.int64(1) << shift)
+        out[big] += shift
+        rest[big] >>= shift
+    out += rest > 0
+    return out
 
 
 def sparse(hist: Sequence[int]) -> list[list[int]]:

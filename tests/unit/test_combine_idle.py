@@ -180,3 +180,23 @@ def test_without_a_timeout_scoped_mode_is_unchanged():
     pw.process(["a", "b"], [0, 0], [0, 10_000])
     assert pw.partition_watermarks == {"a": -1, "b": 9_999}
     assert pw.watermark_ms == -1 and NO_WATERMARK < -1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gaps=st.lists(st.one_of(st.integers(0, 5_000), st.integers(0, 2**62)), max_size=300),
+    multiplier=st.integers(1, 8),
+    quantile=st.sampled_from([0.5, 0.9, 0.99, 1.0]),
+    memory=st.integers(1, 40),
+    min_gaps=st.integers(1, 10),
+)
+def test_the_vectorised_learned_timeouts_equal_the_gap_by_gap_rule(
+    gaps, multiplier, quantile, memory, min_gaps
+):  # noqa: E501
+    learning = IdleLearning(multiplier, quantile, 20, 30_000, min_gaps=min_gaps, memory=memory)
+    hist, expected = [0] * 64, []
+    for gap in gaps:
+        hist = learning.learn(hist, [gap])
+        expected.append(learning.timeout_ms(hist))
+    got, final = learning.timeouts([0] * 64, np.array(gaps, np.int64))
+    assert got.tolist() == expected and final == hist
