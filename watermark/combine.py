@@ -21,6 +21,9 @@ partition new to the combination, and the floor of every key a partition claims 
 below it (:meth:`PartitionedWatermark.hold_key_floors`); in ``min`` mode only idle partitions are forgotten
 and the global watermark never goes back, so a returning partition is a new one; ``global`` mode only
 tracks partitions.
+
+In ``scoped`` mode with an idle timeout a silent partition's watermark follows the fleet's (the minimum
+over the active partitions) once its timeout has elapsed: see :class:`PartitionedWatermark`, *Notes*.
 """
 
 from __future__ import annotations
@@ -183,10 +186,44 @@ class PartitionedWatermark(WatermarkReadout):
         ``holdback_partition`` is ``None``). ``"scoped"``: one generator per partition that sees only its
         own arrivals, on its own clock (its arrival times), and judges only its own tuples; the windows of
         the keys living in a partition fire by that partition's watermark (Kafka's keyed partitioning).
-        No partition waits for another, so a scoped stream cut into batches anywhere gives the same
-        decisions even when its partitions are read at different speeds (Kafka batches cut by offsets);
-        the global value (the minimum over partitions) is only reported. The tuner measures all three and
-        chooses.
+        Without an idle timeout no partition waits for another, so a scoped stream cut into batches
+        anywhere gives the same decisions even when its partitions are read at different speeds (Kafka
+        batches cut by offsets); the global value (the minimum over partitions) is only reported. With
+        one, a partition silent for its timeout follows the fleet (see *Idleness in scoped mode* below).
+        The tuner measures all three and chooses.
+
+    Notes
+    -----
+    **Idleness in scoped mode.** A partition (a device, a key's partition) that goes silent would keep its
+    last window open until its next arrival, and a partition that stops would never emit it. With
+    ``idle_timeout_ms``, a partition without an arrival for its timeout, measured on the combination's
+    ingestion clock (the latest arrival of any partition: the rule ``min`` mode excludes idle partitions
+    by), is *idle*, and its watermark is raised to the *fleet's*: the minimum over the active partitions'
+    own watermarks, at the instant it falls idle and after every later arrival or partition falling idle
+    while it stays idle. Never lowered (a raise is a floor of its generator,
+    :meth:`~watermark.base.WatermarkGenerator.hold_floor`), never above what ``min`` mode would give (the
+    minimum over the active partitions), and nothing moves while every partition is idle. Why the
+    slowest active partition and not, say, the ingestion clock minus a lag: the fleet's minimum is a
+    watermark every active partition already asserts, so an idle device's windows close no earlier than
+    the slowest live device's would, which keeps the late rate of a returning device to what the fleet
+    has already declared complete; following the clock would assert completeness for data no partition
+    has seen. When it returns, its tuples below the raised watermark are late (the late table, the
+    backfill), and its windows are emitted once. Each raise is a step in the partition's timeline
+    (:attr:`~watermark.base.Trace.partition_timelines`), so a stopped partition's last window fires at
+    the instant its timeout elapsed with the fleet past the window's end, in the replay and in the job.
+
+    The timeout is fixed (milliseconds) or learned per partition from its own gaps between arrivals
+    (``"auto"``, or an :class:`~watermark.idle.IdleLearning` for other settings): a multiple of a high
+    quantile of its recent gaps, with a floor and a cap (:mod:`watermark.idle`), kept in the snapshot.
+
+    What holds with idleness: the decisions depend on the other partitions' arrivals (when a partition
+    falls idle, and the fleet's watermark then), so they are a function of the *arrival order* of the
+    whole stream. For the same arrival order, one :meth:`process_trace` call, any cut into batches (with
+    a snapshot between them) and :meth:`update` tuple by tuple give the same watermark for every tuple,
+    the same partition watermarks and the same fire instants; a stream whose partitions are read at
+    different speeds (so merged in another order) may differ where a partition's idleness does.
+    :meth:`absorb_partitions` (partitions run apart, in executors) cannot raise within a batch: there
+    the idle partitions are raised at the batch boundary (:meth:`advance_to`).
 
     Examples
     --------
@@ -203,6 +240,19 @@ class PartitionedWatermark(WatermarkReadout):
     [999]
     >>> pw.holdback_partition, pw.watermark_ms
     ('a', 1599)
+
+    Scoped: device ``b`` stops after one arrival; at 1100 it is idle and follows ``a``: raised to 999
+    then, to 1999 by ``a``'s arrival at 2000, which fires ``b``'s window ``[0, 1000)``.
+
+    >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, idle_timeout_ms=1_000,
+    ...                           mode="scoped")
+    >>> trace = pw.process_trace(["b", "a", "a"], [100, 1_000, 2_000], [100, 1_000, 2_000])
+    >>> b = trace.partition_timelines["b"]
+    >>> b.tp.tolist(), b.post.tolist()
+    ([100, 1100, 2000], [99, 999, 1999])
+    >>> fired, at, wm = b.fire(np.array([1_000]))
+    >>> bool(fired[0]), int(at[0]), int(wm[0])
+    (True, 2000, 1999)
 
     """
 
