@@ -154,11 +154,12 @@ class ReplayResult:
     def stuck_idle(self, idle_timeout_ms: int | None = None) -> int | None:
         """Stuck windows of keys silent for at least ``idle_timeout_ms`` (default the replay's) at the end.
 
-        None without a timeout. Without a key the whole stream is one key.
+        None without a timeout (or with timeouts learned per key, ``"auto"``: give one to count). Without
+        a key the whole stream is one key.
         """
         timeout = self.idle_timeout_ms if idle_timeout_ms is None else idle_timeout_ms
         end_input = self.end_of_input_ms
-        if timeout is None or end_input is None:
+        if not isinstance(timeout, int) or end_input is None:
             return None
         w = self.windows
         codes = np.zeros(self.tp_ms.size, np.intp) if self.key_codes is None else self.key_codes
