@@ -28,10 +28,11 @@ actually run: every setting of the other families, the searched delays of the fi
 
 **Scale.** A candidate is replayed on at most ``max_rows`` rows (default :data:`MAX_ROWS`) of the tuning
 period, whatever the history's size: a history that fits is replayed whole (its sub-periods cut from one
-replay); a longer one is replayed on ``subperiods`` contiguous blocks of ``max_rows / subperiods`` rows, the
-latest of each sub-period, each replayed on its own (contiguous, so the disorder structure is intact; random
-row sampling would destroy it), and the figures pooled (late share over all blocks' tuples, latency over all
-blocks' fired windows). The held-out slice is capped the same way (its first ``max_rows`` rows).
+replay); a longer one is sampled as ``subperiods`` contiguous blocks of ``max_rows / subperiods`` rows, the
+latest of each sub-period (contiguous, so the disorder structure is intact; random row sampling would
+destroy it), spliced into one stream (:func:`splice`: each block moved back in time, event and arrival time
+alike, by a multiple of the window step, to start just after the previous one) and replayed once. The
+held-out slice is capped the same way (its first ``max_rows`` rows).
 
 With partitions, every candidate is measured in each partition mode (the minimum over partitions, one global
 generator, partition-scoped firing when keys live in one partition), so the choice is never worse on the
@@ -253,7 +254,7 @@ def split_history(
     The latest ``evaluation_fraction`` of the rows is held out (its first ``max_rows`` replayed). The rest is
     cut into ``subperiods`` equal sub-periods (fewer when a sub-period would have under
     :data:`MIN_PERIOD_ROWS` rows); within ``max_rows`` it is one block, else each sub-period keeps its latest
-    ``max_rows // subperiods`` rows as a block of its own.
+    ``max_rows // subperiods`` rows as a block of its own (joined by :func:`splice`).
 
     >>> split_history(1_000, subperiods=2, evaluation_fraction=0.2)
     Periods(blocks=((0, 800),), periods=((0, 400), (400, 800)), evaluation=(800, 1000))
@@ -274,6 +275,37 @@ def split_history(
         blocks = list(periods)
     evaluation = None if held == 0 else (end, n if max_rows is None else min(n, end + max_rows))
     return Periods(tuple(blocks), tuple(periods), evaluation)
+
+
+def splice(
+    te: NDArray[np.int64], tp: NDArray[np.int64], blocks: Sequence[tuple[int, int]], step_ms: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.intp]]:
+    """Row ranges of an arrival-ordered history joined into one stream: event times, arrival times, rows.
+
+    Each block after the first is moved back in time, its event and arrival times alike (its disorder is
+    kept), by a multiple of ``step_ms`` (so windows map onto windows), to start between 1 ms and ``step_ms``
+    after the previous block's last arrival: the watermark and the open windows run on from one block into
+    the next, instead of one block's last windows waiting hours for the next block's data.
+
+    >>> te, tp = np.array([5, 9, 1_000_005]), np.array([10, 20, 1_000_010])
+    >>> te, tp, rows = splice(te, tp, [(0, 2), (2, 3)], 100)
+    >>> te.tolist(), tp.tolist(), rows.tolist()
+    ([5, 9, 105], [10, 20, 110], [0, 1, 2])
+
+    """
+    te_out, tp_out, rows = [], [], []
+    last: int | None = None
+    for lo, hi in blocks:
+        te_b, tp_b = te[lo:hi], tp[lo:hi]
+        if last is not None and hi > lo:
+            shift = max(0, (int(tp_b[0]) - last - 1) // step_ms * step_ms)
+            te_b, tp_b = te_b - shift, tp_b - shift
+        if hi > lo:
+            last = int(tp_b[-1])
+        te_out.append(te_b)
+        tp_out.append(tp_b)
+        rows.append(np.arange(lo, hi, dtype=np.intp))
+    return np.concatenate(te_out), np.concatenate(tp_out), np.concatenate(rows)
 
 
 def _public(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -343,7 +375,13 @@ class _Replayer:
     ) -> None:
         self.te, self.tp, self.partition, self.key = te, tp, partition, key
         self.window, self.straggler_ms, self.idle_timeout_ms = window, straggler_ms, idle_timeout_ms
-        self.progress, self.planned, self.replays = progress, planned, 0
+        self.progress, self.planned = progress, planned
+        self.done = [0]  # replays run (a list: replayers of one tuning share it)
+
+    @property
+    def replays(self) -> int:
+        """Replays run."""
+        return self.done[0]
 
     def measure(
         self,
@@ -383,7 +421,7 @@ class _Replayer:
             latencies.append(w.fire_tp_ms[w.fired] - w.end_ms[w.fired])
             if len(blocks) == 1:
                 summary = r.summary()
-            self.replays += 1
+            self.done[0] += 1
             if self.progress is not None:
                 line = f"[{self.replays}] {name} {dict(params)}" + ("" if mode is None else f" {mode}")
                 self.progress(progress_line(line, self.replays, max(self.planned, self.replays)))
@@ -537,8 +575,21 @@ def tune(
     cut = split_history(
         int(te_s.size), subperiods=subperiods, evaluation_fraction=evaluation_fraction, max_rows=max_rows
     )
-    replayer = _Replayer(te_s, tp_s, part_codes, key_codes, window, straggler_ms, idle_timeout_ms, progress,
-                         len(modes) * _planned(grid, exhaustive))  # fmt: skip
+    planned = len(modes) * _planned(grid, exhaustive)
+    held_replayer = _Replayer(
+        te_s, tp_s, part_codes, key_codes, window, straggler_ms, idle_timeout_ms, progress, planned
+    )
+    if len(cut.blocks) > 1:  # a long history: its sampled blocks as one stream
+        te_t, tp_t, rows = splice(te_s, tp_s, cut.blocks, window.step_ms)
+        part_t = None if part_codes is None else part_codes[rows]
+        key_t = None if key_codes is None else key_codes[rows]
+        bounds = np.cumsum([0] + [hi - lo for lo, hi in cut.blocks]).tolist()
+        tuning = Periods(((0, bounds[-1]),), tuple(zip(bounds[:-1], bounds[1:], strict=True)), None)
+        replayer = _Replayer(
+            te_t, tp_t, part_t, key_t, window, straggler_ms, idle_timeout_ms, progress, planned
+        )
+    else:
+        replayer, tuning = held_replayer, cut
     candidates: list[Candidate] = []
     for mode in modes:
         for name in names:
@@ -547,7 +598,7 @@ def tune(
             def run(
                 i: int, name: str = name, settings: list[dict[str, Any]] = settings, mode: str | None = mode
             ) -> Candidate:
-                return replayer.measure(name, settings[i], mode, cut.blocks, cut.periods)
+                return replayer.measure(name, settings[i], mode, tuning.blocks, tuning.periods)
 
             if exhaustive or name not in MONOTONE:
                 candidates += [run(i) for i in range(len(settings))]
@@ -578,20 +629,23 @@ def tune(
         held = [cut.evaluation]
         if not hindsight:
             hindsight.append(
-                None if fixed is None else _hindsight_fixed(replayer, grid, fixed, held, target_late_pct)
+                None if fixed is None else _hindsight_fixed(held_replayer, grid, fixed, held, target_late_pct)
             )
-        on_held = replayer.measure(c.strategy, c.params, c.partition_mode, held)
+        on_held = held_replayer.measure(c.strategy, c.params, c.partition_mode, held)
         events = cut.evaluation[1] - cut.evaluation[0]
         return PeriodReport(cut.events, c, fixed), PeriodReport(events, on_held, hindsight[0])
 
-    tuning, evaluation = reports(choice)
+    on_tuning, evaluation = reports(choice)
     within: dict[str, tuple[Candidate, PeriodReport, PeriodReport | None]] = {}
     for mode in modes if len(modes) > 1 else []:
         best = stable_choice([c for c in candidates if c.partition_mode == mode], target_late_pct)
         if best is not None:
-            within[mode or "min"] = (best, tuning, evaluation) if best is choice else (best, *reports(best))
+            within[mode or "min"] = (
+                (best, on_tuning, evaluation) if best is choice else (best, *reports(best))
+            )
+    replays = replayer.replays + (held_replayer.replays if held_replayer is not replayer else 0)
     return TuneResult(
-        target_late_pct, window, choice, candidates, cut.events, tuning, evaluation, replayer.replays, within
+        target_late_pct, window, choice, candidates, cut.events, on_tuning, evaluation, replays, within
     )
 
 
