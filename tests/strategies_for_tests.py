@@ -78,6 +78,8 @@ PARAMS = {
             "congestion": st.sampled_from([0.0, 1.0, 2.0]),
             "step_min_ms": st.integers(1, 500),
             "step_run": st.integers(1, 6),
+            "lead": st.sampled_from([0.0, 1.0, 2.0, 10.0]),
+            "follow_clock": st.sampled_from([0, 1]),
         }
     ),
 }

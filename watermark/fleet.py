@@ -95,8 +95,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from watermark import fleet_kernel as fk
-from watermark.base import I64, WatermarkGenerator, check_float, check_int
-from watermark.timeutil import NO_WATERMARK, running_max, shift_right
+from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int
+from watermark.timeline import NO_RISE
+from watermark.timeutil import NO_WATERMARK
 
 
 def _encode_f64(values: np.ndarray) -> str:
@@ -131,16 +132,19 @@ class Fleet:
         self._fparams[fk.P_TARGET] = params["late_slo_pct"] / 100.0
         self._fparams[fk.P_PRIOR] = params["prior"]
         self._fparams[fk.P_CONGESTION] = params["congestion"]
+        self._fparams[fk.P_LEAD] = params["lead"]
+        self._fparams[fk.P_FOLLOW] = params["follow_clock"]
         self._fints = np.zeros(fk.N_FINTS, np.int64)
         self._fints[fk.G_NEW_DELAY] = params["initial_delay_ms"]
         self._ffloats = np.zeros(fk.N_FFLOATS, np.float64)
         self._ffloats[fk.H_INC] = 1.0
-        self._ffloats[fk.H_FACTOR] = 1.0
         self._fhist = np.zeros(fk.N_BINS, np.float64)
         self._slots: dict[Hashable, int] = {}
         self._alloc(4)
         #: Proposals :meth:`prepare` computed for the generators to read, by key.
-        self._prepared: dict[Hashable, tuple[I64, I64]] = {}
+        self._prepared: dict[Hashable, tuple[I64, I64, I64, I64]] = {}
+        #: How many of each key's prepared arrivals its generator has read (it may read them in parts).
+        self._read: dict[Hashable, int] = {}
 
     def _alloc(self, capacity: int, *, keep: bool = True) -> None:
         old = getattr(self, "_kints", None) if keep else None
@@ -157,6 +161,8 @@ class Fleet:
 
     def slot(self, key: Hashable) -> int:
         """The state row of ``key`` (a new key gets the next one)."""
+        if isinstance(key, np.generic):
+            key = key.item()
         s = self._slots.get(key)
         if s is None:
             s = self._slots[key] = len(self._slots)
@@ -166,9 +172,18 @@ class Fleet:
         return s
 
     # -- running ------------------------------------------------------------------------------------------
-    def run(self, slots: np.ndarray, te: I64, tp: I64, clocks: np.ndarray | None = None) -> I64:
-        """Arrivals of any keys (their slots) in arrival order; each one's key's proposal after it."""
+    def run(
+        self, slots: np.ndarray, te: I64, tp: I64, clocks: np.ndarray | None = None
+    ) -> tuple[I64, I64, I64]:
+        """Arrivals of any keys (their slots) in arrival order: each one's key's proposal and clock ramp.
+
+        Returns ``(proposal, off, cap)`` per arrival: the key's watermark right after it is at least
+        ``proposal``, and until the key's next arrival ``W(t) >= min(t - off, cap)`` (``cap`` is
+        ``NO_WATERMARK`` where it does not follow the clock).
+        """
         out = np.empty(te.size, np.int64)
+        off = np.empty(te.size, np.int64)
+        cap = np.empty(te.size, np.int64)
         if clocks is None:
             clocks = np.full(max(1, len(self._slots)), NO_WATERMARK, np.int64)
         fk.run(
@@ -186,8 +201,10 @@ class Fleet:
             self._iparams,
             self._fparams,
             out,
+            off,
+            cap,
         )
-        return out
+        return out, off, cap
 
     def prepare(
         self,
@@ -207,17 +224,32 @@ class Fleet:
         for key, clock in clocks.items():
             if clock is not None and key in self._slots:
                 clock_arr[self._slots[key]] = clock
-        out = self.run(slot_of[codes], te, tp, clock_arr)
-        self._prepared = {}
+        out, off, cap = self.run(slot_of[codes], te, tp, clock_arr)
+        self._prepared, self._read = {}, {}
+        if len(keys) == 1:
+            self._prepared[keys[0]] = (te, out, off, cap)
+            return
+        order = np.argsort(codes, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(keys)))])
         for code, key in enumerate(keys):
-            rows = np.flatnonzero(codes == code)
-            self._prepared[key] = (te[rows], out[rows])
+            rows = order[bounds[code] : bounds[code + 1]]
+            self._prepared[key] = (te[rows], out[rows], off[rows], cap[rows])
 
-    def proposals(self, key: Hashable, te: I64, tp: I64) -> I64:
-        """The proposals of ``key``'s arrivals ``te``: those :meth:`prepare` computed, else run now."""
-        ready = self._prepared.pop(key, None)
-        if ready is not None and ready[0].size == te.size and np.array_equal(ready[0], te):
-            return ready[1]
+    def proposals(self, key: Hashable, te: I64, tp: I64) -> tuple[I64, I64, I64]:
+        """``key``'s arrivals ``te``: :meth:`run`'s answer that :meth:`prepare` computed, else run now.
+
+        A generator may read its prepared arrivals in consecutive parts (a partition that returns from
+        idleness within the batch runs in segments).
+        """
+        ready = self._prepared.get(key)
+        if ready is not None:
+            start = self._read[key] if key in self._read else 0
+            stop = start + te.size
+            if stop <= ready[0].size and np.array_equal(ready[0][start:stop], te):
+                self._read[key] = stop
+                if stop == ready[0].size:
+                    del self._prepared[key]
+                return ready[1][start:stop], ready[2][start:stop], ready[3][start:stop]
         s = self.slot(key)
         return self.run(np.full(te.size, s, np.int64), te, tp)
 
@@ -242,14 +274,14 @@ class Fleet:
 
     # -- read-only ------------------------------------------------------------------------------------------
     def delays_ms(self) -> dict[Hashable, int]:
-        """Each key's delay in force (the allocated delay times the congestion factor)."""
-        factor = float(self._ffloats[fk.H_FACTOR])
-        return {k: int(np.ceil(self._kints[s, fk.K_DELAY] * factor)) for k, s in self._slots.items()}
+        """Each key's delay in force (its allocated delay plus the congestion delay)."""
+        extra = self.congestion_ms
+        return {k: int(self._kints[s, fk.K_DELAY]) + extra for k, s in self._slots.items()}
 
     @property
-    def congestion_factor(self) -> float:
-        """The congestion factor in force."""
-        return float(self._ffloats[fk.H_FACTOR])
+    def congestion_ms(self) -> int:
+        """The congestion delay in force, added to every key's delay."""
+        return int(np.ceil(self._ffloats[fk.H_CONGESTION]))
 
     @property
     def new_key_delay_ms(self) -> int:
@@ -266,7 +298,7 @@ class Fleet:
         return {
             "keys": len(self._slots),
             "allocations": int(self._fints[fk.G_ALLOCATIONS]),
-            "congestion_factor": self.congestion_factor,
+            "congestion_ms": self.congestion_ms,
             "late_share": int(self._fints[fk.G_LATE]) / arrivals if arrivals else 0.0,
             "clock_steps": int(self._kints[: len(self._slots), fk.K_STEPS].sum()),
         }
@@ -305,7 +337,7 @@ class Fleet:
         self._fints[:] = np.array(snap["fints"], np.int64)
         self._ffloats[:] = _decode_f64(snap["ffloats"])
         self._fhist[:] = _decode_f64(snap["fhist"])
-        self._prepared = {}
+        self._prepared, self._read = {}, {}
 
 
 class FleetWatermark(WatermarkGenerator):
@@ -321,6 +353,8 @@ class FleetWatermark(WatermarkGenerator):
         "congestion": float,
         "step_min_ms": int,
         "step_run": int,
+        "lead": float,
+        "follow_clock": int,
     }
 
     def __init__(
@@ -333,6 +367,8 @@ class FleetWatermark(WatermarkGenerator):
         congestion: float = 1.0,
         step_min_ms: int = 1_000,
         step_run: int = 5,
+        lead: float = 1.0,
+        follow_clock: int = 0,
     ) -> None:
         self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
         if self.late_slo_pct >= 100.0:
@@ -345,17 +381,21 @@ class FleetWatermark(WatermarkGenerator):
         self.congestion = check_float("congestion", congestion, 0.0, 4.0)
         self.step_min_ms = check_int("step_min_ms", step_min_ms, 1)
         self.step_run = check_int("step_run", step_run, 1, fk.MAX_STEP_RUN)
+        self.lead = check_float("lead", lead, 0.0, 100.0)
+        self.follow_clock = check_int("follow_clock", follow_clock, 0, 1)
         super().__init__()
 
     @classmethod
     def shared_state(cls, params: Mapping[str, Any]) -> Fleet:
-        """The state the generators of one combination share (built once by the combination)."""
-        return Fleet(cls(**params).params)
+        """The state the generators of one combination share, from validated ``params`` (built once by it)."""
+        return Fleet(params)
 
     def _reset_state(self) -> None:
         self._fleet = Fleet(self.params)
         self._key: Hashable = 0
         self._joined = False
+        #: After the key's last arrival, ``W(t) >= min(t - off, cap)`` (``cap`` NO_WATERMARK: no ramp).
+        self._ramp = (0, NO_WATERMARK)
 
     def join(self, fleet: Fleet, key: Hashable) -> None:
         """Make this generator key ``key`` of the shared ``fleet`` (its own fleet is dropped)."""
@@ -377,23 +417,56 @@ class FleetWatermark(WatermarkGenerator):
 
     # -- the rule -------------------------------------------------------------------------------------------
     def _advance(self, now: int, *, arrival: bool) -> None:
-        """The watermark moves only at arrivals."""
+        off, cap = self._ramp
+        if cap != NO_WATERMARK:
+            self._raise(min(now - off, cap))
 
     def _observe(self, te: int, tp: int, late: bool) -> None:
         one = np.array([te], np.int64)
-        self._raise(int(self._fleet.proposals(self._key, one, np.array([tp], np.int64))[0]))
+        proposal, off, cap = self._fleet.proposals(self._key, one, np.array([tp], np.int64))
+        self._raise(int(proposal[0]))
+        self._ramp = (int(off[0]), int(cap[0]))
 
-    def _run_arrivals(self, te: I64, tp: I64) -> tuple[I64, I64]:
-        proposals = self._fleet.proposals(self._key, te, tp)
-        post = running_max(proposals, self._wm)
-        return shift_right(post, self._wm), post
+    def _run_timed(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64, I64, I64 | None]:
+        n = te.size
+        if arrivals is None:
+            is_arrival = np.ones(n, np.bool_)
+            proposals, offs, caps = self._fleet.proposals(self._key, te, tp)
+        else:
+            is_arrival = np.zeros(n, np.bool_)
+            is_arrival[arrivals] = True
+            proposals, offs, caps = self._fleet.proposals(self._key, te[arrivals], tp[arrivals])
+        clock = self._clock
+        state = np.array(
+            [self._wm, self._ramp[0], self._ramp[1], clock is not None, 0 if clock is None else clock],
+            np.int64,
+        )
+        pre = np.empty(n, np.int64)
+        post = np.empty(n, np.int64)
+        rise = np.full(n, NO_RISE, np.int64)
+        offset = np.zeros(n, np.int64)
+        tp_c = np.ascontiguousarray(tp, np.int64)
+        fk.trace(tp_c, is_arrival, proposals, offs, caps, state, pre, post, rise, offset)
+        self._wm = int(state[0])
+        self._ramp = (int(state[1]), int(state[2]))
+        self._clock = int(tp[-1])
+        return pre, post, rise, offset
+
+    def _run(self, te: I64, tp: I64, arrivals: Idx | None) -> tuple[I64, I64]:
+        pre, post, _, _ = self._run_timed(te, tp, arrivals)
+        return pre, post
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def _state_dict(self) -> dict[str, Any]:
         # A generator of a shared fleet is restored by its combination, which holds the fleet once.
-        return {"key": self._key, "fleet": None if self._joined else self._fleet.snapshot()}
+        return {
+            "key": self._key,
+            "ramp": list(self._ramp),
+            "fleet": None if self._joined else self._fleet.snapshot(),
+        }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._key = state["key"]
+        self._ramp = (int(state["ramp"][0]), int(state["ramp"][1]))
         if state["fleet"] is not None:
             self._fleet.load(state["fleet"])

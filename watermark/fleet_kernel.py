@@ -50,7 +50,11 @@ K_COUNT: Final = 5  # arrivals since the last allocation
 K_WM: Final = 6  # the key's own proposed watermark so far (lateness feedback)
 K_ARRIVALS: Final = 7
 K_LATE: Final = 8
-N_KINTS: Final = 9
+K_LAST: Final = 9  # the key's last arrival time
+K_LIVE: Final = 10  # 1 while the key's last arrival came within its usual transit (it sends in real time)
+K_OFF: Final = 11  # (following the clock) between arrivals W(t) >= min(t - K_OFF, K_CAP)
+K_CAP: Final = 12
+N_KINTS: Final = 13
 
 # -- per-key floats -----------------------------------------------------------------------------------------
 F_INC: Final = 0  # weight of the next arrival in the histogram (grows: older ones decay relatively)
@@ -59,7 +63,8 @@ F_RATE: Final = 2  # arrivals per allocation period (exponential average)
 F_BASE: Final = 3  # the key's low baseline of tp - te (its clock offset plus the usual transit)
 F_SHORT: Final = 4  # recent mean of log(1 + transit above the baseline)
 F_LONG: Final = 5  # long-run mean of the same
-N_KFLOATS: Final = 6
+F_GAP: Final = 6  # recent mean step of the key's reference (its event-time gap between arrivals)
+N_KFLOATS: Final = 7
 
 # -- fleet ints / floats ------------------------------------------------------------------------------------
 G_CLOCK: Final = 0
@@ -73,7 +78,7 @@ G_KEYS: Final = 7  # key slots in use
 N_FINTS: Final = 8
 H_INC: Final = 0
 H_TOTAL: Final = 1
-H_FACTOR: Final = 2  # the congestion factor in force
+H_CONGESTION: Final = 2  # the congestion delay in force (ms), added to every key's delay
 H_LAMBDA: Final = 3  # the Lagrange multiplier of the last allocation (diagnostics)
 N_FFLOATS: Final = 4
 
@@ -86,8 +91,10 @@ P_MEMORY: Final = 4
 N_IPARAMS: Final = 5
 P_TARGET: Final = 0  # target late share (a fraction)
 P_PRIOR: Final = 1  # pseudo-arrivals of the fleet's lag distribution in each key's
-P_CONGESTION: Final = 2  # exponent of the congestion ratio (0: no congestion factor)
-N_FPARAMS: Final = 3
+P_CONGESTION: Final = 2  # weight of the fleet's excess transit in every key's delay (0: none)
+P_LEAD: Final = 3  # how many event-time gaps the frontier may run ahead of the reference (0: never)
+P_FOLLOW: Final = 4  # 1: between arrivals a live key's frontier follows the ingestion clock
+N_FPARAMS: Final = 5
 
 #: Longest run of large lags a clock step is detected after (the pending buffer's width).
 MAX_STEP_RUN: Final = 16
@@ -97,10 +104,10 @@ PAYBACK: Final = 2_000
 WARMUP: Final = 200
 #: Weight of the last period in a key's arrival rate.
 RATE_WEIGHT: Final = 0.25
+#: Arrivals the event-time gap averages over.
+GAP_ARRIVALS: Final = 16
 #: Arrivals the recent transit level averages over.
-SHORT: Final = 16
-#: Largest congestion factor.
-MAX_FACTOR: Final = 8.0
+SHORT: Final = 4
 #: A key counts in the congestion median after this many arrivals.
 MIN_CONGESTION_ARRIVALS: Final = 20
 #: A key below this rate (arrivals per period) is inactive: out of the budget, its delay kept.
@@ -168,7 +175,7 @@ def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
 def allocate(
     kints: Any, kfloats: Any, hist: Any, fints: Any, ffloats: Any, fhist: Any, iparams: Any, fparams: Any
 ) -> None:
-    """Choose every active key's delay for the next period, and the congestion factor.
+    """Choose every active key's delay for the next period, and the congestion delay.
 
     ``d_k = argmin_d [d + lambda * r_k * S_k(d)]`` over the bins' edges, where ``r_k`` is the key's arrival
     rate and ``S_k`` its lag survival function shrunk toward the fleet's (weight ``m / (n_k + m)``); the
@@ -218,7 +225,8 @@ def allocate(
     n_ratios = 0
     total_rate = 0.0
     for s in range(nk):
-        r = kfloats[s, F_RATE] * keep + RATE_WEIGHT * kints[s, K_COUNT]
+        r = kfloats[s, F_RATE]  # (a new key's first rate is its count)
+        r = kints[s, K_COUNT] if r == 0.0 else r * keep + RATE_WEIGHT * kints[s, K_COUNT]
         kfloats[s, F_RATE] = r
         kints[s, K_COUNT] = 0
         if r < MIN_RATE or kints[s, K_REF] == _NO_WM:
@@ -226,7 +234,8 @@ def allocate(
         rate[s] = r
         total_rate += r
         if kints[s, K_ARRIVALS] >= MIN_CONGESTION_ARRIVALS:
-            ratios[n_ratios] = math.exp(kfloats[s, F_SHORT] - kfloats[s, F_LONG])
+            # (beyond twice the usual level: the usual noise of a short average is no congestion)
+            ratios[n_ratios] = math.expm1(kfloats[s, F_SHORT]) - 2.0 * math.expm1(kfloats[s, F_LONG])
             n_ratios += 1
         total = kfloats[s, F_TOTAL]
         n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
@@ -239,14 +248,14 @@ def allocate(
                 t = b
             acc += hist[s, b]
         top[s] = t
-    # Congestion: the median over keys of recent over long-run transit above their baselines.
-    factor = 1.0
+    # Congestion: the median over keys of their recent transit above its long-run level (ms).
+    congestion = 0.0
     if n_ratios > 0 and fparams[P_CONGESTION] > 0.0:
         med = np.sort(ratios[:n_ratios])
         mid = n_ratios // 2
         m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
-        factor = min(MAX_FACTOR, max(1.0, m ** fparams[P_CONGESTION]))
-    ffloats[H_FACTOR] = factor
+        congestion = max(0.0, m) * fparams[P_CONGESTION]
+    ffloats[H_CONGESTION] = congestion
     if total_rate <= 0.0:
         return
     # Bisection on log(lambda): the expected late arrivals fall as lambda rises.
@@ -287,6 +296,26 @@ def allocate(
             kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
 
 
+@_inlined
+def _ahead(kfloats: Any, s: int, lead: float) -> int:
+    return int(math.ceil(lead * kfloats[s, F_GAP]))
+
+
+@_inlined
+def _frontier(kints: Any, kfloats: Any, s: int, lead: float, now: int) -> int:
+    """The key's frontier at ``now`` (its last arrival time, or later when following the clock).
+
+    Its reference, or ahead of it up to ``now`` minus its transit baseline while the key is live (its last
+    arrival came within its usual transit: it sends in real time, so its next event time is about a gap
+    ahead), by at most ``lead`` event-time gaps. A key flushing a backlog (arrivals far behind the clock) is
+    not live: its frontier is its reference.
+    """
+    ref: int = kints[s, K_REF]
+    if not kints[s, K_LIVE]:
+        return ref
+    return int(max(ref, min(now - math.ceil(kfloats[s, F_BASE]), ref + _ahead(kfloats, s, lead))))
+
+
 @_compiled
 def run(
     slots: Any,
@@ -303,12 +332,18 @@ def run(
     iparams: Any,
     fparams: Any,
     out: Any,
+    out_off: Any,
+    out_cap: Any,
 ) -> None:
-    """Take in arrivals (key slot, event time, arrival time) in arrival order; ``out``: each key's proposal.
+    """Take in arrivals (key slot, event time, arrival time) in arrival order.
 
-    ``clocks`` holds each slot's ingestion clock before the run (an arrival behind it counts at it, as its
-    generator treats it), and is updated.
+    Per arrival, its key's proposal right after it (``out``) and how the key's watermark follows the clock
+    until its next arrival, ``W(t) >= min(t - out_off, out_cap)`` (``out_cap`` ``NO_WATERMARK``: it does
+    not). ``clocks`` holds each slot's ingestion clock before the run (an arrival behind it counts at it, as
+    its generator treats it), and is updated.
     """
+    follow = fparams[P_FOLLOW] > 0.0
+    lead = fparams[P_LEAD]
     period = iparams[P_PERIOD]
     memory = iparams[P_MEMORY]
     fleet_memory = 8 * memory
@@ -328,22 +363,26 @@ def run(
         if fints[G_CLOCK] >= fints[G_NEXT]:
             allocate(kints, kfloats, hist, fints, ffloats, fhist, iparams, fparams)
             fints[G_NEXT] = (fints[G_CLOCK] // period + 1) * period
-        # Lateness against the key's own proposals (the feedback that keeps the late share on target).
-        late = e < kints[s, K_WM]
+        # Lateness against the key's own watermark (the feedback that keeps the late share on target).
+        ref = kints[s, K_REF]
+        w_at = kints[s, K_WM]
+        if follow and kints[s, K_LIVE]:  # the clock moved it since the key's last arrival
+            w_at = max(w_at, min(t - kints[s, K_OFF], kints[s, K_CAP]))
+        late = e < w_at
         kints[s, K_ARRIVALS] += 1
         kints[s, K_LATE] += late
         kints[s, K_COUNT] += 1
         fints[G_ARRIVALS] += 1
         fints[G_LATE] += late
         offset = t - e
-        ref = kints[s, K_REF]
         if ref == _NO_WM:  # a key's first arrival: its reference and baseline
             kints[s, K_REF] = e
             kints[s, K_DELAY] = fints[G_NEW_DELAY]
             kfloats[s, F_INC] = 1.0
             kfloats[s, F_BASE] = offset
         else:
-            lag = max(0, ref - e)
+            front = _frontier(kints, kfloats, s, lead, t if follow else kints[s, K_LAST])
+            lag = max(0, front - e)
             if lag > max(step_min, 4 * kints[s, K_DELAY]):
                 # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
                 # back. Held pending; a run of them is a step: the reference moves back to the new clock.
@@ -363,6 +402,10 @@ def run(
                 kints[s, K_RUN] = 0
                 _add(hist, kfloats, s, lag, memory)
                 _add_fleet(fhist, ffloats, lag, fleet_memory)
+                if e > ref:
+                    kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(
+                        kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS
+                    )
                 kints[s, K_REF] = max(ref, e)
             # Transit above the key's baseline (the baseline falls at once, rises slowly).
             base = kfloats[s, F_BASE]
@@ -372,10 +415,65 @@ def run(
                 base += (offset - base) / memory
             kfloats[s, F_BASE] = base
             v = math.log1p(max(0.0, offset - base))
-            kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / SHORT
-            kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / memory
-        delay = math.ceil(kints[s, K_DELAY] * ffloats[H_FACTOR])
-        proposal = kints[s, K_REF] - delay
-        if proposal > kints[s, K_WM]:
-            kints[s, K_WM] = proposal
+            seen = kints[s, K_ARRIVALS] - 1  # (averages over the arrivals so far until they fill)
+            kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / min(seen, SHORT)
+            kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
+        kints[s, K_LAST] = t
+        ahead = _ahead(kfloats, s, lead)
+        kints[s, K_LIVE] = ahead > 0 and t - kints[s, K_REF] <= math.ceil(kfloats[s, F_BASE]) + ahead
+        delay = kints[s, K_DELAY] + math.ceil(ffloats[H_CONGESTION])
+        proposal = _frontier(kints, kfloats, s, lead, t) - delay
+        kints[s, K_OFF] = math.ceil(kfloats[s, F_BASE]) + delay
+        kints[s, K_CAP] = kints[s, K_REF] + ahead - delay
+        if proposal > w_at:
+            w_at = proposal
+        kints[s, K_WM] = w_at
         out[i] = proposal
+        if follow and kints[s, K_LIVE]:
+            out_off[i] = kints[s, K_OFF]
+            out_cap[i] = kints[s, K_CAP]
+        else:
+            out_off[i] = 0
+            out_cap[i] = _NO_WM  # no ramp
+
+
+@_compiled
+def trace(
+    tp: Any,
+    is_arrival: Any,
+    proposals: Any,
+    offs: Any,
+    caps: Any,
+    state: Any,
+    pre: Any,
+    post: Any,
+    rise: Any,
+    offset: Any,
+) -> None:
+    """One key's watermark over events (its arrivals and idle ticks), given its arrivals' :func:`run` output.
+
+    ``state`` is ``[wm, off, cap, has_clock, clock]`` before the run (``cap`` ``NO_WATERMARK``: no ramp), and
+    is updated. Between events the watermark follows the clock, ``W(t) = max(W, min(t - off, cap))``, with
+    the ramp of the last arrival; ``rise``/``offset`` describe it per gap (as a timeline's component does).
+    """
+    wm, off, cap, has_clock, clock = state[0], state[1], state[2], state[3], state[4]
+    k = 0
+    for j in range(tp.shape[0]):
+        t = tp[j]
+        if cap > wm:
+            r = wm + off + 1
+            if has_clock and r < clock + 1:
+                r = clock + 1
+            if r <= t:
+                rise[j] = r
+                offset[j] = off
+                wm = min(t - off, cap)
+        pre[j] = wm
+        if is_arrival[j]:
+            if proposals[k] > wm:
+                wm = proposals[k]
+            off, cap = offs[k], caps[k]
+            k += 1
+        post[j] = wm
+        clock, has_clock = t, 1
+    state[0], state[1], state[2], state[3], state[4] = wm, off, cap, has_clock, clock
