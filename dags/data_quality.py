@@ -15,7 +15,8 @@ in the pipeline), or the hour before its logical date, or with `whole_tables` ev
 **Results stay.** Each run's validation results and Data Docs are kept in a Great Expectations Data
 Context under the tables' storage, `<tables>/_quality/gx/` (one Checkpoint per suite; the last
 `awm_quality_keep_runs` runs, default 200: eight days of hourly runs). The task log, the failure message
-and the XCom name the run's Data Docs page of each failed suite and the index;
+and the XCom (`return_value`; `report` on a failure) name the run's Data Docs page of each failed suite
+and the index;
 `python -m jobs.batch.quality TABLES --history 10` lists the last runs with what failed.
 
 The outcome is pushed as `awm_quality_*` (alert `AwmDataQualityFailing`) by `dags/outcome.py`.
@@ -89,13 +90,15 @@ def awm_data_quality() -> None:
             "failed_expectations": len(report.failures),
             "rows_checked": sum(report.rows.values()),
         }
+        result = report.as_dict() | {"interval": list(interval) if interval else None}
         if not report.success:  # the data will not change by retrying: fail at once
+            context["ti"].xcom_push(key="report", value=result)  # its Data Docs pages, in the UI's XCom tab
             msg = f"{report.summary()}\n{report.data_docs()}"
             raise AirflowFailException(msg)
         print(
             outcome.report_outcome("quality", ok=True, context=context, values=values, see=report.docs_index)
         )
-        return report.as_dict() | {"interval": list(interval) if interval else None}
+        return result
 
     check_tables(settings_.override(task_id="settings")())
 

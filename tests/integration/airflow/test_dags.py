@@ -221,6 +221,23 @@ def test_the_data_quality_dag_passes_on_reconciled_tables_and_fails_on_broken_on
     failed = [r for r in read_history(results_root(str(broken)), 1) if not r.success]
     assert [(r.run_name, r.suite) for r in failed] == [(safe_run_name(run.run_id), "quarantine")]
     assert failed[0].failures[0].examples == ["gremlins"] and Path(failed[0].page.key).is_file()
+    pushed = failed_report(run)  # the failed task's XCom names the failed suite's page
+    assert pushed["data_docs_pages"]["quarantine"] == failed[0].page.uri and not pushed["success"]
+
+
+def failed_report(run) -> dict:
+    """The XCom ``report`` the data-quality task of ``run`` pushed before failing."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        value = session.scalar(
+            select(XComModel.value).where(
+                XComModel.dag_id == run.dag_id, XComModel.run_id == run.run_id, XComModel.key == "report"
+            )
+        )
+    return json.loads(value) if isinstance(value, str) else value
 
 
 @pytest.fixture
