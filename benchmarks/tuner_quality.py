@@ -69,7 +69,7 @@ from watermark.evaluate import WindowSpec, replay  # noqa: E402
 from watermark.io import read_stream  # noqa: E402
 from watermark.registry import STRATEGIES, required_params  # noqa: E402
 from watermark.synthetic import generate  # noqa: E402
-from watermark.tune import SEARCH_SPACE, Candidate, TuneError, tune  # noqa: E402
+from watermark.tune import SEARCH_SPACE, SLO_SHARES, Candidate, TuneError, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = {
@@ -112,7 +112,8 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
     """:data:`SPACE` (``full``: the tuner's default space) and every other registered strategy.
 
     A registered strategy missing from it gets its settings in the tuner's default space (thinned to
-    :data:`OTHER_SETTINGS` unless ``full``) or its defaults, a required ``*_pct`` parameter set to the target.
+    :data:`OTHER_SETTINGS` unless ``full``) or its defaults; a required ``*_pct`` parameter (a late budget)
+    is set to each :data:`~watermark.tune.SLO_SHARES` fraction of the target, as the tuner does for ``slo``.
     """
     chosen = SEARCH_SPACE if full else SPACE
     space = {name: list(settings) for name, settings in chosen.items() if name in STRATEGIES}
@@ -127,7 +128,10 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
         if any(not p.endswith("_pct") for p in missing):
             print(f"# {name}: left out (required {missing} unknown here)", file=sys.stderr)
             continue
-        space[name] = [dict(s) | {p: target for p in missing} for s in settings]
+        # a late budget, as the tuner does for slo: one candidate per fraction of the target (SLO_SHARES)
+        space[name] = [
+            dict(s) | {p: round(target * f, 4) for p in missing} for s in settings for f in SLO_SHARES
+        ]
     return space
 
 
