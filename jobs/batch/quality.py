@@ -49,10 +49,11 @@ from jobs.batch.quality_results import Failure, failures
 from jobs.batch.quality_store import (
     DEFAULT_KEEP_RUNS,
     SITE_NAME,
-    docs_page,
     index_page,
     open_context,
+    page_of,
     prune,
+    result_file,
     results_root,
     safe_run_name,
     working_copy,
@@ -501,9 +502,7 @@ def validate(
             for key, result in outcome.run_results.items():
                 report.expectations += len(result.results)
                 report.failures.extend(failures(result.to_json_dict(), name))
-                for site in context.get_docs_sites_urls(resource_identifier=key, site_names=[SITE_NAME]):
-                    if site.get("site_url"):
-                        report.docs_pages[name] = docs_page(root, str(site["site_url"]), workdir).uri
+                report.docs_pages[name] = page_of(root, result_file(root, key.to_tuple())).uri
     report.docs_index = index_page(root).uri
     return report
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.batch.quality_store import DOCS_DIR, GX_DIR, VALIDATIONS_DIR, stored_runs
+from jobs.batch.quality_store import GX_DIR, VALIDATIONS_DIR, page_of, stored_runs
 from watermark import storage
 from watermark.storage import Location
 
@@ -112,7 +112,7 @@ def read_result(root: str | Location, result: Location) -> SuiteResult:
         evaluated=int((doc.get("statistics") or {}).get("evaluated_expectations") or 0),
         failures=failures(doc, suite),
         result=result,
-        page=project / DOCS_DIR / "validations" / (relative.removesuffix(".json") + ".html"),
+        page=page_of(root, result),
     )
 
 

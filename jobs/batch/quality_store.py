@@ -107,8 +107,7 @@ def prune(root: str | Location, keep_runs: int) -> list[StoredRun]:
     deleted = stored_runs(root)[keep_runs:]
     for run in deleted:
         for result in run.results:
-            relative = result.relative_to(project / VALIDATIONS_DIR)
-            page = project / DOCS_DIR / "validations" / (relative.removesuffix(".json") + ".html")
+            page = page_of(root, result)
             storage.remove(result)
             storage.remove(page)
             if project.local:  # object stores have no folders to leave behind
@@ -118,10 +117,16 @@ def prune(root: str | Location, keep_runs: int) -> list[StoredRun]:
     return deleted
 
 
-def docs_page(root: str | Location, local_url: str, workdir: Path) -> Location:
-    """Where a Data Docs page GX named by a ``file://`` URL in ``workdir`` is kept under ``root``."""
-    path = Path(local_url.removeprefix("file://"))
-    return Location.of(root) / path.relative_to(workdir).as_posix()
+def result_file(root: str | Location, key: tuple[str, ...]) -> Location:
+    """The JSON of the validation result GX keys ``(SUITE, RUN, TIME, BATCH)`` under ``root``."""
+    return Location.of(root) / GX_DIR / VALIDATIONS_DIR / ("/".join(key) + ".json")
+
+
+def page_of(root: str | Location, result: Location) -> Location:
+    """The Data Docs page of the validation result ``result`` (a JSON file under ``root``)."""
+    project = Location.of(root) / GX_DIR
+    relative = result.relative_to(project / VALIDATIONS_DIR)
+    return project / DOCS_DIR / "validations" / (relative.removesuffix(".json") + ".html")
 
 
 def index_page(root: str | Location) -> Location:
