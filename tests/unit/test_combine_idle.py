@@ -200,3 +200,20 @@ def test_the_vectorised_learned_timeouts_equal_the_gap_by_gap_rule(
         expected.append(learning.timeout_ms(hist))
     got, final = learning.timeouts([0] * 64, np.array(gaps, np.int64))
     assert got.tolist() == expected and final == hist
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_polling_on_idle_between_arrivals_never_changes_the_decisions(data):
+    part, te, tp = data.draw(partitioned())
+    timeout = data.draw(st.sampled_from([1, 20, 60, 150]))
+    plain = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms=timeout, mode="scoped")
+    expected = plain.process(part, te, tp)
+    polled = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms=timeout, mode="scoped")
+    got = []
+    for i in range(te.size):
+        if i and data.draw(st.booleans()):  # a poll in the gap before arrival i
+            polled.on_idle(data.draw(st.integers(int(tp[i - 1]), int(tp[i]))))
+        got.append(int(polled.process(part[i : i + 1], te[i : i + 1], tp[i : i + 1])[0]))
+    assert got == expected.tolist()
+    assert polled.partition_watermarks == plain.partition_watermarks
