@@ -1,16 +1,25 @@
 """### Delta table maintenance (daily)
 
 Keeps the pipeline's Delta tables fast to read and bounded on disk (`jobs/batch/maintenance.py`), submitted
-with `spark-submit` like the backfill:
+with `spark-submit` like the backfill. Its work follows what was written since its last run, not the tables'
+age (every table is partitioned by a UTC date):
 
-1. `arrivals` retention: rows ingested more than `awm_arrivals_retain_days` (Variable, default 30) ago
-   are deleted;
-2. `OPTIMIZE` every table: the stream's small per-batch files are compacted and Z-ordered by the columns
-   its readers filter on (window start and batch for `aggregates`, ingestion time for `arrivals`, ...);
-3. `VACUUM` with `awm_vacuum_retain_hours` (Variable, default 168: Delta's 7 days, also the floor: a
-   lower retention fails the run unless the Variable `awm_vacuum_allow_below_floor` is `true`, and is
-   then logged as a warning each run). Retentions and Spark's Python are Variables only: a run's conf
-   may give only the DAG's Params (`tables`, `config`).
+1. `arrivals` retention: the dates (`arrival_date`) that ended more than `awm_arrivals_retain_days`
+   (Variable, default 30) ago are dropped, from the Delta log alone (a delete on the partition column
+   rewrites no file);
+2. `OPTIMIZE` only the dates written since the last run (found in the Delta commits since the version the
+   last run handled, kept in `<tables>/_maintenance/optimized.json`): the stream's small per-batch files
+   are compacted and Z-ordered by the columns its readers filter on (window start and batch for
+   `aggregates`, ingestion time for `arrivals`, ...); other dates' files are left as they are;
+3. `VACUUM ... LITE` with `awm_vacuum_retain_hours` (Variable, default 168: Delta's 7 days, also the floor:
+   a lower retention fails the run unless the Variable `awm_vacuum_allow_below_floor` is `true`, and is
+   then logged as a warning each run): the files to delete come from the Delta log, not from a listing.
+   Retentions and Spark's Python are Variables only: a run's conf may give only the DAG's Params
+   (`tables`, `config`).
+
+A table created before its date partition (an older version's `arrivals`, `quarantine`, `watermark_log`)
+is optimized whole and its expired arrivals deleted row by row, with a warning naming the migration
+(`python -m jobs.batch.maintenance --tables ... --migrate-layout`, streaming job stopped).
 
 No row changes except the expired arrivals. The report goes to `<tables>/_reports/maintenance/`, and
 `publish` pushes `awm_maintenance_*` (files before and after, files vacuumed, arrivals deleted); a failure

@@ -1,13 +1,27 @@
-"""Delta table maintenance: compaction and VACUUM change no row; arrivals past their retention go."""
+"""Delta table maintenance: compaction and VACUUM change no row; arrivals past their retention go.
 
+OPTIMIZE rewrites only the dates written since the last run; the arrivals retention drops whole dates from
+the log (no file rewritten); a table written before its date partition (the previous layout) still gets
+its retention, and ``--migrate-layout`` rewrites it partitioned.
+"""
+
+import logging
+import re
 import shutil
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
-from jobs.batch.maintenance import MaintenanceOptions, data_files_on_disk, run_maintenance
-from jobs.common.schemas import DAY_MS, TABLES
+from jobs.batch.maintenance import (
+    MaintenanceOptions,
+    data_files_on_disk,
+    load_state,
+    migrate_layout,
+    run_maintenance,
+    table_layout,
+)
+from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
+from jobs.common.session import arrow_frame
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
@@ -42,33 +56,28 @@ def every_table(root) -> dict[str, list]:
     return {t: sorted(sink.read(t).to_pylist(), key=repr) for t in TABLES if sink.exists(t)}
 
 
-def test_after_many_micro_batches_maintenance_compacts_vacuums_and_ages_arrivals_out_changing_nothing_else(
-    spark, streamed, tmp_path
-):
+def test_after_many_micro_batches_maintenance_compacts_and_vacuums_changing_no_row(spark, streamed, tmp_path):
     # One maintenance run (each costs a minute or two here): compaction, Z-order and VACUUM change no row;
-    # arrivals older than their retention go, and nothing else.
+    # every table the job created is date-partitioned, and the retention keeps the arrivals of its window.
     root = tmp_path / "tables"
     shutil.copytree(streamed / "out", root)
     before = every_table(root)
     assert set(before) == set(TABLES)
+    assert {t: table_layout(str(root / t), t) for t in TABLES} == {t: PARTITIONS[t][0] for t in TABLES}
     on_disk = {t: data_files_on_disk(str(root / t)) for t in TABLES}
-    ingested = pa.array([r["ingested_at_ms"] for r in before["arrivals"]])
-    middle = int(pc.approximate_median(ingested).as_py())
-    now = middle + 2 * DAY_MS  # a retention of 2 days cuts the history at its middle batch
+    newest = max(r["arrival_time_ms"] for r in before["arrivals"])
     report = run_maintenance(
-        spark, MaintenanceOptions(str(root), retain_hours=0.0, arrivals_retain_days=2), now_ms=now
+        spark, MaintenanceOptions(str(root), retain_hours=0.0, arrivals_retain_days=2), now_ms=newest + DAY_MS
     )
     after = every_table(root)
-    kept = [r for r in before["arrivals"] if r["ingested_at_ms"] >= middle]
-    assert after["arrivals"] == kept and 0 < len(kept) < len(before["arrivals"])
-    assert report.tables["arrivals"].rows_deleted == len(before["arrivals"]) - len(kept)
-    assert {t: rows for t, rows in after.items() if t != "arrivals"} == {
-        t: rows for t, rows in before.items() if t != "arrivals"
-    }
+    assert after == before
+    assert report.tables["arrivals"].retention == "dates" and report.tables["arrivals"].rows_deleted == 0
     for table, tr in report.tables.items():
         assert tr.rows_after == len(after[table]) and tr.rows_before == len(before[table]), table
         assert tr.files_after <= tr.files_before, table
+        assert tr.optimized is None, table  # no state yet: the first run optimizes every date
         assert data_files_on_disk(str(root / table)) == tr.files_on_disk_after <= on_disk[table], table
+        assert tr.vacuum == "lite", table
     # the stream wrote a file or more per batch: compaction and VACUUM leave far fewer
     assert report.tables["arrivals"].files_before >= 6
     assert report.tables["arrivals"].files_after < report.tables["arrivals"].files_before
@@ -78,6 +87,153 @@ def test_after_many_micro_batches_maintenance_compacts_vacuums_and_ages_arrivals
     assert any(p.name.startswith("window_date=") for p in (root / "aggregates").iterdir())
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{root / 'aggregates'}`").first()["properties"]
     assert properties.get("delta.enableChangeDataFeed") == "true"
+    # the state remembers each table's version: a second run with nothing new optimizes nothing
+    assert set(load_state(str(root))) == set(TABLES)
+    again = run_maintenance(spark, MaintenanceOptions(str(root), retain_hours=0.0, arrivals_retain_days=None))
+    assert {t: (tr.optimized, tr.files_rewritten) for t, tr in again.tables.items()} == {
+        t: ([], 0) for t in TABLES
+    }
+    assert every_table(root) == before
+
+
+#: 2025-11-01 00:00 UTC: the first day of the synthetic tables below.
+DAY0_MS = 1_761_955_200_000
+
+
+def tiny_rows(table: str, day: int, batch: int, n: int = 5) -> pa.Table:
+    """``n`` rows of ``table``, every time on day ``day`` after :data:`DAY0_MS` (batch ``batch``)."""
+    start = DAY0_MS + day * DAY_MS + batch * 1_000
+    columns = {}
+    for f in TABLES[table]:
+        if f.name.endswith("_ms"):
+            columns[f.name] = pa.array([start + i for i in range(n)], f.type)
+        elif f.name == "batch_id":
+            columns[f.name] = pa.array([batch] * n, f.type)
+        elif pa.types.is_string(f.type):
+            columns[f.name] = pa.array([f"{f.name}-{batch}-{i}" for i in range(n)], f.type)
+        elif pa.types.is_boolean(f.type):
+            columns[f.name] = pa.array([False] * n, f.type)
+        else:
+            columns[f.name] = pa.array(list(range(n)), f.type)
+    return pa.table(columns)
+
+
+def files_by_date(spark, path: str, column: str) -> dict[str, set[str]]:
+    """The active data files of each date partition (their names)."""
+    files = (
+        spark.read.format("delta")
+        .load(path)
+        .selectExpr(f"CAST({column} AS STRING) AS d", "_metadata.file_name AS f")
+    )
+    out: dict[str, set[str]] = {}
+    for row in files.distinct().collect():
+        out.setdefault(row["d"], set()).add(row["f"])
+    return out
+
+
+def history(spark, path: str, operation: str) -> list:
+    rows = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    return [r for r in rows if r["operation"] == operation]
+
+
+def test_optimize_rewrites_only_the_dates_written_since_the_last_run(spark, tmp_path):
+    root = str(tmp_path / "tables")
+    sink = DeltaTables(root, "writer", spark)
+    batch = 0
+    for day in (0, 1, 2):
+        for _ in range(3):  # several small appends a day, as the stream commits them
+            sink.append("late_events", tiny_rows("late_events", day, batch), batch)
+            batch += 1
+    options = MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=None)
+    first = run_maintenance(spark, options)
+    assert first.tables["late_events"].optimized is None  # no state yet: every date
+    path = sink.path("late_events")
+    compacted = files_by_date(spark, path, "event_date")
+    assert {d: len(f) for d, f in compacted.items()} == {"2025-11-01": 1, "2025-11-02": 1, "2025-11-03": 1}
+    # a new day of appends, and one late row for day 1
+    for day in (3, 3, 3, 1):
+        sink.append("late_events", tiny_rows("late_events", day, batch), batch)
+        batch += 1
+    second = run_maintenance(spark, options)
+    tr = second.tables["late_events"]
+    # read: the 4 appends and the last run's own commits (OPTIMIZE, VACUUM START and END), which add no data
+    assert tr.optimized == ["2025-11-02", "2025-11-04"] and tr.versions_read == 4 + 3
+    newest = history(spark, path, "OPTIMIZE")[0]
+    predicate = newest["operationParameters"]["predicate"].replace(" ", "")
+    assert predicate == '["\'event_dateIN(2025-11-02,2025-11-04)"]'
+    assert newest["operationMetrics"]["numRemovedFiles"] == "5" == str(tr.files_rewritten)
+    now = files_by_date(spark, path, "event_date")
+    assert now["2025-11-01"] == compacted["2025-11-01"] and now["2025-11-03"] == compacted["2025-11-03"]
+    assert now["2025-11-02"] != compacted["2025-11-02"] and len(now["2025-11-04"]) == 1
+    assert tr.rows_after == tr.rows_before == 13 * 5
+
+
+def test_the_arrivals_retention_drops_whole_dates_without_rewriting_a_file(spark, tmp_path):
+    root = str(tmp_path / "tables")
+    sink = DeltaTables(root, "writer", spark)
+    for batch, day in enumerate((0, 0, 1, 1, 2, 2, 3, 4)):
+        sink.append("arrivals", tiny_rows("arrivals", day, batch), batch)
+    before = sink.read("arrivals").to_pylist()
+    now = DAY0_MS + 4 * DAY_MS + DAY_MS // 2  # day 4, noon: 2 days ago is day 2, noon
+    report = run_maintenance(
+        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
+    )
+    cutoff = DAY0_MS + 2 * DAY_MS  # the whole of day 2 stays (it ended less than 2 days ago)
+    assert report.arrivals_cutoff_ms == cutoff
+    kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 4 * 5
+    tr = report.tables["arrivals"]
+    assert (tr.retention, tr.rows_deleted, tr.retention_files_written) == ("dates", 4 * 5, 0)
+    delete = history(spark, sink.path("arrivals"), "DELETE")[0]
+    predicate = re.sub(r"#\d+", "", delete["operationParameters"]["predicate"])  # Spark's column ids
+    assert predicate == '["(arrival_date < 2025-11-03)"]'
+    metrics = delete["operationMetrics"]
+    assert (metrics["numCopiedRows"], metrics["numAddedFiles"], metrics["numRemovedFiles"]) == ("0", "0", "4")
+
+
+def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retention_and_migrates(
+    spark, tmp_path, caplog
+):
+    root = str(tmp_path / "tables")
+    path = DeltaTables(root, "reader").path("arrivals")
+    for batch, day in enumerate((0, 1, 2, 3)):  # as the previous version wrote it: no partition column
+        (
+            arrow_frame(spark, tiny_rows("arrivals", day, batch))
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", "writer")
+            .option("txnVersion", str(batch))
+            .save(path)
+        )
+    assert table_layout(path, "arrivals") is None
+    sink = DeltaTables(root, "writer")
+    before = sink.read("arrivals").to_pylist()
+    now = DAY0_MS + 3 * DAY_MS + DAY_MS // 2
+    with caplog.at_level(logging.WARNING, logger="jobs.batch.maintenance"):
+        report = run_maintenance(
+            spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now
+        )
+    assert (
+        "--migrate-layout" in caplog.text and "arrivals was created before its date partition" in caplog.text
+    )
+    cutoff = DAY0_MS + 2 * DAY_MS
+    kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 2 * 5
+    tr = report.tables["arrivals"]
+    assert (tr.retention, tr.rows_deleted, tr.partition_column, tr.optimized) == ("rows", 2 * 5, None, None)
+
+    assert migrate_layout(spark, root) == ["arrivals"]
+    assert table_layout(path, "arrivals") == "arrival_date"
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept
+    assert sink.committed_version("arrivals") == 3  # the stream's idempotency survives the rewrite
+    assert migrate_layout(spark, root) == []  # nothing left to migrate
+    later = run_maintenance(
+        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now + DAY_MS
+    )
+    assert later.tables["arrivals"].retention == "dates" and later.tables["arrivals"].rows_deleted == 5
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == [
+        r for r in kept if r["arrival_time_ms"] >= cutoff + DAY_MS
+    ]
 
 
 def test_the_change_data_feed_of_aggregates_shows_the_backfills_revisions(spark, streamed):
