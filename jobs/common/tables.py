@@ -125,6 +125,10 @@ def clear_uncommitted_log(spark: Any, path: str) -> bool:
     meanwhile survives), not a sub-folder that holds anything. A folder with any commit, checkpoint or
     ``_last_checkpoint`` is left alone. (Only the streaming job creates its tables; two processes creating
     the same table at the same instant are not a case this handles.)
+
+    Hadoop's ``FileSystem`` is reached through PySpark's gateway (``spark._jvm``): PySpark has no Python
+    API for it, and it is Hadoop's public API (the session's own settings for ``s3a://`` and the rest),
+    not one of Delta's internal classes.
     """
     jvm = spark._jvm
     log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
