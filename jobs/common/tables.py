@@ -402,10 +402,11 @@ class DeltaTables(TableReader):
         else the one the table's log records for it (:meth:`committed_version`, delta-rs); a table that
         records none for this writer yet is not prepared (its first append computes the state itself).
 
-        Returns whether the state was computed. A failure of that empty append is logged as a warning
-        (the next append then computes the state itself, as without this step) and returns False.
+        Returns whether the state was computed (never for a table not in :data:`TABLES`). A failure of
+        that empty append is logged as a warning (the next append then computes the state itself, as
+        without this step) and returns False.
         """
-        if self.spark is None:
+        if self.spark is None or table not in TABLES:
             return False
         self._create(table)
         recorded = self._recorded.get(table)
@@ -414,10 +415,12 @@ class DeltaTables(TableReader):
         if recorded is None:
             log.debug("%s: no batch of %s recorded yet, nothing to prepare", table, self.app_id)
             return False
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        empty = self.spark.createDataFrame([], from_arrow_schema(TABLES[table]))  # the table's own columns
         try:
             (
-                self.spark.range(0)
-                .write.format("delta")
+                empty.write.format("delta")
                 .mode("append")
                 .option("txnAppId", self.app_id)
                 .option("txnVersion", str(recorded))
