@@ -795,6 +795,19 @@ class PartitionedWatermark(WatermarkReadout):
         self._settle_scoped()
         return self
 
+    def raise_idle(self) -> int | None:
+        """Scoped mode with idleness: raise the partitions idle at the clock to the fleet's watermark now.
+
+        What :meth:`absorb_partitions` cannot do within a batch whose partitions ran apart: the idle ones
+        follow the fleet from the batch's clock on. Returns that instant (None: nothing to raise, no
+        idleness or no clock). After :meth:`process_trace` it changes nothing.
+        """
+        if not self._idle_scoped() or self._clock is None:
+            return None
+        self._scoped_raise_idle(self._clock)
+        self._settle_scoped()
+        return self._clock
+
     # -- scalar path -----------------------------------------------------------------------------------
     def update(self, partition: Hashable, te_ms: int, tp_ms: int) -> Self:
         """One arrival from ``partition`` (reference path; :meth:`process` is the fast equivalent)."""

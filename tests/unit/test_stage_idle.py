@@ -61,3 +61,24 @@ def test_a_stopped_partitions_window_reaches_the_aggregates_at_the_replays_insta
 def test_without_an_idle_timeout_the_stopped_partitions_window_stays_open():
     fired = run_batches(config("scoped", retention=600_000, idle=None), [ROWS])
     assert ("kb", 0) not in fired and ("ka", 0) in fired
+
+
+def test_on_the_executor_path_an_idle_partition_is_raised_at_the_batchs_clock():
+    """The partitions ran apart (no raise within the batch): the idle ones follow the fleet at its end."""
+    from jobs.stream.stage.executors import _advance_to_boundary
+    from watermark.registry import make
+
+    lag = {"max_event_time_lag_ms": 300, "max_watermark_lag_ms": 10**9}
+    pw = PartitionedWatermark("ingestion", lag, idle_timeout_ms=2_000, mode="scoped")
+    runs = {"b": ([100], [100]), "a": ([500, 1_500, 2_500], [500, 1_500, 2_500])}
+    summaries = []
+    for p, (te, tp) in runs.items():
+        gen = make("ingestion", lag)
+        gen.process(te, tp)
+        summaries.append((p, gen.snapshot(), gen.clock_ms, len(te), 0))
+    pw.absorb_partitions(summaries, wm_at_last_arrival=2_199, clock_ms=2_500)
+    rows = _advance_to_boundary(pw, None).to_pylist()
+    # b (idle since 2100) rises from 100 - 1 - 300 to a's 2199 at the batch's last arrival: its windows
+    # ending in (-201, 2199] fire there.
+    assert [(r["owner"], r["lo"], r["hi"], r["fire_arrival_ms"]) for r in rows] == [("b", -201, 2_199, 2_500)]
+    assert _advance_to_boundary(PartitionedWatermark("ingestion", lag, mode="scoped"), None).num_rows == 0

@@ -471,15 +471,25 @@ def _fire_instant(end: Any) -> list[Any]:
 
 
 def _advance_to_boundary(watermark: PartitionedWatermark, boundary_ms: int | None) -> pa.Table:
-    """Advance every partition to the batch boundary; the fire segments of what that advance closed."""
+    """Advance every partition to the batch boundary; the fire segments of what that advance closed.
+
+    With an idle timeout, the partitions idle then follow the fleet's watermark
+    (:meth:`~watermark.combine.PartitionedWatermark.advance_to`); without a boundary (arrival clock) they
+    are raised at the batch's clock (:meth:`~watermark.combine.PartitionedWatermark.raise_idle`): the
+    partitions ran apart in the executors, so no partition was raised within the batch.
+    """
     rows: list[tuple[str, int, int, int, int, int | None, int | None]] = []
+    before = watermark.partition_watermarks
     if boundary_ms is not None:
-        before = watermark.partition_watermarks
         watermark.advance_to(boundary_ms)
+        at: int | None = boundary_ms
+    else:
+        at = watermark.raise_idle()
+    if at is not None:
         for key, after in watermark.partition_watermarks.items():
             lo = before.get(key, NO_WATERMARK)
             if after > lo:
-                rows.append((str(key), lo, after, after, boundary_ms, None, None))
+                rows.append((str(key), lo, after, after, at, None, None))
     return segment_rows(rows)
 
 
