@@ -223,7 +223,8 @@ class PartitionedWatermark(WatermarkReadout):
     the same partition watermarks and the same fire instants; a stream whose partitions are read at
     different speeds (so merged in another order) may differ where a partition's idleness does.
     :meth:`absorb_partitions` (partitions run apart, in executors) cannot raise within a batch: there
-    the idle partitions are raised at the batch boundary (:meth:`advance_to`).
+    the idle partitions are raised at the batch boundary (:meth:`advance_to`) or at the batch's clock
+    (:meth:`raise_idle`).
 
     Examples
     --------
