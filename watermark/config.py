@@ -2,9 +2,9 @@
 
 One document says which strategy and parameters the watermark stage runs, the window, the late-rate
 SLO and the partition idleness timeout (absent: :func:`default_idle_timeout_ms`, max(10 windows, 60 s);
-``null``: partitions never go idle). With ``"strategy": "slo"`` and no ``late_slo_pct`` among the
-params, the SLO strategy's target is the document's ``late_slo_pct``. ``partition_mode`` (``"min"``, the
-default, or ``"global"``) says how partitions make the watermark
+``null``: partitions never go idle). With a strategy whose target is a late share (``"slo"``, ``"fleet"``)
+and no ``late_slo_pct`` among the params, its target is the document's ``late_slo_pct``.
+``partition_mode`` (``"min"``, the default, or ``"global"``) says how partitions make the watermark
 (:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
 batch boundaries (:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with
 :func:`write_config`. A new version applies only if it is valid and its ``version`` is higher than the
@@ -41,7 +41,7 @@ from watermark import storage
 from watermark.base import check_float, check_int
 from watermark.combine import COMBINATION_MODES
 from watermark.evaluate import DEFAULT_STRAGGLER_MS
-from watermark.registry import make
+from watermark.registry import make, required_params, strategy_class
 from watermark.windowspec import WindowSpec
 
 _FIELDS = (
@@ -154,8 +154,9 @@ class PipelineConfig:
                 msg = f"params must be an object of name: value, got {type(params).__name__}"
                 raise ValueError(msg)
             slo = check_float("late_slo_pct", doc.get("late_slo_pct", 1.0), 0.0, 100.0)
-            if doc["strategy"] == "slo" and "late_slo_pct" not in params:
-                params = {**params, "late_slo_pct": slo}  # the SLO strategy's target is the document's SLO
+            targets = "late_slo_pct" in required_params(strategy_class(str(doc["strategy"])))
+            if targets and "late_slo_pct" not in params:
+                params = {**params, "late_slo_pct": slo}  # slo's and fleet's target is the document's SLO
             generator = make(str(doc["strategy"]), params)  # validates names and values
             window = WindowSpec(doc["window_ms"], doc.get("slide_ms"))
             idle: int | None = default_idle_timeout_ms(window)

@@ -263,7 +263,7 @@ def test_scoped_mode_reports_the_minimum_and_no_partition_waits_for_another():
     assert pw.on_idle(5_000).partition_watermarks == {"fast": 1_999, "slow": 119}  # time is per partition
 
 
-@pytest.mark.parametrize("name", ["slo", "periodic"])
+@pytest.mark.parametrize("name", ["slo", "periodic", "fleet"])
 def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(name, monkeypatch):
     import watermark.combine as combine
 
@@ -272,7 +272,7 @@ def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(na
     tp = np.cumsum(rng.integers(0, 3, n))
     te = tp - rng.integers(0, 300, n) - np.where(rng.random(n) < 0.01, 5_000, 0)
     part = rng.integers(0, 8, n)
-    params = {"late_slo_pct": 1.0} if name == "slo" else {"delay_ms": 200}
+    params = {"late_slo_pct": 1.0} if name in ("slo", "fleet") else {"delay_ms": 200}
     threaded = PartitionedWatermark(name, params, idle_timeout_ms=50)
     a = threaded.process_trace(part, te, tp)
     monkeypatch.setattr(combine, "_THREADED_WORK", 10**12)

@@ -127,7 +127,7 @@ def test_every_numeric_setting_out_of_its_real_range_is_refused(huge):
     from watermark.registry import STRATEGIES, make
 
     for name in STRATEGIES:
-        required = {"late_slo_pct": 1.0} if name == "slo" else {}
+        required = {"late_slo_pct": 1.0} if name in ("slo", "fleet") else {}
         for param, default in make(name, required).params.items():
             finite = isinstance(huge, int) or huge == 1e308
             if isinstance(default, bool) or (isinstance(default, float) and finite and huge > 0):
