@@ -109,6 +109,10 @@ MIN_PERIOD_ROWS = 100
 #: Rows of the tuning period replayed per candidate at most (longer: sampled in contiguous blocks).
 MAX_ROWS = 240_000
 
+#: Fewest rows replayed per candidate for the tuner to start worker processes (below, starting them costs
+#: more than it saves).
+PARALLEL_MIN_ROWS = 20_000
+
 #: Targets tried for the ``slo`` strategy, as fractions of the tuner's target (settings of ``slo`` in a
 #: search space that leave out ``late_slo_pct`` get one candidate per fraction).
 SLO_SHARES = (0.5, 0.7, 0.85, 1.0)
@@ -503,6 +507,90 @@ def _planned(grid: Mapping[str, Sequence[Mapping[str, Any]]], exhaustive: bool) 
     return total
 
 
+#: One unit of the tuner's work: (strategy, partition mode, positions in its settings, search them).
+_Job = tuple[str, "str | None", list[int], bool]
+
+
+@dataclass
+class _WorkState:
+    """What a job needs: the replayer of the tuning period, its periods, the settings, the target."""
+
+    replayer: _Replayer
+    tuning: Periods
+    grid: Mapping[str, Sequence[Mapping[str, Any]]]
+    target_late_pct: float
+
+
+#: The state of a worker process (:func:`_init_worker`).
+_WORKER: list[_WorkState] = []
+
+
+def _do_job(state: _WorkState, job: _Job, order: int) -> list[tuple[tuple[int, int], Candidate]]:
+    """The candidates of one job, each with its place: (the rank of its mode and strategy, its setting)."""
+    name, mode, positions, search = job
+    settings = state.grid[name]
+
+    def run(i: int) -> Candidate:
+        return state.replayer.measure(name, settings[i], mode, state.tuning.blocks, state.tuning.periods)
+
+    if not search:
+        return [((order, i), run(i)) for i in positions]
+    seen, agree = monotone_search(lambda j: run(positions[j]), len(positions), state.target_late_pct)
+    if not agree:  # not monotone on this history: every setting of the group
+        seen |= {j: run(i) for j, i in enumerate(positions) if j not in seen}
+    return [((order, positions[j]), c) for j, c in seen.items()]
+
+
+def _init_worker(state: _WorkState) -> None:
+    state.replayer.progress = None
+    _WORKER[:] = [state]
+
+
+def _worker_job(job: _Job, order: int) -> tuple[list[tuple[tuple[int, int], Candidate]], int]:
+    state = _WORKER[0]
+    before = state.replayer.replays
+    out = _do_job(state, job, order)
+    return out, state.replayer.replays - before
+
+
+def _run_jobs(
+    state: _WorkState, jobs: Sequence[_Job], workers: int
+) -> list[tuple[tuple[int, int], Candidate]]:
+    """Every job's candidates, in ``workers`` processes (1: here); the same candidates either way.
+
+    Each candidate comes with its place: the (partition mode, strategy) pair's rank, then its setting's.
+    """
+    pairs = {(job[1], job[0]): None for job in jobs}
+    rank = {pair: i for i, pair in enumerate(pairs)}
+    heads = [rank[(job[1], job[0])] for job in jobs]
+    out: list[tuple[tuple[int, int], Candidate]] = []
+    if workers <= 1 or len(jobs) < 2 or state.tuning.events < PARALLEL_MIN_ROWS:
+        for head, job in zip(heads, jobs, strict=True):
+            out += _do_job(state, job, head)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    replayer = state.replayer
+    progress, replayer.progress = replayer.progress, None  # the workers' replays are reported here
+    try:
+        context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker, initargs=(state,)
+        ) as pool:
+            for (found, replays), job in zip(
+                pool.map(_worker_job, jobs, range(len(jobs))), jobs, strict=True
+            ):
+                out += found
+                replayer.done[0] += replays
+                if progress is not None:
+                    line = f"[{replayer.replays}] {job[0]}" + ("" if job[1] is None else f" {job[1]}")
+                    progress(progress_line(line, replayer.replays, max(replayer.planned, replayer.replays)))
+    finally:
+        replayer.progress = progress
+    return out
+
+
 def tune(
     te: ArrayLike,
     tp: ArrayLike,
@@ -523,6 +611,7 @@ def tune(
     max_rows: int | None = MAX_ROWS,
     exhaustive: bool = False,
     compare_fixed: bool = True,
+    workers: int = 1,
 ) -> TuneResult:
     """Replay the candidates of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says.
 
@@ -531,7 +620,9 @@ def tune(
     :func:`~watermark.evaluate.replay`), so a combination is chosen only where it measures better than one
     generator for the whole stream. ``subperiods``, ``evaluation_fraction`` and ``max_rows`` cut the history
     (:func:`split_history`); ``exhaustive`` replays every delay of the fixed-delay families instead of the
-    binary search; ``compare_fixed`` reports the ratio to the best fixed delay (``periodic``) per period.
+    binary search; ``compare_fixed`` reports the ratio to the best fixed delay (``periodic``) per period;
+    ``workers`` replays in that many processes when candidates are replayed on at least
+    :data:`PARALLEL_MIN_ROWS` rows (the same candidates and choice as with one).
     """
     if not 0.0 <= target_late_pct <= 100.0:
         msg = f"target_late_pct must be within [0, 100], got {target_late_pct}"
@@ -590,26 +681,15 @@ def tune(
         )
     else:
         replayer, tuning = held_replayer, cut
-    candidates: list[Candidate] = []
+    jobs: list[_Job] = []
     for mode in modes:
         for name in names:
-            settings = grid[name]
-
-            def run(
-                i: int, name: str = name, settings: list[dict[str, Any]] = settings, mode: str | None = mode
-            ) -> Candidate:
-                return replayer.measure(name, settings[i], mode, tuning.blocks, tuning.periods)
-
             if exhaustive or name not in MONOTONE:
-                candidates += [run(i) for i in range(len(settings))]
-                continue
-            found: dict[int, Candidate] = {}
-            for group in _groups(name, settings):
-                seen, agree = monotone_search(lambda j, g=group: run(g[j]), len(group), target_late_pct)  # type: ignore[misc]
-                if not agree:  # not monotone on this history: every setting of the group
-                    seen |= {j: run(i) for j, i in enumerate(group) if j not in seen}
-                found |= {group[j]: c for j, c in seen.items()}
-            candidates += [found[i] for i in sorted(found)]
+                jobs += [(name, mode, [i], False) for i in range(len(grid[name]))]
+            else:
+                jobs += [(name, mode, group, True) for group in _groups(name, grid[name])]
+    state = _WorkState(replayer, tuning, grid, target_late_pct)
+    candidates = [c for _, c in sorted(_run_jobs(state, jobs, workers))]
     choice = stable_choice(candidates, target_late_pct)
     if choice is None:
         lowest = min(candidates, key=lambda c: c.dropped_pct)

@@ -12,8 +12,8 @@ Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.batch.retune``)
    configuration's ``late_slo_pct``), keeping the running window, straggler band and idleness timeout.
    The latest ``evaluation_fraction`` (0.2) is held out; the choice is made on the earlier part, cut into
    ``subperiods`` sub-periods on each of which it should keep the target, each candidate replayed on at
-   most ``max_rows`` rows (contiguous blocks of each sub-period): a day of 10 million arrivals is re-tuned
-   in bounded time and memory (``benchmarks/tuner_scale.py``).
+   most ``max_rows`` rows (contiguous blocks of each sub-period), in one process per core: a day of 10
+   million arrivals is re-tuned in bounded time and memory (``benchmarks/tuner_scale.py``).
 3. Replay the running setting on the same periods.
 4. Publish a new configuration version (running version + 1) only if it is valid and better: it meets the
    target, and the running setting misses it or is at least ``min_gain`` slower on mean emit latency.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,6 +68,7 @@ class RetuneOptions:
     evaluation_fraction: float = 0.2  # the latest share of the recent history held out to check carry-over
     subperiods: int = SUBPERIODS  # the choice should keep the target on each
     max_rows: int | None = MAX_ROWS  # rows replayed per candidate at most
+    workers: int = 0  # processes replaying candidates (0: one per core this process may run on)
 
 
 @dataclass
@@ -241,6 +243,7 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             subperiods=options.subperiods,
             evaluation_fraction=options.evaluation_fraction,
             max_rows=options.max_rows,
+            workers=options.workers or len(os.sched_getaffinity(0)),
         )
     except TuneError as exc:
         outcome.reason = f"no setting meets the target: {exc}"

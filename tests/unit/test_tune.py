@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watermark import tune as tune_module
 from watermark.cli import main
 from watermark.evaluate import WindowSpec, replay
 from watermark.tune import MONOTONE, TuneError, tune
@@ -241,3 +242,19 @@ def test_a_long_history_is_replayed_on_bounded_contiguous_blocks_of_each_sub_per
     capped = tune(te, tp, target_late_pct=0.5, window=W, space=DELAYS, recent_fraction=1.0, max_rows=4_000)
     assert capped.history_events == 4_000 and len(capped.choice.late_pct_by_period) == 4
     assert capped.choice.params == {"delay_ms": 300, "period_ms": 10}
+
+
+def test_two_worker_processes_give_the_same_candidates_and_choice(monkeypatch):
+    monkeypatch.setattr(tune_module, "PARALLEL_MIN_ROWS", 0)  # workers even on this small history
+    rng = np.random.default_rng(9)
+    tp = np.arange(0, 30_000, 10, dtype=np.int64)
+    dev = rng.integers(0, 3, tp.size)
+    te = tp - rng.integers(0, 200, tp.size)
+    space = {
+        "periodic": DELAYS["periodic"],
+        "ingestion": [{"max_event_time_lag_ms": lag} for lag in (0, 100, 200)],
+        "percentile": [{"percentile": 1.0, "horizon_ms": 1_000, "period_ms": 10}],
+    }
+    kw = {"target_late_pct": 0.5, "window": W, "space": space, "partition": dev, "key": dev}
+    one, two = tune(te, tp, **kw), tune(te, tp, workers=2, **kw)
+    assert two.candidates == one.candidates and two.choice == one.choice and two.replays == one.replays
