@@ -186,3 +186,21 @@ def test_the_light_reader_reads_tables_with_deletion_vectors_and_column_mapping(
         crc.unlink()
     with pytest.raises(StorageError, match="outside the table"):
         read_delta(open_delta(dv), dv)
+
+
+def test_a_pipeline_table_an_operator_turned_deletion_vectors_on_for_reads_and_takes_appends(spark, tmp_path):
+    schema = TABLES["aggregates"]
+    tables = DeltaTables(tmp_path, "job", spark)
+    same_day = aggregate_row(schema, 2).to_pylist()[0] | {"key": "kx", "window_start_ms": 3 * DAY_MS + 60_000}
+    rows = [aggregate_row(schema, 0), aggregate_row(schema, 2), pa.Table.from_pylist([same_day], schema)]
+    tables.append("aggregates", pa.concat_tables(rows), 0)
+    path = tables.path("aggregates")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE key = 'k2'")
+    assert pa.table(open_delta(path).deletion_vectors()).num_rows == 1  # the row is masked, not rewritten
+    assert tables.append("aggregates", aggregate_row(schema, 3), 1)
+    read = tables.read("aggregates")
+    assert read.schema == schema
+    assert sorted(read.column("key").to_pylist()) == ["k0", "k3", "kx"]
+    day = tables.read("aggregates", columns=["key", "window_date"], days=(3 * DAY_MS, 3 * DAY_MS))
+    assert day.column("key").to_pylist() == ["kx"] and day.column("window_date")[0].as_py().day == 4
