@@ -1,53 +1,65 @@
 """A per-key lateness model with one shared late budget: the fleet watermark.
 
 Every key (a device; a partition in the combination's ``scoped`` mode) fires its windows by its own
-watermark, ``W_k = max te of k - d_k * c``. What the per-key watermarks of :mod:`watermark.ingestion` or
-:mod:`watermark.slo` lack is the fleet: a key with little history has nothing to learn from, a congestion
-shows in each key's history only after it has cost late records, and a late-share target met key by key
-spends the budget where it buys the least latency. Here the keys' models live in one :class:`Fleet` that the
-generators of a :class:`~watermark.combine.PartitionedWatermark` share:
+watermark, ``W_k = F_k - D_k``: its *frontier* minus its delay. What the per-key watermarks of
+:mod:`watermark.ingestion` or :mod:`watermark.slo` lack is the fleet: a key with little history has nothing to
+learn from, a congestion shows in each key's history only after it has cost late records, and a late-share
+target met key by key spends the budget where it buys the least latency. Here the keys' models live in one
+:class:`Fleet` that the generators of a :class:`~watermark.combine.PartitionedWatermark` share:
 
-* **Per-key lag model.** The *lag* of an arrival is how far its event time is behind its key's reference
-  (the key's largest event time before it; 0 when in order): under ``W_k = ref - d`` it is late exactly when
-  its lag exceeds ``d``. Each key keeps a histogram of its lags in log-spaced bins (8 a doubling, 273 bins:
-  bounded, JSON-able state) with exponential decay (``memory`` arrivals of the key); a key's disorder is its
-  own.
+* **Frontier.** A key's *reference* is its largest event time (since its last re-base, below). A key is
+  *live* while its last arrival came within its usual transit of its reference (``tp - ref`` at most its
+  transit baseline plus ``lead`` event-time gaps): it sends in real time, so its next event time is about
+  a gap ahead of its reference. Its frontier is then ``max(ref, min(t - baseline, ref + lead * gap))`` where
+  ``t`` is its last arrival time (``follow_clock = 1``: the current instant, so that between arrivals the
+  watermark follows the ingestion clock, a ramp in the timeline), ``baseline`` its low transit ``tp - te``
+  (which absorbs a clock offset) and ``gap`` its recent mean event-time step. A key that is not live (a
+  device flushing a backlog, a congestion) has its reference as frontier. ``lead = 0``: always the
+  reference, ``W_k = max te - D_k``.
+* **Per-key lag model.** The *lag* of an arrival is how far its event time is behind its key's frontier
+  just before it (0 when ahead): it is late exactly when its lag exceeds the delay. Each key keeps a
+  histogram of its lags in log-spaced bins (8 a doubling, 273 bins: bounded, JSON-able state) with
+  exponential decay (``memory`` arrivals of the key); a key's disorder is its own.
 * **Clock steps.** A forward step of a key's clock only raises its reference. A backward step shows as a
-  run of lags far beyond the key's delay (``> max(step_min_ms, 4 d_k)``): such lags are held pending, and
+  run of lags far beyond the key's delay (``> max(step_min_ms, 4 D_k)``): such lags are held pending, and
   after ``step_run`` of them in a row the key is *re-based* (its reference moves to the run's largest event
   time, its transit baseline to the new offset) and the pending lags are dropped, so the step does not
   inflate the key's delay; a shorter run is disorder after all, and its lags join the histogram. (A key's
-  records from before a backward step's size of event time are still late: the watermark never goes back.)
+  records within a backward step's size below its watermark are still late: the watermark never goes back.)
 * **Pooling.** The survival function of a key's lag is shrunk toward the fleet's (a histogram of every
-  key's lags, with a longer memory) with weight ``prior / (n_k + prior)``, ``n_k`` the key's effective
-  history: a key with little history uses the fleet's model, one with much its own. A key the fleet has not
-  seen starts with the fleet's quantile at the budget.
+  key's lags, with a memory 8 times longer) with weight ``prior / (n_k + prior)``, ``n_k`` the key's
+  effective history: a key with little history uses the fleet's model, one with much its own. A key the
+  fleet has not seen yet starts with the fleet's quantile at the budget.
 * **One late budget.** On a grid of ingestion time (``period_ms``) the delays are chosen together:
-  minimise the total window latency ``sum_k d_k`` (every key's windows weigh the same) subject to the
-  expected late arrivals ``sum_k r_k S_k(d_k)`` being at most ``late_slo_pct`` of all arrivals (``r_k``: the
-  key's recent arrival rate). Lagrangian: ``d_k = argmin_d [d + lambda r_k S_k(d)]``, with ``lambda`` set by
-  bisection so that the total meets the budget. A busy key gets a tight cover (its late records are many), a
-  sparse one a loose one. The budget tightens while the realised late share is above the target (won back
-  over 2,000 arrivals, as :mod:`watermark.slo` does), and the initial delay fades over the fleet's first
-  200 arrivals.
-* **Congestion moves every key at once.** Each key tracks its transit ``tp - te`` above its own low
-  baseline (which absorbs its clock offset); the fleet's factor is the median over keys of the recent
-  (16 arrivals) over the long-run geometric mean of ``1 + transit``, to the power ``congestion`` and within
-  ``[1, 8]``. It multiplies every key's delay from the next grid instant on, before each key's own
-  histogram shows the episode. A median over keys, so that one device flushing a buffer is no congestion.
+  minimise the total window latency ``sum_k D_k`` (every key's windows weigh the same) subject to the
+  expected late arrivals ``sum_k r_k S_k(D_k)`` being at most ``late_slo_pct`` of all arrivals (``r_k``: the
+  key's recent arrival rate, ``S_k`` its pooled lag survival function). Lagrangian:
+  ``D_k = argmin_d [d + lambda r_k S_k(d)]`` over the bins' edges, with ``lambda`` set by bisection (on its
+  logarithm) so that the total meets the budget. A busy key gets a tight cover (its late records are many),
+  a sparse one a loose one. The budget tightens while the realised late share is above the target (won
+  back over 2,000 arrivals, as :mod:`watermark.slo` does, but to no less than half the target: a tighter
+  budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
+  fleet's first 200 arrivals.
+* **Congestion moves every key at once.** Each key tracks its transit above its baseline, recently (4
+  arrivals) and over the long run (``memory``, geometric means of ``1 + transit``); the fleet's congestion
+  delay is the median over keys of the recent level beyond twice the long-run one, times ``congestion``,
+  and it is *added* to every key's delay from the next grid instant on, before each key's own histogram
+  shows the episode. Added rather than multiplied (the guidance was a factor): a congestion holds arrivals
+  back by an amount of time, and what it costs is the burst of held records released behind fresh ones when
+  it ends, whose lags are that amount, whatever each key's usual disorder. A median over keys, so that one
+  device flushing a buffer is no congestion.
 
 **Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
 :mod:`watermark.fleet_kernel`); the allocation happens at the first arrival at or past each grid instant.
-A :class:`~watermark.combine.PartitionedWatermark` runs the fleet over the whole batch before the
-partitions' generators read their proposals (:meth:`Fleet.prepare`), so a batch gives the same decisions
-whether it is processed whole, in cuts, or tuple by tuple; its snapshot holds the fleet once. Cut a stream
-into batches *by arrival order*: a batch that holds one partition further ahead in time than another (Kafka
-partitions read at different speeds) orders the fleet's arrivals differently, so the executors' stage
-(partitions apart) cannot run it; the job runs this strategy's stage on the driver.
+A :class:`~watermark.combine.PartitionedWatermark` (``min`` or ``scoped`` mode) builds one fleet, runs it over
+the whole batch before the partitions' generators read their proposals (:meth:`Fleet.prepare`), and holds it
+once in its snapshot; so a batch gives the same decisions whether it is processed whole, in cuts, or tuple
+by tuple (a property test). The decisions of one partition depend on the others' arrivals (that is the
+point), so, unlike other strategies in ``scoped`` mode, merging the partitions in another order can change
+them; the executors' stage (partitions run apart) cannot run it, and the job runs its stage on the driver.
 
-**Alone** (one generator, the combination's ``global`` or ``min`` modes, a replay without partitions) each
-generator has a fleet of its own with one key: a decayed lag histogram whose quantile meets the budget, with
-clock-step re-basing and its own congestion ratio.
+**Alone** (a bare generator, the combination's ``global`` mode) a generator has a fleet of its own with one
+key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing and congestion.
 
 Parameters
 ----------
@@ -58,15 +70,19 @@ initial_delay_ms
 period_ms
     Ingestion time between two allocations of the budget, >= 1.
 memory
-    Arrivals of a key over which its histogram decays (by ``1/e``), >= 10.
+    Arrivals of a key over which its histogram decays (by ``1/e``), >= 10 (the fleet's: 8 times more).
 prior
     Weight of the fleet's lag distribution in a key's, in pseudo-arrivals, >= 0.
 congestion
-    Exponent of the congestion ratio, in ``[0, 4]`` (0: no congestion factor).
+    Weight of the fleet's excess transit in every key's delay, in ``[0, 4]`` (0: no congestion delay).
 step_min_ms
     A lag must exceed this (and 4 times the key's delay) to count toward a clock step, >= 1.
 step_run
     Lags beyond the threshold in a row that make a clock step, in ``[1, 16]``.
+lead
+    Event-time gaps a live key's frontier may run ahead of its reference, in ``[0, 100]`` (0: never).
+follow_clock
+    1: between arrivals a live key's frontier follows the ingestion clock (timers); 0: it moves at arrivals.
 
 Examples
 --------
@@ -362,7 +378,7 @@ class FleetWatermark(WatermarkGenerator):
         late_slo_pct: float,
         initial_delay_ms: int = 2_000,
         period_ms: int = 1_000,
-        memory: int = 2_000,
+        memory: int = 500,
         prior: float = 50.0,
         congestion: float = 1.0,
         step_min_ms: int = 1_000,

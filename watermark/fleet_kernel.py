@@ -98,7 +98,7 @@ N_FPARAMS: Final = 5
 
 #: Longest run of large lags a clock step is detected after (the pending buffer's width).
 MAX_STEP_RUN: Final = 16
-#: Arrivals over which an excess of late tuples is won back.
+#: Arrivals over which an excess of late tuples is won back (the budget tightens to half the target at most).
 PAYBACK: Final = 2_000
 #: Arrivals of the fleet over which the initial delay fades.
 WARMUP: Final = 200
@@ -193,7 +193,7 @@ def allocate(
     # The budget, tightened while the late share so far is above the target (won back over PAYBACK).
     x = fparams[P_TARGET]
     allowed = x * (fints[G_ARRIVALS] + PAYBACK) - fints[G_LATE]
-    budget = min(x, max(x / 4.0, allowed / PAYBACK))
+    budget = min(x, max(x / 2.0, allowed / PAYBACK))
     # The fleet's survival function: mass above each bin.
     fs = np.zeros(N_BINS, np.float64)
     ftop = 0
