@@ -14,8 +14,11 @@ prints, per size:
 * ``rows``: the arrivals of the day; ``recent``: the rows the tuner works on (the latest half);
 * ``wall_s``: the child's wall time from the start of the read to the report; ``read_s`` and ``tune_s``
   (the read, and everything after it);
+* ``cpu_s``: the CPU seconds of the child and its worker processes (the steadier figure on a loaded
+  machine: the wall time of a 2-core machine shared with other work is at least ``cpu_s / 2``);
 * ``peak_rss_mb``: the child's peak resident memory (``ru_maxrss``), the interpreter and its libraries
-  included (about 200 MB of them: the ``--rows 0`` line);
+  included; ``worker_peak_rss_mb``: the largest of its worker processes'; ``load``: the 1-minute load
+  average at the end (other work on the machine);
 * ``replays``: replays the tuner ran; ``rows_per_candidate``: rows each candidate is replayed on;
 * the decision, the choice and its late share and mean emit latency on the tuning period and the held-out
   slice, with the ratio to the best fixed delay there.
@@ -63,9 +66,11 @@ t0 = time.monotonic()
 outcome = job.retune(opts)
 wall = time.monotonic() - t0
 report = json.load(open(outcome.report))
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall_s": wall, "read_s": read.get("s"), "recent": read.get("recent"),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "report": report}))
+                  "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "peak_rss_mb": me.ru_maxrss / 1024, "worker_peak_rss_mb": kids.ru_maxrss / 1024,
+                  "load": __import__("os").getloadavg()[0], "report": report}))
 """
 
 
@@ -133,6 +138,7 @@ def measure(rows: int, devices: int) -> dict[str, Any]:
         out = json.loads(done.stdout.strip().splitlines()[-1])
     report = out.pop("report")
     line: dict[str, Any] = {"rows": rows, "write_s": round(written, 1), **out, "decision": report["decision"]}
+    line["replays"] = report.get("replays")
     chosen = report.get("chosen") or report.get("other_mode")
     if chosen is not None:
         line["choice"] = f"{chosen['strategy']} {chosen['params']} {chosen['partition_mode']}"
@@ -166,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         tuning, held = line.get("tuning") or {}, line.get("evaluation") or {}
         print(
             f"{rows:>11,} rows (recent {line['recent'] or 0:,}): wall {line['wall_s']:.1f} s "
-            f"(read {line['read_s'] or 0:.1f} s), peak RSS {line['peak_rss_mb']:.0f} MB; {line['decision']}"
+            f"(read {line['read_s'] or 0:.1f} s), CPU {line['cpu_s']:.0f} s (workers included), peak RSS "
+            f"{line['peak_rss_mb']:.0f} MB (a worker: {line['worker_peak_rss_mb']:.0f} MB), load "
+            f"{line['load']:.1f}; {line['replays']} replays; {line['decision']}"
             + (f"; choice {line['choice']}" if "choice" in line else ""),
             flush=True,
         )

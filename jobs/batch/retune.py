@@ -93,6 +93,7 @@ class RetuneOutcome:
     tuning: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
     running_evaluation: dict[str, Any] | None = None
+    replays: int = 0  # replays the tuner ran
 
     @property
     def published(self) -> bool:
@@ -249,6 +250,7 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
         outcome.reason = f"no setting meets the target: {exc}"
         return _keep_report(outcome, options, None)
     chosen = result.choice
+    outcome.replays = result.replays
     reports: tuple[PeriodReport | None, PeriodReport | None] = (result.tuning, result.evaluation)
     outcome.frontier = [c.as_dict() for c in result.frontier]
     if (chosen.partition_mode or "min") != running.partition_mode:
