@@ -91,8 +91,9 @@ SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
     "adaptive": [
         {"late_threshold": lt, "heartbeat_ms": hb} for lt in (1.0, 0.1, 0.01) for hb in (100, 200, 1_000)
     ],
-    # the per-key estimator with one shared late budget, at its defaults (its target: SLO_SHARES)
-    "fleet": [{}],
+    # the per-key estimator with one shared late budget (its target: SLO_SHARES): its defaults, its frontier
+    # following the ingestion clock between arrivals, and never running ahead of a key's largest event time
+    "fleet": [{}, {"follow_clock": 1}, {"lead": 0.0}],
 }
 
 #: Strategies that take the late-share target as a parameter (``late_slo_pct``).
