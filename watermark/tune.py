@@ -550,7 +550,8 @@ def _init_worker(state: _WorkState) -> None:
     _WORKER[:] = [state]
 
 
-def _worker_job(job: _Job, order: int) -> tuple[list[tuple[tuple[int, int], Candidate]], int]:
+def _worker_job(item: tuple[_Job, int]) -> tuple[list[tuple[tuple[int, int], Candidate]], int]:
+    job, order = item
     state = _WORKER[0]
     before = state.replayer.replays
     out = _do_job(state, job, order)
@@ -573,17 +574,15 @@ def _run_jobs(
             out += _do_job(state, job, head)
         return out
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     replayer = state.replayer
     progress, replayer.progress = replayer.progress, None  # the workers' replays are reported here
     try:
         context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
-        with ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_worker, initargs=(state,)
-        ) as pool:
+        # Leaving the block terminates the workers, an exception too (a task's timeout leaves no work behind).
+        with context.Pool(workers, initializer=_init_worker, initargs=(state,)) as pool:
             for (found, replays), job in zip(
-                pool.map(_worker_job, jobs, range(len(jobs))), jobs, strict=True
+                pool.imap(_worker_job, zip(jobs, heads, strict=True)), jobs, strict=True
             ):
                 out += found
                 replayer.done[0] += replays
