@@ -8,6 +8,14 @@ trade-off plot (PNG) are kept under `reports` (Variable `awm_reports`); the outc
 and pushed as `awm_tuning_*` metrics by `dags/outcome.py` (a failure or a timeout too: alert
 `AwmTuningFailing`).
 
+The report says whether the choice carries over: the tuner chooses on the history but its latest fifth,
+preferring a setting that keeps the target on each of four sub-periods, then replays the choice on the
+held-out fifth; `tuning` and `evaluation` give its late share, mean emit latency and ratio to the best fixed
+delay on each (on the held-out fifth that delay is chosen with hindsight), `running_evaluation` the running
+setting's there. A candidate is replayed on at most 240,000 arrivals (contiguous blocks of the sub-periods)
+in one process per core, so the `retune` task (timeout 1 h) re-tunes a day of 10 million arrivals in
+bounded time and memory (`benchmarks/tuner_scale.py`).
+
 Params (empty: the Airflow Variables of `dags/pipeline_settings.py`): `tables`, `config`, `reports`,
 `history_hours`, `target_late_pct` (empty: the
 configuration's `late_slo_pct`), `strategies` (comma-separated; empty: all), `min_events`, `min_gain`.
