@@ -477,9 +477,8 @@ def monotone_search(
         return lo
 
     pooled = first(lambda c: c.dropped_pct <= target_late_pct, 0)
-    if pooled < count:
-        at(pooled)
-        stable = first(lambda c: c.worst_late_pct <= target_late_pct, pooled)
+    if pooled < count and at(pooled).worst_late_pct > target_late_pct:  # else the same setting is stable
+        stable = first(lambda c: c.worst_late_pct <= target_late_pct, pooled + 1)
         if stable < count:
             at(stable)
     ordered = [seen[j] for j in sorted(seen)]
