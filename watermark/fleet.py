@@ -44,10 +44,11 @@ target met key by key spends the budget where it buys the least latency. Here th
   arrivals) and over the long run (``memory``, geometric means of ``1 + transit``); the fleet's congestion
   delay is the median over keys of the recent level beyond twice the long-run one, times ``congestion``,
   and it is *added* to every key's delay from the next grid instant on, before each key's own histogram
-  shows the episode. Added rather than multiplied (the guidance was a factor): a congestion holds arrivals
-  back by an amount of time, and what it costs is the burst of held records released behind fresh ones when
-  it ends, whose lags are that amount, whatever each key's usual disorder. A median over keys, so that one
-  device flushing a buffer is no congestion.
+  shows the episode; it unwinds at half the pace of time when the episode ends (the held records are still
+  coming), and the lags it covers are not learnt as the keys' own disorder. Added rather than multiplied
+  (the guidance was a factor): a congestion holds arrivals back by an amount of time, and what it costs is
+  the burst of held records released behind fresh ones when it ends, whose lags are that amount, whatever
+  each key's usual disorder. A median over keys, so that one device flushing a buffer is no congestion.
 
 **Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
 :mod:`watermark.fleet_kernel`); the allocation happens at the first arrival at or past each grid instant.
@@ -380,7 +381,7 @@ class FleetWatermark(WatermarkGenerator):
         period_ms: int = 1_000,
         memory: int = 500,
         prior: float = 50.0,
-        congestion: float = 1.0,
+        congestion: float = 1.5,
         step_min_ms: int = 1_000,
         step_run: int = 5,
         lead: float = 1.0,

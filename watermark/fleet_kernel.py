@@ -255,7 +255,9 @@ def allocate(
         mid = n_ratios // 2
         m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
         congestion = max(0.0, m) * fparams[P_CONGESTION]
-    ffloats[H_CONGESTION] = congestion
+    # It unwinds at half the pace of time: the records a congestion held back (by about its delay) are still
+    # arriving, behind fresh ones, for that long after it ends.
+    ffloats[H_CONGESTION] = max(congestion, ffloats[H_CONGESTION] - elapsed * period / 2.0)
     if total_rate <= 0.0:
         return
     # Bisection on log(lambda): the expected late arrivals fall as lambda rises.
@@ -383,6 +385,7 @@ def run(
         else:
             front = _frontier(kints, kfloats, s, lead, t if follow else kints[s, K_LAST])
             lag = max(0, front - e)
+            congested = math.ceil(ffloats[H_CONGESTION])
             if lag > max(step_min, 4 * kints[s, K_DELAY]):
                 # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
                 # back. Held pending; a run of them is a step: the reference moves back to the new clock.
@@ -397,11 +400,14 @@ def run(
                     kfloats[s, F_BASE] = offset
             else:
                 for j in range(kints[s, K_RUN]):  # the run ended: it was disorder after all
-                    _add(hist, kfloats, s, pend[s, j], memory)
-                    _add_fleet(fhist, ffloats, pend[s, j], fleet_memory)
+                    own = max(0, pend[s, j] - congested)
+                    _add(hist, kfloats, s, own, memory)
+                    _add_fleet(fhist, ffloats, own, fleet_memory)
                 kints[s, K_RUN] = 0
-                _add(hist, kfloats, s, lag, memory)
-                _add_fleet(fhist, ffloats, lag, fleet_memory)
+                # What the congestion delay covers is the congestion's, not the key's own disorder.
+                own = max(0, lag - congested)
+                _add(hist, kfloats, s, own, memory)
+                _add_fleet(fhist, ffloats, own, fleet_memory)
                 if e > ref:
                     kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(
                         kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS
