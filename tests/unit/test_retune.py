@@ -92,6 +92,31 @@ def test_a_slow_running_setting_is_replaced_by_a_faster_one_that_meets_the_targe
     assert values["emit_latency_seconds"] < values["running_emit_latency_seconds"]
 
 
+def test_the_report_gives_the_choice_on_the_tuning_period_and_on_the_held_out_slice(slow_setting_retuned):
+    tmp_path, _, outcome = slow_setting_retuned
+    report = json.loads((tmp_path / "reports" / "retune-20270115T080000Z.json").read_text())
+    # 2,000 arrivals: the latest half counts, its last fifth held out, the rest cut into four sub-periods.
+    tuning, held = report["tuning"], report["evaluation"]
+    assert tuning["events"] == 800 and held["events"] == 200
+    assert tuning["dropped_pct"] == outcome.chosen["dropped_pct"] <= 0.5
+    assert len(tuning["late_pct_by_period"]) == 4 and max(tuning["late_pct_by_period"]) <= 0.5
+    assert tuning["ratio_to_fixed_delay"] == 1.0  # the choice is the best fixed delay here
+    assert held["fixed_delay"]["strategy"] == "periodic" and held["fixed_delay"]["dropped_pct"] <= 0.5
+    assert held["ratio_to_fixed_delay"] > 0
+    assert report["running_evaluation"]["events"] == 200 and report["replays"] > 0
+
+
+def test_the_history_read_holds_the_recent_rows_with_partition_codes(tmp_path):
+    from jobs.batch.retune import read_history
+
+    history(tmp_path, n=1_000)
+    whole = read_history(str(tmp_path / "tables"), END_MS - DAY_MS, END_MS)
+    recent = read_history(str(tmp_path / "tables"), END_MS - DAY_MS, END_MS, recent_fraction=0.25)
+    assert whole["te"].size == 1_000 and recent["te"].size == 250 and recent["ingested"][0] == 1_000
+    assert recent["tp"].min() == whole["tp"][np.argsort(whole["tp"])][750]
+    assert recent["partition"].dtype == np.int32 and recent["partitions"].tolist() == ["p"]
+
+
 def test_the_best_running_setting_is_kept_and_the_file_left_alone(slow_setting_retuned, tmp_path):
     retuned_copy(slow_setting_retuned, tmp_path)  # the best setting published by a first run
     text = (tmp_path / "watermark.json").read_text()
