@@ -2,7 +2,8 @@
 
 One document says which strategy and parameters the watermark stage runs, the window, the late-rate
 SLO and the partition idleness timeout (absent: :func:`default_idle_timeout_ms`, max(10 windows, 60 s);
-``null``: partitions never go idle). With a strategy whose target is a late share (``"slo"``, ``"fleet"``)
+``null``: partitions never go idle; ``"auto"``, partition-scoped mode only: learned per partition from its
+own gaps, :mod:`watermark.idle`). With a strategy whose target is a late share (``"slo"``, ``"fleet"``)
 and no ``late_slo_pct`` among the params, its target is the document's ``late_slo_pct``.
 ``partition_mode`` (``"min"``, the default, or ``"global"``) says how partitions make the watermark
 (:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
@@ -39,8 +40,9 @@ from typing import Any
 
 from watermark import storage
 from watermark.base import check_float, check_int
-from watermark.combine import COMBINATION_MODES
+from watermark.combine import AUTO, COMBINATION_MODES
 from watermark.evaluate import DEFAULT_STRAGGLER_MS
+from watermark.idle import IdleLearning
 from watermark.registry import make, required_params, strategy_class
 from watermark.windowspec import WindowSpec
 
@@ -84,7 +86,7 @@ RETENTION_WINDOWS = 100
 MIN_DEFAULT_RETENTION_MS = 3_600_000
 
 
-def default_partition_retention_ms(window: WindowSpec, idle_timeout_ms: int | None) -> int:
+def default_partition_retention_ms(window: WindowSpec, idle_timeout_ms: int | str | None) -> int:
     """How long a partition stays silent before it is forgotten, when a document does not say.
 
     max(the idleness timeout, 100 windows, 1 hour): a partition (and, in partition-scoped mode, the keys it
@@ -97,7 +99,20 @@ def default_partition_retention_ms(window: WindowSpec, idle_timeout_ms: int | No
     >>> default_partition_retention_ms(WindowSpec(60_000), 600_000)
     6000000
     """
-    return max(idle_timeout_ms or 0, RETENTION_WINDOWS * window.window_ms, MIN_DEFAULT_RETENTION_MS)
+    return max(
+        idle_bound_ms(idle_timeout_ms) or 0, RETENTION_WINDOWS * window.window_ms, MIN_DEFAULT_RETENTION_MS
+    )
+
+
+def idle_bound_ms(idle_timeout_ms: int | str | None) -> int | None:
+    """The longest idle timeout a partition may have: the fixed one, or the cap of learned ones (``"auto"``).
+
+    >>> idle_bound_ms(60_000), idle_bound_ms("auto"), idle_bound_ms(None)
+    (60000, 600000, None)
+    """
+    if isinstance(idle_timeout_ms, str):
+        return IdleLearning().cap_ms
+    return idle_timeout_ms
 
 
 class ConfigError(ValueError):
@@ -113,7 +128,8 @@ class PipelineConfig:
     params: Mapping[str, Any]
     window: WindowSpec
     late_slo_pct: float = 1.0
-    idle_timeout_ms: int | None = None
+    #: Milliseconds, ``"auto"`` (learned per partition, partition-scoped mode: :mod:`watermark.idle`) or None.
+    idle_timeout_ms: int | str | None = None
     straggler_ms: int = DEFAULT_STRAGGLER_MS
     note: str | None = None
     source: str | None = field(default=None, compare=False)
@@ -159,14 +175,20 @@ class PipelineConfig:
                 params = {**params, "late_slo_pct": slo}  # slo's and fleet's target is the document's SLO
             generator = make(str(doc["strategy"]), params)  # validates names and values
             window = WindowSpec(doc["window_ms"], doc.get("slide_ms"))
-            idle: int | None = default_idle_timeout_ms(window)
+            idle: int | str | None = default_idle_timeout_ms(window)
             if "idle_timeout_ms" in doc:  # null: a partition never goes idle (it can stall the watermark)
                 given = doc["idle_timeout_ms"]
-                idle = None if given is None else check_int("idle_timeout_ms", given, 1)
+                if isinstance(given, str) and given.strip().lower() == AUTO:
+                    idle = AUTO  # learned per partition from its own gaps
+                else:
+                    idle = None if given is None else check_int("idle_timeout_ms", given, 1)
             straggler = check_int("straggler_ms", doc.get("straggler_ms", DEFAULT_STRAGGLER_MS), 0)
             mode = doc.get("partition_mode") or "min"
             if mode not in COMBINATION_MODES:
                 msg = f"partition_mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
+                raise ValueError(msg)
+            if idle == AUTO and mode != "scoped":
+                msg = f"idle_timeout_ms 'auto' (learned per partition) needs partition_mode scoped: {mode}"
                 raise ValueError(msg)
             retention: int | None = default_partition_retention_ms(window, idle)
             if "partition_retention_ms" in doc:  # null: partitions are never forgotten
@@ -216,6 +238,11 @@ class PipelineConfig:
                 else {"partition_retention_ms": self.partition_retention_ms}
             )
         )
+
+    @property
+    def idle_bound_ms(self) -> int | None:
+        """The longest idle timeout a partition may have (the cap of learned ones; None: never idle)."""
+        return idle_bound_ms(self.idle_timeout_ms)
 
     @property
     def default_retention_ms(self) -> int:

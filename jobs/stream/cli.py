@@ -79,6 +79,8 @@ def idle_timeout_summary(config: PipelineConfig) -> dict[str, Any]:
     idle = config.idle_timeout_ms
     if idle is None:
         rule = "none: a silent partition stalls the watermark (idle_timeout_ms null)"
+    elif isinstance(idle, str):
+        rule = f"learned per partition from its own gaps (auto, at most {config.idle_bound_ms} ms)"
     elif idle == default_idle_timeout_ms(config.window):
         rule = f"default: max({IDLE_TIMEOUT_WINDOWS} windows, {MIN_DEFAULT_IDLE_TIMEOUT_MS // 1000} s)"
     else:
@@ -196,9 +198,10 @@ def _watermark_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--idle-timeout-ms",
-        metavar="MS|none",
+        metavar="MS|auto|none",
         help="ingestion time without arrivals after which a partition stops holding the watermark back "
-        "(default: max(10 windows, 60 s); none: never, so a silent partition stalls the watermark)",
+        "(default: max(10 windows, 60 s); none: never, so a silent partition stalls the watermark; auto, "
+        "partition-scoped mode: learned per partition from its own gaps)",
     )
     p.add_argument(
         "--partition-retention-ms",
@@ -396,10 +399,11 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     }
     if args.idle_timeout_ms is not None:  # absent: the default (config.default_idle_timeout_ms)
         idle = args.idle_timeout_ms.strip().lower()
-        if idle != "none" and not idle.isdigit():
-            msg = f"--idle-timeout-ms must be a number of milliseconds or none, got {args.idle_timeout_ms!r}"
+        if idle not in ("none", "auto") and not idle.isdigit():
+            given = args.idle_timeout_ms
+            msg = f"--idle-timeout-ms must be a number of milliseconds, auto or none, got {given!r}"
             raise ValueError(msg)
-        doc["idle_timeout_ms"] = None if idle == "none" else int(idle)
+        doc["idle_timeout_ms"] = None if idle == "none" else idle if idle == "auto" else int(idle)
     if args.partition_retention_ms is not None:  # absent: config.default_partition_retention_ms
         kept = args.partition_retention_ms.strip().lower()
         if kept != "none" and not kept.isdigit():

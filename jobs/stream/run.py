@@ -111,7 +111,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
 
         watcher = handler.states.watcher
         config = watcher.current if watcher is not None else options.config
-        metrics.config_applied(config.version, config.strategy, config.late_slo_pct, config.idle_timeout_ms)
+        metrics.config_applied(config.version, config.strategy, config.late_slo_pct, config.idle_bound_ms)
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     writer = files.writeStream.foreachBatch(handler).option(

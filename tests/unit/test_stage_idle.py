@@ -82,3 +82,22 @@ def test_on_the_executor_path_an_idle_partition_is_raised_at_the_batchs_clock():
     # ending in (-201, 2199] fire there.
     assert [(r["owner"], r["lo"], r["hi"], r["fire_arrival_ms"]) for r in rows] == [("b", -201, 2_199, 2_500)]
     assert _advance_to_boundary(PartitionedWatermark("ingestion", lag, mode="scoped"), None).num_rows == 0
+
+
+def test_a_learned_idle_timeout_is_a_configuration_value_of_the_scoped_job():
+    from watermark.config import ConfigError, PipelineConfig
+
+    doc = {"version": 1, "strategy": "ingestion", "params": {}, "window_ms": 1_000, "idle_timeout_ms": "auto"}
+    with pytest.raises(ConfigError, match="needs partition_mode scoped"):
+        PipelineConfig.from_dict(doc)
+    cfg = PipelineConfig.from_dict(doc | {"partition_mode": "scoped"})
+    assert cfg.idle_timeout_ms == "auto" and cfg.idle_bound_ms == 600_000
+    assert PipelineConfig.from_dict(cfg.to_dict()) == cfg
+    # Both devices report every 100 ms: after 8 gaps a device's timeout is learned (4 x 128 ms, floored
+    # at 1 s). b stops at 800, falls idle at 1800 and follows a: its window [0, 1000) fires once a's
+    # watermark (arrival - 1 - 1000) passes 1000, at a's arrival at 2050.
+    b = [("b", "kb", t, t) for t in range(0, 900, 100)]
+    rows = sorted(b + [("a", "ka", t, t) for t in range(50, 2_600, 100)], key=lambda r: r[3])
+    fired = run_batches(cfg, [rows[:15], rows[15:]], restart=True)
+    assert fired == replayed(rows, cfg)
+    assert fired[("kb", 0)] == (2_050, 1_049)

@@ -72,7 +72,7 @@ def observation(
         config_version=config.version,
         strategy=config.strategy,
         late_slo_pct=config.late_slo_pct,
-        idle_timeout_ms=config.idle_timeout_ms,
+        idle_timeout_ms=config.idle_bound_ms,  # learned timeouts (auto): their cap
     )
 
 
