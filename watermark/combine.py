@@ -215,6 +215,8 @@ class PartitionedWatermark(WatermarkReadout):
     The timeout is fixed (milliseconds) or learned per partition from its own gaps between arrivals
     (``"auto"``, or an :class:`~watermark.idle.IdleLearning` for other settings): a multiple of a high
     quantile of its recent gaps, with a floor and a cap (:mod:`watermark.idle`), kept in the snapshot.
+    In ``min`` and ``global`` modes ``"auto"`` is the cap, fixed (a replay of every mode with one
+    configuration, as the tuner's, runs).
 
     What holds with idleness: the decisions depend on the other partitions' arrivals (when a partition
     falls idle, and the fleet's watermark then), so they are a function of the *arrival order* of the
@@ -277,18 +279,20 @@ class PartitionedWatermark(WatermarkReadout):
         #: Learned timeouts (``"auto"``, scoped mode only); else ``None``.
         self._learning: IdleLearning | None = None
         auto = isinstance(idle_timeout_ms, str) and idle_timeout_ms.strip().lower() == AUTO
+        #: The fixed timeout (``None``: none, or learned).
+        self._timeout: int | None
         if auto or isinstance(idle_timeout_ms, IdleLearning):
-            if mode != "scoped":
-                msg = f"idle_timeout_ms 'auto' (learned per partition) needs mode 'scoped', got {mode!r}"
-                raise ValueError(msg)
             learning = idle_timeout_ms if isinstance(idle_timeout_ms, IdleLearning) else IdleLearning()
-            self.idle_timeout_ms, self._learning = AUTO, learning
+            self.idle_timeout_ms = AUTO
+            if mode == "scoped":
+                self._learning, self._timeout = learning, None
+            else:  # learning per partition is the scoped mode's: elsewhere the cap, fixed
+                self._timeout = learning.cap_ms
         else:
             self.idle_timeout_ms = (
                 None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
             )
-        #: The fixed timeout (``None``: none, or learned).
-        self._timeout: int | None = self.idle_timeout_ms if isinstance(self.idle_timeout_ms, int) else None
+            self._timeout = self.idle_timeout_ms
         #: Learned timeouts: each partition's gap histogram (:mod:`watermark.idle`) and the timeout it gives.
         self._gap_hist: dict[Hashable, list[int]] = {}
         self._learned: dict[Hashable, int] = {}

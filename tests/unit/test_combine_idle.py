@@ -112,9 +112,13 @@ def test_learned_timeouts_follow_each_partitions_own_cadence():
     assert pw.partition_watermarks["fast"] == 8_999  # silent since 900: it follows slow
 
 
-def test_learned_timeouts_are_for_the_scoped_mode():
-    with pytest.raises(ValueError, match="needs mode 'scoped'"):
-        PartitionedWatermark("ingestion", LAG0, idle_timeout_ms="auto")
+def test_learned_timeouts_are_the_scoped_modes_elsewhere_auto_is_the_cap():
+    assert PartitionedWatermark("ingestion", LAG0, idle_timeout_ms="auto").idle_timeouts_ms == {}
+    pw = PartitionedWatermark("ingestion", LAG0, idle_timeout_ms="auto")
+    pw.process(["a"], [0], [0])
+    assert pw.idle_timeouts_ms == {"a": 600_000} and pw.idle_timeout_ms == "auto"
+    again = PartitionedWatermark.from_snapshot(json.loads(json.dumps(pw.snapshot())))
+    assert again.idle_timeouts_ms == {"a": 600_000} and again.mode == "min"
     assert (
         PartitionedWatermark("ingestion", LAG0, idle_timeout_ms="auto", mode="scoped").idle_timeout_ms
         == "auto"
