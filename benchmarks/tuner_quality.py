@@ -30,7 +30,8 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   baseline (:class:`watermark.baseline.Hindsight`).
 * **Latency** is the mean emit latency charged for stuck windows (``emit_latency_charged_ms`` of
   :meth:`watermark.evaluate.ReplayResult.summary`): a window not fired before the end of the evaluation
-  period counts as fired at its last arrival, on both sides. Stuck windows are counted per side, and those of
+  period counts as fired at its last arrival, each window at least 0 (a clock ahead of the ingestion clock
+  fires windows "before" their end), on both sides. Stuck windows are counted per side, and those of
   keys silent for at least the idle timeout at the end of the period apart (``stuck idle``: the acceptance
   wants none).
 * **Figures.** Per family and candidate: the median over seeds of the latency ratio (candidate / baseline;
@@ -38,10 +39,13 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   resamples of the seeds, percentiles), the median and maximum realized late share with the number of cases
   above target + 0.1 point, and the stuck windows. A candidate passes a family when its median ratio is
   <= 0.8 and its median late share <= target + 0.1 (issue 30's acceptance; also: no family above 1.0).
+  A case where the tuner raises (no setting meets the target on the tuning period) has no candidate: it
+  counts as missing for every row and is reported.
 * **Seeds.** Design seeds 0, 1, ... (``--design``) are for developing strategies and this benchmark; the
   reported table uses the evaluation seeds 1000, 1001, ...; the output says which.
 
-``--quick``: 3 seeds, the first half of each base stream, one split (development only). The tuner searches a
+The full run takes about 11 minutes on a shared 2-core machine (run it with ``nice``); ``--quick``: 3 seeds,
+the first half of each base stream, one split (development only). The tuner searches a
 reduced space by default (:data:`SPACE`: the fixed-delay families whole, fewer settings of the data-driven
 strategies); ``--full-space`` uses the tuner's own default space. Either way every strategy registered at run
 time is searched (one missing from the space gets its default-space settings or its defaults).
