@@ -385,7 +385,7 @@ class FleetWatermark(WatermarkGenerator):
         step_min_ms: int = 1_000,
         step_run: int = 5,
         lead: float = 1.0,
-        follow_clock: int = 0,
+        follow_clock: int = 1,
     ) -> None:
         self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
         if self.late_slo_pct >= 100.0:
