@@ -44,7 +44,7 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
 * **Seeds.** Design seeds 0, 1, ... (``--design``) are for developing strategies and this benchmark; the
   reported table uses the evaluation seeds 1000, 1001, ...; the output says which.
 
-The full run takes about 11 minutes on a shared 2-core machine (run it with ``nice``); ``--quick``: 3 seeds,
+The full run takes 7-11 minutes on a shared 2-core machine (run it with ``nice``); ``--quick``: 3 seeds,
 the first half of each base stream, one split (development only). The tuner searches a
 reduced space by default (:data:`SPACE`: the fixed-delay families whole, fewer settings of the data-driven
 strategies); ``--full-space`` uses the tuner's own default space. Either way every strategy registered at run
