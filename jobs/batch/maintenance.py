@@ -325,10 +325,16 @@ def _quoted(path: str) -> str:
     return "delta.`" + Location.of(path).spark.replace("`", "``") + "`"
 
 
-def _last_operation(delta: Any, operation: str) -> Mapping[str, str]:
-    """Operation metrics of the table's newest commit of ``operation`` (among its last 20)."""
-    for row in delta.history(20).select("operation", "operationMetrics").collect():
-        if row["operation"] == operation:
+def _newest_version(delta: Any) -> int:
+    newest: Any = delta.history(1).select("version").first()
+    return int(newest["version"])
+
+
+def _operation_after(delta: Any, operation: str, after: int) -> Mapping[str, str]:
+    """Operation metrics of the newest commit of ``operation`` after version ``after`` (none: empty)."""
+    rows = delta.history(20).select("version", "operation", "operationMetrics").collect()
+    for row in rows:
+        if row["operation"] == operation and int(row["version"]) > after:
             return dict(row["operationMetrics"] or {})
     return {}
 
@@ -343,8 +349,10 @@ def _retention(
     else:
         predicate = f"{PARTITIONS[table][1]} < {cutoff_ms}"
         tr.retention = "rows"
+    before = _newest_version(delta)
     policy.call(lambda: delta.delete(predicate), f"{table} DELETE conflicted")
-    metrics = _last_operation(delta, "DELETE")
+    metrics = _operation_after(delta, "DELETE", before)  # none when nothing was old enough
+    tr.rows_deleted = 0
     tr.retention_files_written = int(metrics.get("numAddedFiles", 0) or 0)
     if metrics.get("numDeletedRows") is not None:
         tr.rows_deleted = int(metrics["numDeletedRows"])
@@ -509,8 +517,7 @@ def migrate_layout(spark: Any, root: str) -> list[str]:
             continue
         if table_layout(path, table) is not None:
             continue
-        newest: Any = DeltaTable.forPath(spark, path).history(1).first()
-        version = int(newest["version"])
+        version = _newest_version(DeltaTable.forPath(spark, path))
         column, source = PARTITIONS[table]
         builder = DeltaTable.replace(spark).location(path)
         for spark_field in from_arrow_schema(TABLES[table]).fields:

@@ -189,6 +189,11 @@ def test_the_arrivals_retention_drops_whole_dates_without_rewriting_a_file(spark
     assert predicate == '["(arrival_date < 2025-11-03)"]'
     metrics = delete["operationMetrics"]
     assert (metrics["numCopiedRows"], metrics["numAddedFiles"], metrics["numRemovedFiles"]) == ("0", "0", "4")
+    # the next day's run finds nothing more that old: nothing deleted (not the earlier DELETE's figures)
+    again = run_maintenance(
+        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
+    )
+    assert (again.tables["arrivals"].rows_deleted, again.tables["arrivals"].rows_after) == (0, 4 * 5)
 
 
 def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retention_and_migrates(
