@@ -254,6 +254,6 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "arrival_time_ms": "arrival (ingestion) time",
         "batch_id": "micro-batch that read it",
         "ingested_at_ms": _INGESTED,
-        "arrival_date": "UTC date of `arrival_time_ms`: the partition column; the retention drops whole dates",
+        "arrival_date": "UTC date of `arrival_time_ms`: the partition (the retention drops whole dates)",
     },
 }
