@@ -505,10 +505,8 @@ def migrate_layout(spark: Any, root: str) -> list[str]:
     holds across the migration. A reader between the two commits sees the table empty.
     """
     from delta.tables import DeltaTable
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import DateType
 
-    from jobs.common.schemas import PROPERTIES
+    from jobs.common.tables import table_builder
 
     migrated = []
     for table in TABLES:
@@ -518,15 +516,8 @@ def migrate_layout(spark: Any, root: str) -> list[str]:
         if table_layout(path, table) is not None:
             continue
         version = _newest_version(DeltaTable.forPath(spark, path))
-        column, source = PARTITIONS[table]
-        builder = DeltaTable.replace(spark).location(path)
-        for spark_field in from_arrow_schema(TABLES[table]).fields:
-            builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)
-        generated = f"DATE_ADD(DATE'1970-01-01', CAST({source} DIV {DAY_MS} AS INT))"
-        builder = builder.addColumn(column, DateType(), generatedAlwaysAs=generated).partitionedBy(column)
-        for key, value in PROPERTIES.get(table, {}).items():
-            builder = builder.property(key, value)
-        builder.execute()
+        column = PARTITIONS[table][0]
+        table_builder(DeltaTable.replace(spark).location(path), table).execute()
         names = ", ".join(f"`{name}`" for name in TABLES[table].names)
         target = _quoted(path)
         copy = f"INSERT INTO {target} ({names}) SELECT {names} FROM {target} VERSION AS OF {version}"

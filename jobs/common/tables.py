@@ -29,9 +29,11 @@ migration (``docs/deployment.md``, Upgrading).
 **Few files.** An Arrow batch goes to Spark in at most one partition per :data:`ROWS_PER_PARTITION` rows
 (Spark's own default is one per 10,000), so a micro-batch's append writes few files.
 
-**Layout.** ``aggregates`` and ``late_events`` are partitioned by a UTC date that Delta generates from the
-window start or the event time (:data:`jobs.common.schemas.PARTITIONS`: ``window_date``, ``event_date``;
-generated columns, so writers never supply them and the backfill's MERGE inserts without them). Readers
+**Layout.** Every table is partitioned by a UTC date that Delta generates from one of its times
+(:data:`jobs.common.schemas.PARTITIONS`: ``window_date`` of ``aggregates``, ``event_date`` of
+``late_events``, ``ingested_date`` of ``quarantine`` and ``watermark_log``, ``arrival_date`` of ``arrivals``;
+generated columns, so writers never supply them and the backfill's MERGE inserts without them), so the
+maintenance compacts only the dates written since its last run and drops old arrivals by date. Readers
 prune by it with :func:`jobs.common.reads.day_range`. ``aggregates`` has Delta's Change Data Feed on
 (:data:`jobs.common.schemas.PROPERTIES`), so a consumer sees the backfill's revisions as update pre- and
 post-images. Tables created before this layout keep theirs (readers work on both).
@@ -175,11 +177,20 @@ def create_table(spark: Any, path: str, table: str, schema: pa.Schema | None = N
     removed first (:func:`clear_uncommitted_log`).
     """
     from delta.tables import DeltaTable
+
+    clear_uncommitted_log(spark, path)
+    table_builder(DeltaTable.createIfNotExists(spark).location(path), table, schema).execute()
+
+
+def table_builder(builder: Any, table: str, schema: pa.Schema | None = None) -> Any:
+    """A delta-spark ``DeltaTableBuilder`` with ``table``'s columns, generated partition column, properties.
+
+    Shared by :func:`create_table` and the maintenance's layout migration (``DeltaTable.replace``), so a
+    migrated table is exactly a newly created one.
+    """
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import DateType
 
-    clear_uncommitted_log(spark, path)
-    builder = DeltaTable.createIfNotExists(spark).location(path)
     for spark_field in from_arrow_schema(schema if schema is not None else TABLES[table]).fields:
         builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)
     if table in PARTITIONS:
@@ -188,7 +199,7 @@ def create_table(spark: Any, path: str, table: str, schema: pa.Schema | None = N
         builder = builder.addColumn(column, DateType(), generatedAlwaysAs=generated).partitionedBy(column)
     for key, value in PROPERTIES.get(table, {}).items():
         builder = builder.property(key, value)
-    builder.execute()
+    return builder
 
 
 #: Where the upgrade of the tables is described (named by every schema error).
