@@ -74,7 +74,8 @@ def classify(te: ArrayLike, wm: ArrayLike, straggler_ms: int = DEFAULT_STRAGGLER
     return out
 
 
-def _stats(values: NDArray[np.int64]) -> dict[str, float | None]:
+def latency_stats(values: NDArray[np.int64]) -> dict[str, float | None]:
+    """Mean and percentiles (50, 95, 99) of latencies, as the summary reports them (``None`` when empty)."""
     if values.size == 0:
         return {"mean": None, "p50": None, "p95": None, "p99": None}
     q = np.percentile(values, [50, 95, 99])
@@ -196,9 +197,9 @@ class ReplayResult:
             "windows": int(w.count.size),
             "windows_fired": int(np.count_nonzero(fired)),
             "windows_flushed": int(np.count_nonzero(~fired)),
-            "trigger_delay_ms": _stats(w.fire_wm_ms[fired] - w.end_ms[fired]),
-            "emit_latency_ms": _stats(w.fire_tp_ms[fired] - w.end_ms[fired]),
-            "emit_latency_charged_ms": _stats(self.charged_latency_ms()),
+            "trigger_delay_ms": latency_stats(w.fire_wm_ms[fired] - w.end_ms[fired]),
+            "emit_latency_ms": latency_stats(w.fire_tp_ms[fired] - w.end_ms[fired]),
+            "emit_latency_charged_ms": latency_stats(self.charged_latency_ms()),
             "windows_stuck_idle": self.stuck_idle(),
             "watermarks_emitted": emitted,
             "final_watermark_ms": None if final == NO_WATERMARK else final,

@@ -67,7 +67,7 @@ from numpy.typing import ArrayLike, NDArray
 from watermark import storage
 from watermark.combine import factorize
 from watermark.compare import chosen_strategies
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
+from watermark.evaluate import DEFAULT_STRAGGLER_MS, latency_stats, replay
 from watermark.progress import progress_line
 from watermark.windowspec import WindowSpec
 
@@ -353,19 +353,6 @@ def recent_rows(tp: ArrayLike, fraction: float) -> np.ndarray:
     return keep
 
 
-def _latency_stats(values: NDArray[np.int64]) -> dict[str, float | None]:
-    """Mean and percentiles as :meth:`~watermark.evaluate.ReplayResult.summary` reports them."""
-    if values.size == 0:
-        return {"mean": None, "p50": None, "p95": None, "p99": None}
-    q = np.percentile(values, [50, 95, 99])
-    return {
-        "mean": round(float(values.mean()), 3),
-        "p50": round(float(q[0]), 3),
-        "p95": round(float(q[1]), 3),
-        "p99": round(float(q[2]), 3),
-    }
-
-
 class _Replayer:
     """Replays settings on row ranges of one history (arrival order) and pools the figures; counts replays."""
 
@@ -441,7 +428,7 @@ class _Replayer:
             )
         else:
             dropped = round(100.0 * late / events, 4) if events else 0.0
-            latency = _latency_stats(np.concatenate(latencies) if latencies else np.empty(0, np.int64))
+            latency = latency_stats(np.concatenate(latencies) if latencies else np.empty(0, np.int64))
         return Candidate(name, _public(params), dropped, latency, fired, mode, tuple(by_period))
 
 
