@@ -19,7 +19,7 @@ Variables (built-in default in parentheses):
   Delta's own 168 h floor only with ``awm_vacuum_allow_below_floor``)
 - ``awm_vacuum_allow_below_floor``: ``true`` lets ``awm_vacuum_retain_hours`` go below 168 h, with a warning
   in the task's log each run (``false``: such a retention fails the run)
-- ``awm_arrivals_retain_days``: ``arrivals`` rows that arrived longer ago are deleted (``30``)
+- ``awm_arrivals_retain_days``: ``arrivals`` rows that arrived longer ago are deleted, by date (``30``)
 
 Connections:
 
