@@ -183,6 +183,7 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
     # -- state -----------------------------------------------------------------------------------------
     def _reset(self) -> None:
         self._reset_readout()
+        self._seen_max_te: int | None = None
         self._reset_state()
 
     @abc.abstractmethod
@@ -198,6 +199,15 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         """Strategy internals worth exporting (learned delay, sensitivity, drifts...)."""
         return {}
 
+    @property
+    def max_event_time_ms(self) -> int | None:
+        """The largest event time observed (``None`` before the first arrival).
+
+        What a combination needs to close a silent partition's own windows and no more
+        (:class:`~watermark.combine.PartitionedWatermark`, idleness in scoped mode).
+        """
+        return self._seen_max_te
+
     # -- scalar path -----------------------------------------------------------------------------------
     def update(self, te_ms: int, tp_ms: int) -> Self:
         """Handle one arrival: advance the clock to ``tp_ms``, judge the tuple, observe it."""
@@ -209,6 +219,8 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         wm = self._wm
         late = te < wm
         self._observe(te, tp, late)
+        if self._seen_max_te is None or te > self._seen_max_te:
+            self._seen_max_te = te
         self._wm_at_arrival = wm
         self._n_seen += 1
         self._n_late += late
@@ -309,6 +321,10 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         return clock
 
     def _finish_batch(self, te: I64, pre: I64, arrivals: Idx | None) -> None:
+        seen = te if arrivals is None else te[arrivals]
+        if seen.size:
+            top = int(seen.max())
+            self._seen_max_te = top if self._seen_max_te is None else max(self._seen_max_te, top)
         if arrivals is None:
             self._n_seen += int(te.size)
             self._n_late += int(np.count_nonzero(te < pre))
@@ -362,6 +378,7 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
                 "n_seen": self._n_seen,
                 "n_late": self._n_late,
                 "wm_at_arrival": self._wm_at_arrival,
+                "max_te": self._seen_max_te,
             },
             "state": self._state_dict(),
         }
@@ -373,6 +390,8 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         self._n_seen = int(common["n_seen"])
         self._n_late = int(common["n_late"])
         self._wm_at_arrival = int(common["wm_at_arrival"])
+        max_te = common.get("max_te")  # absent from snapshots written before it was kept
+        self._seen_max_te = None if max_te is None else int(max_te)
         self._load_state(snap["state"])
 
     @abc.abstractmethod

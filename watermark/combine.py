@@ -23,12 +23,14 @@ and the global watermark never goes back, so a returning partition is a new one;
 tracks partitions.
 
 In ``scoped`` mode with an idle timeout a silent partition's watermark follows the fleet's (the minimum
-over the active partitions) once its timeout has elapsed: see :class:`PartitionedWatermark`, *Notes*.
+over the active partitions) once its timeout has elapsed, up to the end of its own last window: see
+:class:`PartitionedWatermark`, *Notes*.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +44,7 @@ from watermark.idle import BUCKETS, IdleLearning, dense, sparse
 from watermark.registry import make, restore, strategy_class
 from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
+from watermark.windowspec import WindowSpec
 
 
 def _plain(key: Any) -> Hashable:
@@ -191,6 +194,10 @@ class PartitionedWatermark(WatermarkReadout):
         batches cut by offsets); the global value (the minimum over partitions) is only reported. With
         one, a partition silent for its timeout follows the fleet (see *Idleness in scoped mode* below).
         The tuner measures all three and chooses.
+    window
+        The windows the partitions' watermarks fire (scoped mode with idleness): an idle partition is
+        raised no higher than the end of its last window (*No higher than its own windows* below);
+        ``None``: it follows the fleet.
 
     Notes
     -----
@@ -211,6 +218,17 @@ class PartitionedWatermark(WatermarkReadout):
     backfill), and its windows are emitted once. Each raise is a step in the partition's timeline
     (:attr:`~watermark.base.Trace.partition_timelines`), so a stopped partition's last window fires at
     the instant its timeout elapsed with the fleet past the window's end, in the replay and in the job.
+
+    **No higher than its own windows.** Given the windows (``window``; the replay and the job give them),
+    an idle partition is raised no higher than the end of the last window holding its largest event time:
+    that fires every window it has data in, which is what idleness is for, and asserts nothing about event
+    times beyond them. A device that goes offline and buffers (a phone in a tunnel, a gateway losing its
+    uplink) sends, when it returns, event times later than its last window: following the fleet would make
+    that whole backlog late, while capped only what falls in the window already fired is (in the
+    ``offline-flush`` family of ``benchmarks/tuner_quality.py``, most of the late share). In scoped mode a
+    partition's watermark fires only its own keys' windows, so holding an idle one lower delays nothing
+    else. Without ``window`` (a combination built without it, or restored from a snapshot written before
+    it) an idle partition follows the fleet.
 
     The timeout is fixed (milliseconds) or learned per partition from its own gaps between arrivals
     (``"auto"``, or an :class:`~watermark.idle.IdleLearning` for other settings): a multiple of a high
@@ -266,6 +284,7 @@ class PartitionedWatermark(WatermarkReadout):
         *,
         idle_timeout_ms: int | str | IdleLearning | None = None,
         mode: str = "min",
+        window: WindowSpec | None = None,
     ) -> None:
         make(strategy, params)  # validate now, with the strategy's own messages
         self.strategy = strategy
@@ -274,6 +293,10 @@ class PartitionedWatermark(WatermarkReadout):
             msg = f"mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
             raise ValueError(msg)
         self.mode = mode
+        #: The windows fired by the partitions' watermarks: an idle partition in scoped mode is raised no
+        #: higher than the end of the last window holding its largest event time (``None``: no such cap, it
+        #: follows the fleet; see *Notes*).
+        self.window = window
         #: The configured timeout: milliseconds, ``"auto"`` (learned per partition) or ``None``.
         self.idle_timeout_ms: int | str | None
         #: Learned timeouts (``"auto"``, scoped mode only); else ``None``.
@@ -553,12 +576,22 @@ class PartitionedWatermark(WatermarkReadout):
                 idle.append(p)
         return low, idle
 
+    def _idle_cap(self, key: Hashable) -> int | None:
+        """How high idleness may raise ``key``: the end of its last window (``None``: no cap)."""
+        if self.window is None:
+            return None
+        top = self._gens[key].max_event_time_ms
+        if top is None:
+            return None
+        return int(self.window.start_range(top, operator.mod)[1]) + self.window.window_ms
+
     def _scoped_raise_idle(self, now: int) -> None:
-        """Raise every idle partition to the fleet's watermark at ``now`` (never lowering it)."""
+        """Raise every idle partition to the fleet's watermark at ``now``, at most to its cap; never lower."""
         low, idle = self._fleet(now)
         if low is not None:
             for p in idle:
-                self._gens[p].hold_floor(low)
+                cap = self._idle_cap(p)
+                self._gens[p].hold_floor(low if cap is None else min(low, cap))
 
     def _scoped_drop_until(self, now: int) -> None:
         """Time runs from the clock to ``now``: at each instant a partition falls idle, raise the idle."""
@@ -710,11 +743,13 @@ class PartitionedWatermark(WatermarkReadout):
 
         def raise_idle(at_t: I64, fleet: I64) -> None:
             """Idle partitions follow the running maximum of ``fleet`` (the fleet after each instant)."""
-            top = np.maximum.accumulate(fleet)
-            grows = np.ones(top.size, np.bool_)
-            grows[1:] = top[1:] > top[:-1]
+            running = np.maximum.accumulate(fleet)
             for p in idle:
                 gen = self._gens[p]
+                cap = self._idle_cap(p)
+                top = running if cap is None else np.minimum(running, cap)
+                grows = np.ones(top.size, np.bool_)
+                grows[1:] = top[1:] > top[:-1]
                 steps = grows & (top > gen.watermark_ms)
                 if steps.any():
                     chunks.setdefault(p, []).append((None, at_t[steps], top[steps]))
@@ -1093,6 +1128,7 @@ class PartitionedWatermark(WatermarkReadout):
         *,
         idle_timeout_ms: int | str | IdleLearning | None = None,
         mode: str | None = None,
+        window: WindowSpec | None = None,
     ) -> PartitionedWatermark:
         """The combination under a new configuration, continuing from this one's global state.
 
@@ -1101,12 +1137,16 @@ class PartitionedWatermark(WatermarkReadout):
         otherwise every partition starts a fresh generator of the new strategy that holds its predecessor's
         watermark as a floor (:meth:`~watermark.base.WatermarkGenerator.hold_floor`): no partition's
         watermark goes back, so no window a partition closed opens again (in the scoped mode windows fire
-        by their partition's own watermark). Across a change of mode each new generator holds the
+        by their partition's own watermark). ``window`` (``None``: this one's) caps the idle partitions'
+        raises. Across a change of mode each new generator holds the
         watermark its partition was judged by: its own (``min``, ``scoped``) or the shared one
         (``global``); the shared generator of a new ``global`` mode holds the global watermark.
         """
         mode = self.mode if mode is None else mode
-        new = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms, mode=mode)
+        window = self.window if window is None else window
+        new = PartitionedWatermark(
+            strategy, params, idle_timeout_ms=idle_timeout_ms, mode=mode, window=window
+        )
         same = (
             strategy == self.strategy
             and mode == self.mode
@@ -1195,6 +1235,7 @@ class PartitionedWatermark(WatermarkReadout):
             "shared_state": None if self._shared_state is None else self._shared_state.snapshot(),
             "idle_gaps": [[p, sparse(hist)] for p, hist in self._gap_hist.items()],
             "idle_learning": None if self._learning is None else dataclasses.asdict(self._learning),
+            "window": None if self.window is None else [self.window.window_ms, self.window.slide_ms],
         }
 
     @classmethod
@@ -1207,7 +1248,9 @@ class PartitionedWatermark(WatermarkReadout):
         idle = snap["idle_timeout_ms"]
         if idle == AUTO and snap.get("idle_learning") is not None:
             idle = IdleLearning(**snap["idle_learning"])
-        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=idle, mode=mode)
+        window = snap.get("window")  # absent from snapshots written before idleness was capped
+        spec = None if window is None else WindowSpec(int(window[0]), window[1])
+        obj = cls(snap["strategy"], snap["params"], idle_timeout_ms=idle, mode=mode, window=spec)
         if snap.get("shared") is not None:
             obj._shared = restore(snap["shared"])
             if type(obj._shared) is not type(obj._generator_template()):

@@ -351,8 +351,8 @@ def _scoped(
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int8], WindowTable]:
     """Partition-scoped firing: each partition's generator judges its tuples and fires its keys' windows.
 
-    With an idle timeout, a silent partition's watermark follows the fleet's
-    (:class:`~watermark.combine.PartitionedWatermark`, mode ``scoped``): its windows fire at the raise.
+    With an idle timeout, a silent partition's watermark follows the fleet's up to the end of its own last
+    window (:class:`~watermark.combine.PartitionedWatermark`, mode ``scoped``): its windows fire at the raise.
     """
     if not keyed:
         msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"
@@ -365,7 +365,9 @@ def _scoped(
     post = np.empty(te.size, np.int64)
     classes = np.empty(te.size, np.int8)
     tables = []
-    combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms, mode="scoped")
+    combo = PartitionedWatermark(
+        strategy, params, idle_timeout_ms=idle_timeout_ms, mode="scoped", window=spec
+    )
     trace = combo.process_trace(part_codes, te, tp)
     assert trace.partition_timelines is not None
     for code in range(int(part_codes.max()) + 1 if part_codes.size else 0):

@@ -1,4 +1,8 @@
-"""Idleness in partition-scoped mode: a silent partition's watermark follows the fleet after its timeout."""
+"""Idleness in partition-scoped mode: a silent partition's watermark follows the fleet after its timeout.
+
+With the windows known (the replay and the job give them), no higher than the end of the partition's own last
+window: its windows fire, and a device that comes back with a buffered backlog keeps what lies beyond them.
+"""
 
 import json
 
@@ -31,27 +35,48 @@ def fleet_replay(te, tp, keys, idle_timeout_ms):
 STOPPED = ([100, 500, 1_500, 2_500, 3_500], [100, 500, 1_500, 2_500, 3_500], ["b", "a", "a", "a", "a"])
 
 
-def test_a_stopped_partitions_last_window_fires_at_its_idle_timeout_by_the_fleets_watermark():
+def test_a_stopped_partitions_last_window_fires_at_its_idle_timeout_raised_to_its_own_windows_end():
     r = fleet_replay(*STOPPED, idle_timeout_ms=2_000)
-    # b falls idle at 100 + 2000 = 2100; a's watermark is then 1499 (its arrival at 1500): b's [0, 1000)
-    # fires at that instant, not at a next arrival of b (there is none).
-    assert window_of(r, "b", 0) == (True, 2_100, 1_499, 1)
+    # b falls idle at 100 + 2000 = 2100; a's watermark is then 1499 (its arrival at 1500), above the end of
+    # b's last window: b is raised to 1000, and its [0, 1000) fires at that instant, not at a next arrival of
+    # b (there is none).
+    assert window_of(r, "b", 0) == (True, 2_100, 1_000, 1)
     assert window_of(fleet_replay(*STOPPED, idle_timeout_ms=None), "b", 0)[0] is False  # stuck without
 
 
 def test_the_silent_partition_is_not_raised_before_its_timeout_has_elapsed():
     r = fleet_replay(*STOPPED, idle_timeout_ms=3_000)  # idle from 3100: a's watermark is then 2499
-    assert window_of(r, "b", 0) == (True, 3_100, 2_499, 1)
+    assert window_of(r, "b", 0) == (True, 3_100, 1_000, 1)
     assert window_of(fleet_replay(*STOPPED, idle_timeout_ms=4_000), "b", 0)[0] is False  # 4100: no arrival
 
 
 def test_a_returning_partitions_old_tuples_are_late_and_its_new_ones_judged_by_the_raised_watermark():
     te, tp, keys = STOPPED
     r = fleet_replay([*te, 150, 3_000], [*tp, 3_600, 3_700], [*keys, "b", "b"], idle_timeout_ms=2_000)
-    # b was raised to 1499 at 2100, to 2499 (a at 2500) and 3499 (a at 3500) while idle.
-    assert r.wm_at_arrival[-2:].tolist() == [3_499, 3_599]
+    # b was raised to 1000 at 2100 (the end of its window; a was at 1499) and no further while idle.
+    assert r.wm_at_arrival[-2:].tolist() == [1_000, 3_599]
     assert r.late.tolist() == [False] * 5 + [True, True]
-    assert window_of(r, "b", 0) == (True, 2_100, 1_499, 1)  # emitted once, without the straggler
+    assert window_of(r, "b", 0) == (True, 2_100, 1_000, 1)  # emitted once, without the straggler
+
+
+def test_a_device_back_from_offline_keeps_its_backlog_beyond_its_last_window():
+    # a reports every 100 ms throughout; b until 1000, then offline, and at 4000 it flushes what it
+    # buffered (event times 1100..3900). Idle from 2000, b is raised to 2000 (the end of [1000, 2000), its
+    # last window), not to a's 3999: its backlog in that window is late, the rest (2000..3900) on time.
+    a = [(t, t, "a") for t in range(0, 5_000, 100)]
+    b = [(t, t, "b") for t in range(0, 1_001, 100)] + [
+        (t, 4_000 + t // 100, "b") for t in range(1_100, 4_000, 100)
+    ]
+    te, tp, keys = (list(c) for c in zip(*sorted(a + b, key=lambda r: r[1]), strict=True))
+    periodic = {"delay_ms": 0, "period_ms": 1}
+    for cap, late in (
+        (WindowSpec(1_000), list(range(1_100, 2_000, 100))),
+        (None, list(range(1_100, 3_900, 100))),
+    ):
+        pw = PartitionedWatermark("periodic", periodic, idle_timeout_ms=1_000, mode="scoped", window=cap)
+        wm = pw.process(keys, te, tp)
+        got = [t for t, w, k in zip(te, wm.tolist(), keys, strict=True) if k == "b" and t < w]
+        assert got == late  # with the windows: 9 of 29 late; following the fleet (3900): 28
 
 
 def test_the_idle_partition_follows_the_slowest_active_partition_never_the_fastest():
@@ -153,14 +178,15 @@ def test_any_cut_into_batches_gives_the_decisions_and_fire_instants_of_one_call_
     timeout = data.draw(
         st.sampled_from([1, 20, 60, 150, IdleLearning(multiplier=2, floor_ms=5, cap_ms=300, min_gaps=2)])
     )
-    whole = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped")
+    window = data.draw(st.sampled_from([None, WindowSpec(50), WindowSpec(100, 30)]))
+    whole = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped", window=window)
     one = whole.process_trace(part, te, tp)
     for tl in (one.partition_timelines or {}).values():  # every partition's timeline is monotone
         levels = np.stack([tl.pre, tl.post], 1).ravel()
         assert np.all(levels[1:] >= levels[:-1]) and np.all(tl.tp[1:] >= tl.tp[:-1])
     cuts = sorted(data.draw(st.lists(st.integers(0, te.size), max_size=4)))
     bounds = [0, *cuts, te.size]
-    batched = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped")
+    batched = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped", window=window)
     traces, at = [], []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         batched = PartitionedWatermark.from_snapshot(json.loads(json.dumps(batched.snapshot())))
@@ -168,7 +194,7 @@ def test_any_cut_into_batches_gives_the_decisions_and_fire_instants_of_one_call_
         traces.append(trace)
         at.append(trace.at_arrival)
     np.testing.assert_array_equal(np.concatenate(at), one.at_arrival)
-    looped = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped")
+    looped = PartitionedWatermark(name, params, idle_timeout_ms=timeout, mode="scoped", window=window)
     loop_at = [looped.update(p, a, b).watermark_at_arrival_ms for p, a, b in zip(part, te, tp, strict=True)]
     assert loop_at == one.at_arrival.tolist()
     assert looped.partition_watermarks == batched.partition_watermarks == whole.partition_watermarks

@@ -86,7 +86,11 @@ class DriverRun:
     def __init__(self, cfg, wall=False):
         self.cfg, self.options = cfg, Options(wall)
         wm = PartitionedWatermark(
-            cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode=cfg.partition_mode
+            cfg.strategy,
+            cfg.params,
+            idle_timeout_ms=cfg.idle_timeout_ms,
+            mode=cfg.partition_mode,
+            window=cfg.window,  # as the job's stage builds it (jobs.stream.stage.states)
         )
         self.start = StageStart(0, cfg, wm, empty_partials(), NO_WATERMARK, OWNERS_SCHEMA.empty_table())
         self.emitted = []  # (batch, key, window start)
@@ -385,7 +389,9 @@ def test_the_executors_judge_forgotten_partitions_and_keys_as_the_driver_does():
 
     cfg = config("scoped", retention=5_000)
     driver = DriverRun(cfg, wall=True)
-    apart = PartitionedWatermark(cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode="scoped")
+    apart = PartitionedWatermark(
+        cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode="scoped", window=cfg.window
+    )
     owners = OWNERS_SCHEMA.empty_table()
     script = [
         [("a", "ka", 1_100, 1_100), ("b", "kb", 1_200, 1_200), ("c", "kc", 1_300, 1_300)],

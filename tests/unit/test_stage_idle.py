@@ -53,8 +53,9 @@ def test_a_stopped_partitions_window_reaches_the_aggregates_at_the_replays_insta
     cfg = config("scoped", retention=600_000, idle=2_000)
     fired = run_batches(cfg, [ROWS[:cut], ROWS[cut:]], restart=True)
     expected = replayed(ROWS, cfg)
-    # b idle from 2100: a's watermark (1500 - 1 - 300) then closes b's [0, 1000), with no arrival of b.
-    assert expected[("kb", 0)] == (2_100, 1_199)
+    # b idle from 2100: a's watermark (1500 - 1 - 300) is then past b's [0, 1000); b is raised to that
+    # window's end (no further: its own windows, not the fleet's) and it closes, with no arrival of b.
+    assert expected[("kb", 0)] == (2_100, 1_000)
     assert fired == expected
 
 
@@ -95,9 +96,9 @@ def test_a_learned_idle_timeout_is_a_configuration_value_of_the_scoped_job():
     assert PipelineConfig.from_dict(cfg.to_dict()) == cfg
     # Both devices report every 100 ms: after 8 gaps a device's timeout is learned (4 x 128 ms, floored
     # at 1 s). b stops at 800, falls idle at 1800 and follows a: its window [0, 1000) fires once a's
-    # watermark (arrival - 1 - 1000) passes 1000, at a's arrival at 2050.
+    # watermark (arrival - 1 - 1000) passes 1000, at a's arrival at 2050 (b raised to 1000, its window's end).
     b = [("b", "kb", t, t) for t in range(0, 900, 100)]
     rows = sorted(b + [("a", "ka", t, t) for t in range(50, 2_600, 100)], key=lambda r: r[3])
     fired = run_batches(cfg, [rows[:15], rows[15:]], restart=True)
     assert fired == replayed(rows, cfg)
-    assert fired[("kb", 0)] == (2_050, 1_049)
+    assert fired[("kb", 0)] == (2_050, 1_000)

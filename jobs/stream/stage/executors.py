@@ -473,8 +473,8 @@ def _fire_instant(end: Any) -> list[Any]:
 def _advance_to_boundary(watermark: PartitionedWatermark, boundary_ms: int | None) -> pa.Table:
     """Advance every partition to the batch boundary; the fire segments of what that advance closed.
 
-    With an idle timeout, the partitions idle then follow the fleet's watermark
-    (:meth:`~watermark.combine.PartitionedWatermark.advance_to`); without a boundary (arrival clock) they
+    With an idle timeout, the partitions idle then follow the fleet's watermark up to their last window's
+    end (:meth:`~watermark.combine.PartitionedWatermark.advance_to`); without a boundary (arrival clock) they
     are raised at the batch's clock (:meth:`~watermark.combine.PartitionedWatermark.raise_idle`): the
     partitions ran apart in the executors, so no partition was raised within the batch.
     """

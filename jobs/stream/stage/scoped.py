@@ -144,9 +144,9 @@ def fire_scoped(
     watermark between its arrivals, :attr:`jobs.stream.stage.driver.StageResult.partition_timelines`) dates a
     window at the earliest instant its owner's watermark reached its end
     (:func:`jobs.common.windows.credit_timeline`). With an idle timeout a partition's timeline also holds
-    the instants at which it was raised while idle (its watermark follows the fleet's,
-    :class:`~watermark.combine.PartitionedWatermark`), so the windows of a partition without an arrival in
-    the batch fire too, at the raise, as in the replay.
+    the instants at which it was raised while idle (its watermark follows the fleet's up to its last
+    window's end, :class:`~watermark.combine.PartitionedWatermark`), so the windows of a partition without
+    an arrival in the batch fire too, at the raise, as in the replay.
     """
     raised = {p: t for p, t in (timelines or {}).items() if t.tp.size}
     if open_windows.num_rows == 0 or (wm_after.size == 0 and not raised):

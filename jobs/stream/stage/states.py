@@ -113,11 +113,14 @@ class StageStates:
                 config.params,
                 idle_timeout_ms=config.idle_timeout_ms,
                 mode=config.partition_mode,
+                window=config.window,
             )
             return StageStart(
                 ingest_ms, config, watermark, empty_partials(), NO_WATERMARK, OWNERS_SCHEMA.empty_table()
             )
         watermark = saved.watermark
+        if watermark.window is None:  # a state saved before idleness was capped at a partition's windows
+            watermark.window = config.window
         owners = saved.owners if saved.owners is not None else OWNERS_SCHEMA.empty_table()
         if saved.config_version != config.version or _differs(watermark, config):
             watermark, config = self.reconfigure(batch_id, saved, config)
@@ -139,6 +142,7 @@ class StageStates:
                 config.params,
                 idle_timeout_ms=config.idle_timeout_ms,
                 mode=config.partition_mode,
+                window=config.window,
             )
         except Exception as exc:  # noqa: BLE001 - any failure of a new version refuses it
             previous = saved.config
