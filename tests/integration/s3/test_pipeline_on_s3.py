@@ -37,9 +37,34 @@ def tables_of(root: str) -> dict[str, list]:
     }
 
 
+@pytest.fixture
+def spark_on_s3(spark, s3_server):
+    """The worker's shared session pointed at the S3 server, in its JVM and in its Python workers.
+
+    The session may have been built before the server's environment was set (another file's test ran
+    first on this xdist worker), and its Python workers, which the JVM starts with the environment it was
+    started with, then lack it too. The JVM gets the s3a settings from :func:`apply_s3a_settings`; the
+    Python workers, where the Arrow path reads landing files on S3 through pyarrow configured from their
+    environment, get the server's variables through ``SparkContext.environment`` (which every Python
+    task carries; Spark starts workers of their own for it). Without them a worker could not reach the
+    server, took each file for changed since it was planned, and the batches went to Spark's reader
+    (``['spark'] * 3``: the intermittent failure, which depended on the files run before on the worker).
+    The environment is restored after the test.
+    """
+    apply_s3a_settings(spark, os.environ)
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    environment.update(s3_server.env())
+    try:
+        yield spark
+    finally:
+        environment.clear()
+        environment.update(saved)
+
+
 @pytest.mark.timeout(1_200)
-def test_the_job_and_the_batch_jobs_run_with_every_location_on_s3(spark, s3_server, tmp_path):
-    apply_s3a_settings(spark, os.environ)  # the shared session was built before the server's environment
+def test_the_job_and_the_batch_jobs_run_with_every_location_on_s3(spark_on_s3, s3_server, tmp_path):
+    spark = spark_on_s3
     root = f"s3a://{s3_server.new_bucket()}"
     records = iot_records(1_500)
     cfg = config("periodic", {"delay_ms": 200})  # late rows for the backfill to fold
