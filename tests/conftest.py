@@ -54,24 +54,26 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 
 #: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, Kafka
-#: streams, backfill races), largest first, relative to tests/. They are collected first, so that bin/test's
-#: three workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
+#: streams, backfill races), largest first (a file's total: its tests and its module fixtures, from a fresh
+#: clone's run's --durations), relative to tests/. They are collected first, so that bin/test's three
+#: workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
 SLOW_FILES = (
     "system/test_three_loops.py",
-    "system/test_stream_s3.py",
-    "system/test_cluster.py",
-    "system/test_stream_chaos.py",
-    "system/test_stream_exactly_once.py",
-    "system/test_stream_exactly_once_kafka.py",
-    "integration/airflow/test_dags.py",
-    "system/test_airflow_scheduler.py",
-    "integration/kafka/test_stream_kafka.py",
-    "integration/kafka/test_kafka_security.py",
-    "integration/s3/test_pipeline_on_s3.py",
-    "integration/prometheus/test_monitoring_live.py",
     "integration/spark/test_backfill_races.py",
-    "integration/spark/test_backfill.py",
     "integration/spark/test_maintenance.py",
+    "system/test_stream_exactly_once_kafka.py",
+    "integration/kafka/test_stream_kafka.py",
+    "system/test_cluster.py",
+    "integration/airflow/test_dags.py",
+    "integration/spark/test_backfill.py",
+    "system/test_stream_chaos.py",
+    "system/test_airflow_scheduler.py",
+    "system/test_stream_s3.py",
+    "system/test_stream_exactly_once.py",
+    "integration/s3/test_pipeline_on_s3.py",
+    "integration/spark/test_deferred.py",
+    "integration/kafka/test_kafka_security.py",
+    "integration/prometheus/test_monitoring_live.py",
     "unit/test_retune.py",
 )
 
