@@ -7,7 +7,9 @@ Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.batch.retune``)
    time of every valid record) ingested in ``[end - history, end)``. Like the tuner, only the latest
    ``recent_fraction`` of it counts: a first read takes the arrival times alone, a second the three
    columns of the recent rows only (a filter on ``arrival_time_ms``, and on the date partition when the
-   table has one), partitions as integer codes: numpy int64 arrays, no Python objects per row.
+   table has one), partitions as integer codes: numpy int64 arrays, no Python objects per row. When the
+   recent part is replayed whole (at most ``max_rows``), as many rows again before it are read too: the
+   tuner's warm-up, replayed first and not measured, so that a strategy that learns is measured warm.
 2. Run the tuner (:func:`watermark.tune.tune`) on it, at the late-rate target (by default the running
    configuration's ``late_slo_pct``), keeping the running window, straggler band and idleness timeout.
    The latest ``evaluation_fraction`` (0.2) is held out; the choice is made on the earlier part, cut into
@@ -122,11 +124,14 @@ class RetuneError(RuntimeError):
 
 
 def read_history(
-    tables: str, start_ms: int, end_ms: int, recent_fraction: float = 1.0
+    tables: str, start_ms: int, end_ms: int, recent_fraction: float = 1.0, warm_up_to: int = 0
 ) -> dict[str, np.ndarray]:
     """Partition codes, event and arrival times of the latest records ingested in ``[start_ms, end_ms)``.
 
-    The latest ``recent_fraction`` by arrival (rows tied with the cut's arrival time all kept).
+    The latest ``recent_fraction`` by arrival (rows tied with the cut's arrival time all kept). When that
+    is at most ``warm_up_to`` rows, as many rows again before it are read as well, for the tuner's warm-up
+    (:func:`watermark.tune.tune`: replayed first, not measured); ``recent`` holds how many rows are the
+    recent part (the latest ones).
 
     ``partition`` holds int32 codes into ``partitions`` (the names, an object array of the distinct values):
     about 20 bytes a row in all, read with the filters pushed into the read (files whose statistics miss
@@ -143,15 +148,20 @@ def read_history(
     ingested = pc.field("ingested_at_ms")
     where = (ingested >= start_ms) & (ingested < end_ms)
     days: tuple[int | None, int | None] | None = None
-    ingested_rows = None
+    ingested_rows = recent_count = None
     if recent_fraction < 1.0:
         arrivals = sink.read("arrivals", columns=["arrival_time_ms"], filters=where)
         tp_all = arrivals.column("arrival_time_ms").to_numpy()
         ingested_rows = int(tp_all.size)
         del arrivals
         if tp_all.size:
-            drop = tp_all.size - max(1, int(np.ceil(tp_all.size * recent_fraction)))
+            recent = max(1, int(np.ceil(tp_all.size * recent_fraction)))
+            read = min(tp_all.size, 2 * recent) if recent <= warm_up_to else recent
+            drop = tp_all.size - read
             cut = int(np.partition(tp_all, drop)[drop])
+            # the recent part: rows at or after its own cut (ties with it kept, as the read keeps them)
+            recent_cut = int(np.partition(tp_all, tp_all.size - recent)[tp_all.size - recent])
+            recent_count = int(np.count_nonzero(tp_all >= recent_cut))
             where = where & (pc.field("arrival_time_ms") >= cut)
             days = (cut, None)  # prunes the arrival-date partitions, when the table has them
         del tp_all
@@ -165,6 +175,7 @@ def read_history(
         "tp": window.column("arrival_time_ms").to_numpy(),
         # rows ingested in the interval (before the recent cut)
         "ingested": np.array([window.num_rows if ingested_rows is None else ingested_rows], np.int64),
+        "recent": np.array([window.num_rows if recent_count is None else recent_count], np.int64),
     }
 
 
@@ -174,10 +185,12 @@ def score(
     tp: np.ndarray,
     partition: np.ndarray,
     options: RetuneOptions | None = None,
+    recent_rows: int | None = None,
 ) -> TuneResult:
     """The running setting replayed on the history's periods (the same replays the tuner's candidates get).
 
-    ``choice`` holds its figures on the tuning period, ``evaluation`` on the held-out slice.
+    ``choice`` holds its figures on the tuning period, ``evaluation`` on the held-out slice; ``recent_rows``:
+    the latest rows measured, the ones before them the warm-up (None: every row measured).
     """
     options = options or RetuneOptions("", "", "", 0)
     return tune(
@@ -191,6 +204,7 @@ def score(
         straggler_ms=running.straggler_ms,
         idle_timeout_ms=running.idle_timeout_ms,
         recent_fraction=1.0,
+        recent_rows=recent_rows,
         partition_modes=(running.partition_mode,),
         subperiods=options.subperiods,
         evaluation_fraction=options.evaluation_fraction,
@@ -208,7 +222,12 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
     running = load_config(options.config)
     target = running.late_slo_pct if options.target_late_pct is None else options.target_late_pct
     history = read_history(
-        options.tables, options.end_ms - options.history_ms, options.end_ms, options.recent_fraction
+        options.tables,
+        options.end_ms - options.history_ms,
+        options.end_ms,
+        options.recent_fraction,
+        # a recent part replayed whole (not sampled in blocks) gets its warm-up
+        warm_up_to=options.max_rows if options.max_rows is not None else 2**62,
     )
     n = int(history["ingested"][0])
     outcome = RetuneOutcome("kept", "", running.version, running.version, n, target)
@@ -220,7 +239,8 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
         )
         return _keep_report(outcome, options, None)
     te, tp, part = history["te"], history["tp"], history["partition"]
-    current_result = score(running, te, tp, part, options)
+    recent = int(history["recent"][0])
+    current_result = score(running, te, tp, part, options, recent)
     current = current_result.choice
     outcome.running = current.as_dict()
     if current_result.evaluation is not None:
@@ -240,6 +260,7 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             straggler_ms=running.straggler_ms,
             idle_timeout_ms=running.idle_timeout_ms,
             recent_fraction=1.0,
+            recent_rows=recent,
             partition_modes=("min", "global", "scoped"),
             subperiods=options.subperiods,
             evaluation_fraction=options.evaluation_fraction,

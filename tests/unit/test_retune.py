@@ -115,6 +115,13 @@ def test_the_history_read_holds_the_recent_rows_with_partition_codes(tmp_path):
     assert whole["te"].size == 1_000 and recent["te"].size == 250 and recent["ingested"][0] == 1_000
     assert recent["tp"].min() == whole["tp"][np.argsort(whole["tp"])][750]
     assert recent["partition"].dtype == np.int32 and recent["partitions"].tolist() == ["p"]
+    assert recent["recent"][0] == 250 and whole["recent"][0] == 1_000
+    # a recent part the tuner replays whole comes with as many rows before it, its warm-up
+    warm = read_history(
+        str(tmp_path / "tables"), END_MS - DAY_MS, END_MS, recent_fraction=0.25, warm_up_to=250
+    )
+    assert warm["te"].size == 500 and warm["recent"][0] == 250
+    assert warm["tp"].min() == whole["tp"][np.argsort(whole["tp"])][500]
 
 
 def test_the_best_running_setting_is_kept_and_the_file_left_alone(slow_setting_retuned, tmp_path):
