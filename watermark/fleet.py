@@ -40,15 +40,35 @@ target met key by key spends the budget where it buys the least latency. Here th
   back over 2,000 arrivals, as :mod:`watermark.slo` does, but to no less than half the target: a tighter
   budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
   fleet's first 200 arrivals.
-* **Congestion moves every key at once.** Each key tracks its transit above its baseline, recently (4
-  arrivals) and over the long run (``memory``, geometric means of ``1 + transit``); the fleet's congestion
-  delay is the median over keys of the recent level beyond twice the long-run one, times ``congestion``,
-  and it is *added* to every key's delay from the next grid instant on, before each key's own histogram
-  shows the episode; it unwinds at half the pace of time when the episode ends (the held records are still
-  coming), and the lags it covers are not learnt as the keys' own disorder. Added rather than multiplied
-  (the guidance was a factor): a congestion holds arrivals back by an amount of time, and what it costs is
-  the burst of held records released behind fresh ones when it ends, whose lags are that amount, whatever
-  each key's usual disorder. A median over keys, so that one device flushing a buffer is no congestion.
+* **Congestion moves every key at once.** A congestion that holds every arrival back by about the same
+  amount (a network queue) shifts transits without reordering a key's records: while it lasts, a key's
+  arrivals are behind the clock, the key is not live, its frontier is its reference and the in-order records
+  need no delay (their zero lags are not learnt either: a key's histogram keeps the lags it has when live,
+  which it needs again after the episode). What such a congestion costs is its **end**: fresh records
+  overtake the held ones, whose lags are the hold. So:
+
+  - *The end is guarded.* An arrival that moves a key's reference further than the clock moved since the
+    key's last arrival, by more than ``max(guard_min_ms, 3 D_k + 100)`` (its transit fell from the key's
+    recent typical transit, not from one straggler's), starts a guard: until the key's first arrival at
+    least that drop plus ``D_k`` later, its frontier is at most ``t - G`` with ``G`` the transit of the
+    held records (the larger of the old reference's and the baseline plus the key's recent transit peak):
+    the watermark advances at the pace of the clock from where the held records are, so they are not
+    late, and as fast as the fresh records allow once they are in (as :mod:`watermark.slo` does after a
+    frontier jump). Lags are measured against the guarded frontier, so the hold is not learnt as
+    disorder.
+  - *A congestion that widens transits* (a regime whose disorder is wider, every key at once) shows before
+    each key's histogram learns it in the spread of each key's transit (the change of ``tp - te`` from its
+    previous arrival), recently (4 arrivals) and over the long run (``memory``; geometric means of
+    ``1 + spread``). The median over keys of the recent spread beyond twice the long-run one, times
+    ``3 * congestion``, is *added* to every key's delay from the next grid instant on. A uniform hold moves
+    the spread only at its start and end (one arrival each), not while it lasts.
+  - *A raised transit level* (the same median of each key's recent transit above its baseline beyond twice
+    its long-run one, times ``congestion``) is added to the delay of the keys that are live: their frontier
+    follows the clock, so a transit rising under them makes lags at once. (A key not live has its
+    reference as frontier and needs no such cover.)
+
+  Both unwind at half the pace of time, and the lags they cover are not learnt as the keys' own disorder.
+  A median over keys, so that one device flushing a buffer is no congestion.
 
 **Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
 :mod:`watermark.fleet_kernel`); the allocation happens at the first arrival at or past each grid instant.
@@ -60,7 +80,10 @@ point), so, unlike other strategies in ``scoped`` mode, merging the partitions i
 them; the executors' stage (partitions run apart) cannot run it, and the job runs its stage on the driver.
 
 **Alone** (a bare generator, the combination's ``global`` mode) a generator has a fleet of its own with one
-key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing and congestion.
+key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing, congestion, guard.
+
+**Snapshots.** Version 2 (the guard and the transit spread added per-key state); a version-1 snapshot loads
+with no guard in force and the new figures at zero.
 
 Parameters
 ----------
@@ -75,7 +98,8 @@ memory
 prior
     Weight of the fleet's lag distribution in a key's, in pseudo-arrivals, >= 0.
 congestion
-    Weight of the fleet's excess transit in every key's delay, in ``[0, 4]`` (0: no congestion delay).
+    Weight of the fleet's excess transit level (live keys) and, times 3, of its excess transit spread (every
+    key) in the keys' delays, in ``[0, 4]`` (0: no congestion delay; the guard is apart).
 step_min_ms
     A lag must exceed this (and 4 times the key's delay) to count toward a clock step, >= 1.
 step_run
@@ -84,6 +108,8 @@ lead
     Event-time gaps a live key's frontier may run ahead of its reference, in ``[0, 100]`` (0: never).
 follow_clock
     1: between arrivals a live key's frontier follows the ingestion clock (timers); 0: it moves at arrivals.
+guard_min_ms
+    Smallest fall of a key's transit (ms) that starts a guard after a congestion, >= 0 (0: no guard).
 
 Examples
 --------
@@ -116,6 +142,9 @@ from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK
 
+#: Widths of a key's state rows in a version-1 snapshot (the guard's and the transit figures came after).
+V1_KINTS, V1_KFLOATS = 13, 7
+
 
 def _encode_f64(values: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(values, "<f8").tobytes()).decode("ascii")
@@ -126,7 +155,7 @@ def _decode_f64(text: str) -> np.ndarray:
 
 
 class Fleet:
-    """The shared state of a fleet of keys: their lag models, the congestion factor and the allocation.
+    """The shared state of a fleet of keys: their lag models, congestion delays, guards and the allocation.
 
     Built by :meth:`FleetWatermark.shared_state` (one per :class:`~watermark.combine.PartitionedWatermark`)
     or by a lone generator for itself. Keys are the partition keys (strings or integers).
@@ -145,6 +174,7 @@ class Fleet:
         self._iparams[fk.P_STEP_RUN] = params["step_run"]
         self._iparams[fk.P_STEP_MIN] = params["step_min_ms"]
         self._iparams[fk.P_MEMORY] = params["memory"]
+        self._iparams[fk.P_GUARD_MIN] = params["guard_min_ms"]
         self._fparams = np.zeros(fk.N_FPARAMS, np.float64)
         self._fparams[fk.P_TARGET] = params["late_slo_pct"] / 100.0
         self._fparams[fk.P_PRIOR] = params["prior"]
@@ -168,6 +198,7 @@ class Fleet:
         kints = np.zeros((capacity, fk.N_KINTS), np.int64)
         kints[:, fk.K_REF] = NO_WATERMARK
         kints[:, fk.K_WM] = NO_WATERMARK
+        kints[:, fk.K_GUARD_END] = NO_WATERMARK
         kfloats = np.zeros((capacity, fk.N_KFLOATS), np.float64)
         hist = np.zeros((capacity, fk.N_BINS), np.float64)
         pend = np.zeros((capacity, fk.MAX_STEP_RUN), np.int64)
@@ -284,6 +315,7 @@ class Fleet:
         self._kints[last] = 0
         self._kints[last, fk.K_REF] = NO_WATERMARK
         self._kints[last, fk.K_WM] = NO_WATERMARK
+        self._kints[last, fk.K_GUARD_END] = NO_WATERMARK
         self._kfloats[last] = 0.0
         self._hist[last] = 0.0
         self._pend[last] = 0
@@ -291,7 +323,10 @@ class Fleet:
 
     # -- read-only ------------------------------------------------------------------------------------------
     def delays_ms(self) -> dict[Hashable, int]:
-        """Each key's delay in force (its allocated delay plus the congestion delay)."""
+        """Each key's delay in force: its allocated delay plus the congestion delay.
+
+        (A live key also has :attr:`level_ms`; a guarded one's frontier follows its held records.)
+        """
         extra = self.congestion_ms
         return {k: int(self._kints[s, fk.K_DELAY]) + extra for k, s in self._slots.items()}
 
@@ -299,6 +334,15 @@ class Fleet:
     def congestion_ms(self) -> int:
         """The congestion delay in force, added to every key's delay."""
         return int(np.ceil(self._ffloats[fk.H_CONGESTION]))
+
+    @property
+    def level_ms(self) -> int:
+        """The congestion delay of a raised transit level in force, added to live keys' delays."""
+        return int(np.ceil(self._ffloats[fk.H_LEVEL]))
+
+    def guarded(self) -> list[Hashable]:
+        """The keys whose watermark is guarded after a congestion (their held records may be in flight)."""
+        return [k for k, s in self._slots.items() if self._kints[s, fk.K_GUARD_END] != NO_WATERMARK]
 
     @property
     def new_key_delay_ms(self) -> int:
@@ -310,12 +354,14 @@ class Fleet:
         return {k: int(self._kints[s, fk.K_STEPS]) for k, s in self._slots.items()}
 
     def diagnostics(self) -> dict[str, Any]:
-        """Keys, allocations, congestion factor, realised late share of the keys' own proposals."""
+        """Keys, allocations, congestion delays, guarded keys, late share of the keys' own proposals."""
         arrivals = int(self._fints[fk.G_ARRIVALS])
         return {
             "keys": len(self._slots),
             "allocations": int(self._fints[fk.G_ALLOCATIONS]),
             "congestion_ms": self.congestion_ms,
+            "level_ms": self.level_ms,
+            "guarded_keys": len(self.guarded()),
             "late_share": int(self._fints[fk.G_LATE]) / arrivals if arrivals else 0.0,
             "clock_steps": int(self._kints[: len(self._slots), fk.K_STEPS].sum()),
         }
@@ -326,7 +372,7 @@ class Fleet:
         n = len(self._slots)
         return {
             "kind": "fleet",
-            "version": 1,
+            "version": 2,
             "keys": list(self._slots),
             "kints": self._kints[:n].tolist(),
             "kfloats": _encode_f64(self._kfloats[:n]),
@@ -338,21 +384,28 @@ class Fleet:
         }
 
     def load(self, snap: Mapping[str, Any]) -> None:
-        """Take the state of :meth:`snapshot` (of a fleet with the same parameters)."""
-        if snap.get("kind") != "fleet" or snap.get("version") != 1:
-            msg = "not a version-1 fleet snapshot"
+        """Take the state of :meth:`snapshot` (of a fleet with the same parameters).
+
+        A version-1 snapshot (before the guard) loads with no guard in force and the new figures at zero.
+        """
+        version = snap.get("version")
+        if snap.get("kind") != "fleet" or version not in (1, 2):
+            msg = "not a version-1 or version-2 fleet snapshot"
             raise ValueError(msg)
+        n_kints, n_kfloats = (V1_KINTS, V1_KFLOATS) if version == 1 else (fk.N_KINTS, fk.N_KFLOATS)
         keys = list(snap["keys"])
         n = len(keys)
         self._alloc(max(4, n), keep=False)
         if n:
-            self._kints[:n] = np.array(snap["kints"], np.int64).reshape(n, fk.N_KINTS)
-            self._kfloats[:n] = _decode_f64(snap["kfloats"]).reshape(n, fk.N_KFLOATS)
+            self._kints[:n, :n_kints] = np.array(snap["kints"], np.int64).reshape(n, n_kints)
+            self._kfloats[:n, :n_kfloats] = _decode_f64(snap["kfloats"]).reshape(n, n_kfloats)
             self._hist[:n] = _decode_f64(snap["hist"]).reshape(n, fk.N_BINS)
             self._pend[:n] = np.array(snap["pend"], np.int64).reshape(n, fk.MAX_STEP_RUN)
         self._slots = {key: i for i, key in enumerate(keys)}
         self._fints[:] = np.array(snap["fints"], np.int64)
-        self._ffloats[:] = _decode_f64(snap["ffloats"])
+        ffloats = _decode_f64(snap["ffloats"])
+        self._ffloats[:] = 0.0
+        self._ffloats[: ffloats.size] = ffloats
         self._fhist[:] = _decode_f64(snap["fhist"])
         self._prepared, self._read = {}, {}
 
@@ -372,6 +425,7 @@ class FleetWatermark(WatermarkGenerator):
         "step_run": int,
         "lead": float,
         "follow_clock": int,
+        "guard_min_ms": int,
     }
 
     def __init__(
@@ -386,6 +440,7 @@ class FleetWatermark(WatermarkGenerator):
         step_run: int = 5,
         lead: float = 1.0,
         follow_clock: int = 1,
+        guard_min_ms: int = 500,
     ) -> None:
         self.late_slo_pct = check_float("late_slo_pct", late_slo_pct, 0.0, 100.0, low_open=True)
         if self.late_slo_pct >= 100.0:
@@ -400,6 +455,7 @@ class FleetWatermark(WatermarkGenerator):
         self.step_run = check_int("step_run", step_run, 1, fk.MAX_STEP_RUN)
         self.lead = check_float("lead", lead, 0.0, 100.0)
         self.follow_clock = check_int("follow_clock", follow_clock, 0, 1)
+        self.guard_min_ms = check_int("guard_min_ms", guard_min_ms, 0)
         super().__init__()
 
     @classmethod
@@ -425,7 +481,7 @@ class FleetWatermark(WatermarkGenerator):
 
     @property
     def delay_ms(self) -> int:
-        """The key's delay in force (the fleet's congestion factor included)."""
+        """The key's delay in force (the fleet's congestion delay included)."""
         return self._fleet.delays_ms().get(self._key, self._fleet.new_key_delay_ms)
 
     def diagnostics(self) -> dict[str, Any]:

@@ -1,14 +1,15 @@
 """The fleet rule (:class:`watermark.fleet.Fleet`) compiled with numba, over flat state arrays.
 
 One function, :func:`run`, takes arrivals of any keys in arrival order and returns, per arrival, the watermark
-its key proposes right after it (``max event time of the key - delay of the key * congestion factor``). The
+its key proposes right after it (its frontier, guarded after a congestion, minus its delay and the congestion
+delays). The
 scalar path (one arrival) and the batch path (a whole batch of every key) run the same compiled code in the
 same order, so their results are equal by construction. The same source runs uncompiled under
 ``NUMBA_DISABLE_JIT=1``: that is the pure-Python reference the tests compare the compiled kernel with.
 
-State (see the constants below): per key ``kints`` / ``kfloats`` rows, a log-spaced lag histogram ``hist``
-and the pending lags of a suspected clock step ``pend``; for the fleet ``fints`` / ``ffloats`` and the fleet
-histogram ``fhist``.
+State (see the constants below): per key ``kints`` / ``kfloats`` rows (with the guard after a congestion and
+the transit figures), a log-spaced lag histogram ``hist`` and the pending lags of a suspected clock step
+``pend``; for the fleet ``fints`` / ``ffloats`` (the congestion delays) and the fleet histogram ``fhist``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ K_LAST: Final = 9  # the key's last arrival time
 K_LIVE: Final = 10  # 1 while the key's last arrival came within its usual transit (it sends in real time)
 K_OFF: Final = 11  # (following the clock) between arrivals W(t) >= min(t - K_OFF, K_CAP)
 K_CAP: Final = 12
-N_KINTS: Final = 13
+K_GUARD_OFF: Final = 13  # while guarded (after a frontier jump) the frontier is at most now - K_GUARD_OFF
+K_GUARD_END: Final = 14  # the guard ends at the key's first arrival at or after this (NO_WATERMARK: none)
+N_KINTS: Final = 15
 
 # -- per-key floats -----------------------------------------------------------------------------------------
 F_INC: Final = 0  # weight of the next arrival in the histogram (grows: older ones decay relatively)
@@ -64,7 +67,11 @@ F_BASE: Final = 3  # the key's low baseline of tp - te (its clock offset plus th
 F_SHORT: Final = 4  # recent mean of log(1 + transit above the baseline)
 F_LONG: Final = 5  # long-run mean of the same
 F_GAP: Final = 6  # recent mean step of the key's reference (its event-time gap between arrivals)
-N_KFLOATS: Final = 7
+F_PEAK: Final = 7  # recent peak of the transit above the baseline (decays by 1/e over PEAK_MS)
+F_PREV: Final = 8  # the transit tp - te of the key's last arrival
+F_SPREAD_SHORT: Final = 9  # recent mean of log(1 + |change of the transit from the key's last arrival|)
+F_SPREAD_LONG: Final = 10  # long-run mean of the same
+N_KFLOATS: Final = 11
 
 # -- fleet ints / floats ------------------------------------------------------------------------------------
 G_CLOCK: Final = 0
@@ -80,7 +87,8 @@ H_INC: Final = 0
 H_TOTAL: Final = 1
 H_CONGESTION: Final = 2  # the congestion delay in force (ms), added to every key's delay
 H_LAMBDA: Final = 3  # the Lagrange multiplier of the last allocation (diagnostics)
-N_FFLOATS: Final = 4
+H_LEVEL: Final = 4  # the congestion delay of a raised transit level (ms), added to live keys' delays
+N_FFLOATS: Final = 5
 
 # -- parameters ---------------------------------------------------------------------------------------------
 P_PERIOD: Final = 0
@@ -88,7 +96,8 @@ P_INITIAL: Final = 1
 P_STEP_RUN: Final = 2
 P_STEP_MIN: Final = 3
 P_MEMORY: Final = 4
-N_IPARAMS: Final = 5
+P_GUARD_MIN: Final = 5  # smallest frontier jump that starts a guard (0: none)
+N_IPARAMS: Final = 6
 P_TARGET: Final = 0  # target late share (a fraction)
 P_PRIOR: Final = 1  # pseudo-arrivals of the fleet's lag distribution in each key's
 P_CONGESTION: Final = 2  # weight of the fleet's excess transit in every key's delay (0: none)
@@ -110,9 +119,13 @@ GAP_ARRIVALS: Final = 16
 SHORT: Final = 4
 #: A key counts in the congestion median after this many arrivals.
 MIN_CONGESTION_ARRIVALS: Final = 20
+#: Ingestion time over which a key's transit peak decays by 1/e.
+PEAK_MS: Final = 30_000.0
 #: A key below this rate (arrivals per period) is inactive: out of the budget, its delay kept.
 MIN_RATE: Final = 1e-3
 
+#: Weight of the fleet's transit spread in the congestion delay of every key, relative to ``congestion``.
+SPREAD_WEIGHT: Final = 3.0
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -175,7 +188,7 @@ def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
 def allocate(
     kints: Any, kfloats: Any, hist: Any, fints: Any, ffloats: Any, fhist: Any, iparams: Any, fparams: Any
 ) -> None:
-    """Choose every active key's delay for the next period, and the congestion delay.
+    """Choose every active key's delay for the next period, and the congestion delays.
 
     ``d_k = argmin_d [d + lambda * r_k * S_k(d)]`` over the bins' edges, where ``r_k`` is the key's arrival
     rate and ``S_k`` its lag survival function shrunk toward the fleet's (weight ``m / (n_k + m)``); the
@@ -222,6 +235,7 @@ def allocate(
     top = np.zeros(nk, np.int64)
     rate = np.zeros(nk, np.float64)
     ratios = np.zeros(nk, np.float64)
+    levels = np.zeros(nk, np.float64)
     n_ratios = 0
     total_rate = 0.0
     for s in range(nk):
@@ -235,7 +249,10 @@ def allocate(
         total_rate += r
         if kints[s, K_ARRIVALS] >= MIN_CONGESTION_ARRIVALS:
             # (beyond twice the usual level: the usual noise of a short average is no congestion)
-            ratios[n_ratios] = math.expm1(kfloats[s, F_SHORT]) - 2.0 * math.expm1(kfloats[s, F_LONG])
+            ratios[n_ratios] = math.expm1(kfloats[s, F_SPREAD_SHORT]) - 2.0 * math.expm1(
+                kfloats[s, F_SPREAD_LONG]
+            )
+            levels[n_ratios] = math.expm1(kfloats[s, F_SHORT]) - 2.0 * math.expm1(kfloats[s, F_LONG])
             n_ratios += 1
         total = kfloats[s, F_TOTAL]
         n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
@@ -248,13 +265,19 @@ def allocate(
                 t = b
             acc += hist[s, b]
         top[s] = t
-    # Congestion: the median over keys of their recent transit above its long-run level (ms).
+    # Congestion: the median over keys of their recent transit spread (every key) and level (live keys) above
+    # twice their long-run ones (ms).
     congestion = 0.0
+    level = 0.0
     if n_ratios > 0 and fparams[P_CONGESTION] > 0.0:
         med = np.sort(ratios[:n_ratios])
         mid = n_ratios // 2
         m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
-        congestion = max(0.0, m) * fparams[P_CONGESTION]
+        congestion = max(0.0, m) * fparams[P_CONGESTION] * SPREAD_WEIGHT
+        med = np.sort(levels[:n_ratios])
+        m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
+        level = max(0.0, m) * fparams[P_CONGESTION]
+    ffloats[H_LEVEL] = max(level, ffloats[H_LEVEL] - elapsed * period / 2.0)
     # It unwinds at half the pace of time: the records a congestion held back (by about its delay) are still
     # arriving, behind fresh ones, for that long after it ends.
     ffloats[H_CONGESTION] = max(congestion, ffloats[H_CONGESTION] - elapsed * period / 2.0)
@@ -310,12 +333,16 @@ def _frontier(kints: Any, kfloats: Any, s: int, lead: float, now: int) -> int:
     Its reference, or ahead of it up to ``now`` minus its transit baseline while the key is live (its last
     arrival came within its usual transit: it sends in real time, so its next event time is about a gap
     ahead), by at most ``lead`` event-time gaps. A key flushing a backlog (arrivals far behind the clock) is
-    not live: its frontier is its reference.
+    not live: its frontier is its reference. While the key is guarded after a congestion, the frontier is at
+    most ``now - K_GUARD_OFF``: it follows the clock from where the held records are.
     """
     ref: int = kints[s, K_REF]
-    if not kints[s, K_LIVE]:
-        return ref
-    return int(max(ref, min(now - math.ceil(kfloats[s, F_BASE]), ref + _ahead(kfloats, s, lead))))
+    front = ref
+    if kints[s, K_LIVE]:
+        front = int(max(ref, min(now - math.ceil(kfloats[s, F_BASE]), ref + _ahead(kfloats, s, lead))))
+    if kints[s, K_GUARD_END] != _NO_WM:
+        front = min(front, now - kints[s, K_GUARD_OFF])
+    return front
 
 
 @_compiled
@@ -351,6 +378,7 @@ def run(
     fleet_memory = 8 * memory
     step_run = iparams[P_STEP_RUN]
     step_min = iparams[P_STEP_MIN]
+    guard_min = iparams[P_GUARD_MIN]
     for i in range(te.shape[0]):
         s = slots[i]
         e = te[i]
@@ -383,9 +411,13 @@ def run(
             kfloats[s, F_INC] = 1.0
             kfloats[s, F_BASE] = offset
         else:
+            if kints[s, K_GUARD_END] != _NO_WM and t >= kints[s, K_GUARD_END]:
+                kints[s, K_GUARD_END] = _NO_WM  # the held records had their time to arrive
             front = _frontier(kints, kfloats, s, lead, t if follow else kints[s, K_LAST])
             lag = max(0, front - e)
             congested = math.ceil(ffloats[H_CONGESTION])
+            if kints[s, K_LIVE]:
+                congested += math.ceil(ffloats[H_LEVEL])
             if lag > max(step_min, 4 * kints[s, K_DELAY]):
                 # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
                 # back. Held pending; a run of them is a step: the reference moves back to the new clock.
@@ -406,12 +438,26 @@ def run(
                 kints[s, K_RUN] = 0
                 # What the congestion delay covers is the congestion's, not the key's own disorder.
                 own = max(0, lag - congested)
-                _add(hist, kfloats, s, own, memory)
-                _add_fleet(fhist, ffloats, own, fleet_memory)
+                if own > 0 or kints[s, K_LIVE]:
+                    _add(hist, kfloats, s, own, memory)
+                    _add_fleet(fhist, ffloats, own, fleet_memory)
                 if e > ref:
                     kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(
                         kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS
                     )
+                    # A frontier jump: the event time moved further than the clock since the key's last
+                    # arrival, its transit fell (from its recent typical transit, not from one straggler's):
+                    # a congestion ended, and what was sent before it may still be in flight. Guarded: the
+                    # frontier follows the clock from the held records' transit until they had time to come.
+                    level = kfloats[s, F_BASE] + math.expm1(kfloats[s, F_SHORT])
+                    jump = min(kints[s, K_LAST] - ref, math.ceil(level)) - offset
+                    held = max(kints[s, K_LAST] - ref, math.ceil(kfloats[s, F_BASE] + kfloats[s, F_PEAK]))
+                    if guard_min > 0 and jump > max(guard_min, 3 * kints[s, K_DELAY] + 100):
+                        if kints[s, K_GUARD_END] == _NO_WM or held > kints[s, K_GUARD_OFF]:
+                            kints[s, K_GUARD_OFF] = held
+                        kints[s, K_GUARD_END] = max(
+                            kints[s, K_GUARD_END], t + held - offset + kints[s, K_DELAY]
+                        )
                 kints[s, K_REF] = max(ref, e)
             # Transit above the key's baseline (the baseline falls at once, rises slowly).
             base = kfloats[s, F_BASE]
@@ -420,16 +466,26 @@ def run(
             else:
                 base += (offset - base) / memory
             kfloats[s, F_BASE] = base
-            v = math.log1p(max(0.0, offset - base))
+            excess = max(0.0, offset - base)
+            kfloats[s, F_PEAK] = max(excess, kfloats[s, F_PEAK] * math.exp(-(t - kints[s, K_LAST]) / PEAK_MS))
+            v = math.log1p(excess)
             seen = kints[s, K_ARRIVALS] - 1  # (averages over the arrivals so far until they fill)
             kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / min(seen, SHORT)
             kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
+            v = math.log1p(abs(offset - kfloats[s, F_PREV]))
+            kfloats[s, F_SPREAD_SHORT] += (v - kfloats[s, F_SPREAD_SHORT]) / min(seen, SHORT)
+            kfloats[s, F_SPREAD_LONG] += (v - kfloats[s, F_SPREAD_LONG]) / min(seen, memory)
         kints[s, K_LAST] = t
+        kfloats[s, F_PREV] = offset
         ahead = _ahead(kfloats, s, lead)
         kints[s, K_LIVE] = ahead > 0 and t - kints[s, K_REF] <= math.ceil(kfloats[s, F_BASE]) + ahead
         delay = kints[s, K_DELAY] + math.ceil(ffloats[H_CONGESTION])
+        if kints[s, K_LIVE]:
+            delay += math.ceil(ffloats[H_LEVEL])
         proposal = _frontier(kints, kfloats, s, lead, t) - delay
         kints[s, K_OFF] = math.ceil(kfloats[s, F_BASE]) + delay
+        if kints[s, K_GUARD_END] != _NO_WM:
+            kints[s, K_OFF] = max(kints[s, K_OFF], kints[s, K_GUARD_OFF] + delay)
         kints[s, K_CAP] = kints[s, K_REF] + ahead - delay
         if proposal > w_at:
             w_at = proposal

@@ -1,4 +1,4 @@
-"""The fleet watermark: per-key lag models, pooling, the shared late budget, congestion, clock steps."""
+"""The fleet watermark: per-key lag models, pooling, the shared late budget, congestion and its end, steps."""
 
 import json
 import os
@@ -105,17 +105,85 @@ def test_the_budget_is_met_on_a_stationary_stream_and_busy_keys_get_tighter_cove
     assert min(d[0], d[1]) >= max(d[k] for k in range(2, 10))  # the budget is spent on the sparse keys
 
 
-def test_a_congestion_episode_raises_every_keys_delay_at_once():
-    keys, te, tp = stationary(n_keys=10, per_key=600, seed=3, spread_ms=50, step_ms=10)
-    f = fleet(period_ms=500, congestion=1.0)
-    half = keys.size // 2
-    run_keys(f, keys[:half], te[:half], tp[:half])
-    before = f.delays_ms()
-    # Every arrival is now held back 2 s (in order: no key has yet seen a larger lag).
-    run_keys(f, keys[half : half + 300], te[half : half + 300], tp[half : half + 300] + 2_000)
-    after = f.delays_ms()
-    assert f.congestion_ms > 1_000
-    assert all(after[k] >= before[k] + 1_000 for k in range(10))
+def held_back(keys, te, tp, start, stop, seed):
+    """The stream with every arrival in ``[start, stop)`` held back 1.5 s + U[0, 0.3] s, in arrival order."""
+    rng = np.random.default_rng(seed)
+    inside = (tp >= start) & (tp < stop)
+    held = tp + np.where(inside, 1_500 + rng.integers(0, 300, tp.size), 0)
+    order = np.argsort(held, kind="stable")
+    return keys[order], te[order], held[order]
+
+
+def test_a_congestion_that_holds_every_arrival_alike_adds_no_delay_while_it_lasts():
+    keys, te, tp = held_back(*stationary(n_keys=10, per_key=600, seed=3, spread_ms=50, step_ms=10),
+                             T0 + 30_000, T0 + 45_000, seed=3)  # fmt: skip
+    f = fleet(period_ms=500)
+    end = int(np.searchsorted(tp, T0 + 45_000))
+    run_keys(f, keys[:end], te[:end], tp[:end])
+    # 15 s of arrivals 1.5-1.8 s late but in order: no key's delay covers the hold (before: ~2 s added).
+    assert f.congestion_ms < 200
+    assert max(f.delays_ms().values()) < 500
+
+
+def test_the_records_still_in_flight_when_a_congestion_ends_are_guarded():
+    keys, te, tp = held_back(*stationary(n_keys=10, per_key=600, seed=3, spread_ms=50, step_ms=10),
+                             T0 + 30_000, T0 + 45_000, seed=3)  # fmt: skip
+    end = int(np.searchsorted(tp, T0 + 45_000))  # fresh records from here on, the held ones among them
+    late_after = {}
+    for guard in (0, 500):
+        params = {"late_slo_pct": 1.0, "congestion": 0.0, "guard_min_ms": guard}
+        pw = PartitionedWatermark("fleet", params, mode="scoped")
+        pw.process(keys[:end], te[:end], tp[:end])
+        before = pw.n_late
+        pw.process(keys[end:], te[end:], tp[end:])
+        late_after[guard] = pw.n_late - before
+    # Unguarded, the fresh records move each key's watermark past its held ones (1.5 s of them late).
+    assert late_after[0] > 100
+    assert late_after[500] <= 5
+
+
+def test_a_congestion_that_widens_every_keys_transit_raises_every_keys_delay_at_once():
+    keys, te, tp = stationary(n_keys=10, per_key=600, seed=4, spread_ms=50, step_ms=10)
+    rng = np.random.default_rng(5)
+    te = np.where(tp >= T0 + 30_000, tp - rng.integers(0, 1_000, tp.size), te)  # lags up to 1 s from 30 s
+    delays = {}
+    for congestion in (0.0, 1.5):
+        f = fleet(congestion=congestion)
+        cut, now = (int(np.searchsorted(tp, T0 + x)) for x in (30_000, 31_200))
+        run_keys(f, keys[:cut], te[:cut], tp[:cut])
+        assert max(f.delays_ms().values()) < 100
+        run_keys(f, keys[cut:now], te[cut:now], tp[cut:now])  # 1.2 s later
+        delays[congestion] = f.delays_ms()
+        assert (f.congestion_ms > 500) == (congestion > 0)
+    assert all(delays[1.5][k] >= delays[0.0][k] + 500 for k in range(10))
+
+
+def test_a_version_1_snapshot_loads_with_no_guard_in_force():
+    import base64
+
+    keys, te, tp = stationary(n_keys=3, per_key=300, seed=8)
+    a = fleet()
+    run_keys(a, keys[:600], te[:600], tp[:600])
+    snap = json.loads(json.dumps(a.snapshot()))
+
+    def cut(text, rows, width):
+        values = np.frombuffer(base64.b64decode(text), "<f8").reshape(rows, -1)[:, :width]
+        return base64.b64encode(np.ascontiguousarray(values).tobytes()).decode("ascii")
+
+    old = snap | {
+        "version": 1,
+        "kints": [row[:13] for row in snap["kints"]],
+        "kfloats": cut(snap["kfloats"], 3, 7),
+        "ffloats": cut(snap["ffloats"], 1, 4),
+    }
+    b = fleet()
+    b.load(old)
+    assert b._kints[:3, :13].tolist() == old["kints"] and b._kints.shape[1] == fk.N_KINTS
+    assert (b._kints[:3, fk.K_GUARD_END] == NO_WATERMARK).all()
+    assert b.delays_ms() == a.delays_ms()
+    run_keys(b, keys[600:], te[600:], tp[600:])  # and it runs on
+    with pytest.raises(ValueError, match="fleet snapshot"):
+        b.load(snap | {"version": 3})
 
 
 def test_fleet_snapshot_round_trips_through_json_and_continues_identically():
