@@ -1,5 +1,5 @@
-"""Exactly once on Kafka: a job killed with SIGKILL inside its micro-batches and restarted writes the tables
-of an uninterrupted run, on a 4-partition topic of the local broker
+"""Exactly once on Kafka: a job killed with SIGKILL inside its micro-batches (twice) and restarted writes the
+tables of an uninterrupted run, on a 4-partition topic of the local broker
 (``tests/system/test_stream_exactly_once.py``: the same on landing files, and the helpers)."""
 
 import pytest
@@ -8,16 +8,16 @@ from tests.integration.spark.test_stream import iot_records
 from tests.system.test_stream_exactly_once import (
     PER_BATCH,
     RECORDS,
-    killed_three_times_gives_the_tables_of_one_run,
+    killed_and_restarted_gives_the_tables_of_one_run,
 )
 from tools.feed import feed_kafka
 
 pytestmark = pytest.mark.slow
 
 
-# Five runs of the job, four in JVMs of their own: minutes, more on a busy machine.
+# Four runs of the job, three in JVMs of their own: minutes, more on a busy machine.
 @pytest.mark.timeout(2_400)
-def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_tables(
+def test_sigkill_twice_on_a_kafka_topic_then_restart_gives_identical_tables(
     spark, tmp_path, kafka_broker, jvm_process
 ):
     records = iot_records(RECORDS)
@@ -26,6 +26,6 @@ def test_sigkill_three_times_on_a_kafka_topic_then_restart_gives_identical_table
     feed_kafka(records, servers, "killed", partitions=4)
     # 8 micro-batches of 250 offsets; a restart replays the offsets of its batch from Spark's checkpoint.
     source = ["--format", "kafka", "--kafka-bootstrap-servers", servers, "--topic", "killed"]
-    killed_three_times_gives_the_tables_of_one_run(
-        spark, tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)], jvm_process.env
+    killed_and_restarted_gives_the_tables_of_one_run(
+        spark, tmp_path, [*source, "--max-offsets-per-trigger", str(PER_BATCH)], jvm_process.env, kills=2
     )
