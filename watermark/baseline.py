@@ -182,3 +182,97 @@ class Hindsight:
                 if out is None or r.latency_ms < out.latency_ms:
                     out = r
         return out
+
+
+def latency_floor(
+    te: ArrayLike, tp: ArrayLike, key: ArrayLike, *, window: WindowSpec, late_pct: float
+) -> float | None:
+    """A lower bound on the mean emit latency of *any* watermark at a late share of at most ``late_pct``.
+
+    Even a clairvoyant one: a window cannot fire before the last of its records it includes has arrived, so
+    with the ``k`` last-arriving of its ``n`` records left out (late) a window ``[s, e)`` of a key fires at
+    best at the arrival ``a_{n-k}`` of the one before them, latency ``max(0, a_{n-k} - e)`` (all ``n`` left
+    out: the window is gone, counted as 0). Choosing ``k`` per window to minimise the total latency with at
+    most ``floor(late_pct * N / 100)`` records left out is a multiple-choice knapsack; its Lagrangian dual,
+    ``max over lambda of sum_w min_k (L_wk + lambda k) - lambda B``, is at most its optimum, so the returned
+    mean (over the windows with a record) is a valid floor: a strategy, or a fixed delay, whose mean
+    charged latency at that late share is ``x`` is at least this much; ``floor / baseline`` is the lowest
+    ratio any strategy could reach against a baseline. It ignores causality (which windows will get a
+    straggler is known), so it is far below what a real watermark reaches where lateness is unpredictable;
+    where it is close to the baseline, no watermark can do much better (the latency is in the arrivals).
+
+    Tumbling windows only (a record in several windows would be charged once per window). ``None`` for an
+    empty stream.
+
+    Examples
+    --------
+    Two windows of a key, complete 200 ms and 900 ms after they end (mean 550); with one record of the four
+    allowed late, leaving out the one that arrives 900 ms after its window ends brings that window to its
+    other record's arrival, 100 ms after its end: (200 + 100) / 2.
+
+    >>> te = np.array([100, 500, 1_100, 1_500])
+    >>> tp = np.array([1_100, 1_200, 2_100, 2_900])
+    >>> latency_floor(te, tp, np.zeros(4, np.int64), window=WindowSpec(1_000), late_pct=0.0)
+    550.0
+    >>> latency_floor(te, tp, np.zeros(4, np.int64), window=WindowSpec(1_000), late_pct=25.0)
+    150.0
+
+    """
+    if not window.tumbling:
+        msg = "latency_floor takes tumbling windows (a record in several windows is charged once per window)"
+        raise ValueError(msg)
+    te_a, tp_a, key_a = np.asarray(te, np.int64), np.asarray(tp, np.int64), np.asarray(key)
+    if not te_a.size == tp_a.size == key_a.size:
+        msg = f"te, tp and key must be of one length, got {te_a.size}, {tp_a.size}, {key_a.size}"
+        raise ValueError(msg)
+    if te_a.size == 0:
+        return None
+    _, start = window.assign(te_a)
+    _, key_codes = np.unique(key_a, return_inverse=True)
+    # One group per (key, window); within it the arrivals ascending.
+    order = np.lexsort((tp_a, start, key_codes))
+    k_s, w_s, a_s = key_codes[order], start[order], tp_a[order]
+    new = np.ones(order.size, np.bool_)
+    new[1:] = (k_s[1:] != k_s[:-1]) | (w_s[1:] != w_s[:-1])
+    group = np.cumsum(new) - 1
+    firsts = np.flatnonzero(new)
+    sizes = np.diff(np.append(firsts, order.size))
+    rank = np.arange(order.size) - firsts[group]  # 0-based position by arrival within the window
+    end = w_s + window.window_ms
+    # Option "keep the first rank+1 records": fire at this arrival, leave out size - rank - 1; and "none".
+    latency = np.maximum(a_s - end, 0).astype(np.float64)
+    left_out = (sizes[group] - rank - 1).astype(np.float64)
+    groups = firsts.size
+    budget = float(np.floor(late_pct * te_a.size / 100.0 + 1e-9))
+
+    def inner(lam: float) -> tuple[float, float]:
+        """``sum_w min_k (L + lam k)`` and the records left out at a minimiser."""
+        value = latency + lam * left_out
+        best = np.minimum.reduceat(value, firsts)
+        gone = lam * sizes  # every record of the window left out: latency 0
+        take_gone = gone < best
+        total = float(np.where(take_gone, gone, best).sum())
+        # records left out at the minimiser (the largest rank reaching the minimum: the fewest left out)
+        at_min = value <= best[group] + 1e-9
+        kept = np.maximum.reduceat(np.where(at_min, rank, -1), firsts)
+        out = float(np.where(take_gone, sizes, sizes - kept - 1).sum())
+        return total, out
+
+    if inner(0.0)[1] <= budget:  # lambda = 0 (the unconstrained floor) already keeps the budget
+        return inner(0.0)[0] / groups
+    lo, hi = 0.0, 1.0
+    while inner(hi)[1] > budget and hi < 1e15:
+        hi *= 4.0
+    best_value = -np.inf
+    for lam in np.concatenate([np.linspace(lo, hi, 9), np.geomspace(max(hi / 1e9, 1e-9), hi, 40)]):
+        total, _ = inner(float(lam))
+        best_value = max(best_value, total - float(lam) * budget)
+    for _ in range(60):  # the dual is concave in lambda: bisection on its slope (records left out - budget)
+        mid = (lo + hi) / 2.0
+        total, out = inner(mid)
+        best_value = max(best_value, total - mid * budget)
+        if out > budget:
+            lo = mid
+        else:
+            hi = mid
+    return max(0.0, best_value) / groups

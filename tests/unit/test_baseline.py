@@ -2,8 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from watermark.baseline import Hindsight
+from tests.strategies_for_tests import NAMES, PARAMS, streams
+from watermark.baseline import Hindsight, latency_floor
+from watermark.evaluate import replay
 from watermark.windowspec import WindowSpec
 
 W = WindowSpec(1_000)
@@ -61,3 +65,37 @@ def test_earlier_replays_bracket_the_search_without_changing_its_answer():
     for share in (13.0, 0.0, 5.0, 12.5, 0.0):
         fresh = Hindsight(TE, TP, ONE_KEY, window=W, periods_ms=(10,))
         assert shared.smallest_delay("global", 10, share) == fresh.smallest_delay("global", 10, share)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_no_strategy_goes_below_the_latency_floor_at_its_own_late_share(data):
+    te, tp = data.draw(streams(max_size=120))
+    if te.size == 0:
+        return
+    keys = np.array(data.draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=te.size, max_size=te.size)))
+    name = data.draw(st.sampled_from(NAMES))
+    params = data.draw(PARAMS[name])
+    window = WindowSpec(data.draw(st.sampled_from([50, 200, 1_000])))
+    mode = data.draw(st.sampled_from(["min", "scoped"]))
+    r = replay(te, tp, strategy=name, params=params, window=window, key=keys, partition=keys,
+               partition_mode=mode, idle_timeout_ms=data.draw(st.sampled_from([None, 100])))  # fmt: skip
+    s = r.summary()
+    charged = r.charged_latency_ms()
+    if charged.size == 0:
+        return
+    floor = latency_floor(te, tp, keys, window=window, late_pct=s["dropped_pct"])
+    # the replay's mean is over its windows with an on-time record: at least the floor's (over all windows,
+    # those gone counted as 0) times their share of the windows
+    groups = len({(k, w) for k, w in zip(keys.tolist(), (te - te % window.window_ms).tolist(), strict=True)})
+    assert floor is not None and floor * groups <= charged.sum() + 1e-6
+
+
+def test_the_floor_falls_as_the_late_share_grows_and_needs_tumbling_windows():
+    te = np.array([100, 500, 1_100, 1_500, 2_300])
+    tp = np.array([1_100, 1_200, 2_100, 2_900, 4_000])
+    key = np.zeros(5, np.int64)
+    floors = [latency_floor(te, tp, key, window=WindowSpec(1_000), late_pct=p) for p in (0, 20, 40, 60, 100)]
+    assert floors == sorted(floors, reverse=True) and floors[0] > 0 and floors[-1] == 0
+    with pytest.raises(ValueError, match="tumbling"):
+        latency_floor(te, tp, key, window=WindowSpec(1_000, 500), late_pct=0)
