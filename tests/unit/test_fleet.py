@@ -233,6 +233,7 @@ def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     te[(keys == 1) & (np.arange(n) > 700)] -= 7_000
     tp[900:1_000] += 3_000
     tp = np.maximum.accumulate(tp)
+    keys, te, tp = held_back(keys, te, tp, tp[300], tp[500], seed=6)  # a congestion: its end is guarded
     params = {"late_slo_pct": 2.0, "period_ms": 700, "step_min_ms": 500, "follow_clock": 1, "lead": 2.0}
     payload = json.dumps({"params": params, "keys": keys.tolist(), "te": te.tolist(), "tp": tp.tolist()})
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(ROOT))
@@ -242,10 +243,14 @@ def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     reference = json.loads(done.stdout)
     f = Fleet(FleetWatermark(**params).params)
     slots = np.array([f.slot(k) for k in keys.tolist()], np.int64)
-    out = f.run(slots, te, tp)
-    assert [a.tolist() for a in out] == reference["out"]
+    out, guarded = [], 0
+    for i in range(n):  # (one arrival at a time: the same as the whole batch, and the guards show)
+        out.append(f.run(slots[i : i + 1], te[i : i + 1], tp[i : i + 1]))
+        guarded = max(guarded, len(f.guarded()))
+    assert [np.concatenate(a).tolist() for a in zip(*out, strict=True)] == reference["out"]
     assert f.snapshot() == reference["snapshot"]
     assert sum(f.steps().values()) >= 1 and f.snapshot()["fints"][5] > 10  # steps and allocations happened
+    assert guarded >= 2 and f.level_ms > 0  # guards and a congestion delay happened
 
 
 @st.composite
