@@ -163,6 +163,7 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     crashed: str | None = None,
     crashed_input: str | None = None,
     kills: int = 3,
+    records: int = RECORDS,
 ) -> None:
     """An uninterrupted run (in the session ``spark``: :func:`run_in_process`), then a run SIGKILLed inside
     its batches ``kills`` times (3 or fewer) and restarted to the end (the job as a process with the
@@ -173,16 +174,18 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     Each kill and restart is a JVM of its own to start, the suite's dearest step: the landing files' test
     kills three times, the variants on Kafka and S3 (what differs is the source and the store, not the
     restart logic) twice, at the first two of the same points (after batch 0, the first batch's state, and
-    batch 3, a warm run that was itself restarted)."""
+    batch 3, a warm run that was itself restarted). ``records``: how many records ``inp`` holds (the first
+    of :func:`iot_records`; at least 5 batches of ``PER_BATCH``, so that the last kill leaves a batch)."""
     LOGS[:] = [tmp_path / "job-stderr.log"]
     reference = tmp_path / "reference"
-    assert run_in_process(spark, reference, inp)[: RECORDS // PER_BATCH] == list(range(RECORDS // PER_BATCH))
+    assert run_in_process(spark, reference, inp)[: records // PER_BATCH] == list(range(records // PER_BATCH))
 
     crashed = crashed or str(tmp_path / "crashed")
     inp = crashed_input or inp
     rng = random.Random(0)
     # Each kill falls a random moment after batch 0-5 completed (drawn: 0, 3 and 5), in the next batch.
     points = sorted(rng.sample(range(RECORDS // PER_BATCH - 2), 3))[:kills]
+    assert points[-1] < records // PER_BATCH - 1, (points, records)
     previous = 0
     for point in points:
         before = batches_done(crashed)
@@ -215,9 +218,9 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     if batch_sizes(got) == batch_sizes(want):
         assert log_rows(got) == log_rows(want)
     else:
-        assert sum(batch_sizes(got).values()) == sum(batch_sizes(want).values()) == RECORDS
+        assert sum(batch_sizes(got).values()) == sum(batch_sizes(want).values()) == records
         assert log_totals(got) == log_totals(want)
-    assert got.read("arrivals").num_rows == want.read("arrivals").num_rows == RECORDS
+    assert got.read("arrivals").num_rows == want.read("arrivals").num_rows == records
 
 
 def batch_sizes(sink) -> dict[int, int]:
