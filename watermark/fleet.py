@@ -50,12 +50,13 @@ target met key by key spends the budget where it buys the least latency. Here th
   - *The end is guarded.* An arrival that moves a key's reference further than the clock moved since the
     key's last arrival, by more than ``max(guard_min_ms, 3 D_k + 100)`` (its transit fell from the key's
     recent typical transit, not from one straggler's), starts a guard: until the key's first arrival at
-    least that drop plus ``D_k`` later, its frontier is at most ``t - G`` with ``G`` the transit of the
+    least ``G - (tp - te) + D_k`` after it, its frontier is at most ``t - G`` with ``G`` the transit of the
     held records (the larger of the old reference's and the baseline plus the key's recent transit peak):
     the watermark advances at the pace of the clock from where the held records are, so they are not
     late, and as fast as the fresh records allow once they are in (as :mod:`watermark.slo` does after a
     frontier jump). Lags are measured against the guarded frontier, so the hold is not learnt as
-    disorder.
+    disorder. (A forward step of a key's clock looks the same, a fall of its transit: it is guarded too,
+    which holds that key's watermark back by the step for about as long; nothing is late for it.)
   - *A congestion that widens transits* (a regime whose disorder is wider, every key at once) shows before
     each key's histogram learns it in the spread of each key's transit (the change of ``tp - te`` from its
     previous arrival), recently (4 arrivals) and over the long run (``memory``; geometric means of
