@@ -54,9 +54,17 @@ target met key by key spends the budget where it buys the least latency. Here th
     held records (the larger of the old reference's and the baseline plus the key's recent transit peak):
     the watermark advances at the pace of the clock from where the held records are, so they are not
     late, and as fast as the fresh records allow once they are in (as :mod:`watermark.slo` does after a
-    frontier jump). Lags are measured against the guarded frontier, so the hold is not learnt as
-    disorder. (A forward step of a key's clock looks the same, a fall of its transit: it is guarded too,
-    which holds that key's watermark back by the step for about as long; nothing is late for it.)
+    frontier jump). The frontier is also at least the held records' *progress* (the largest event time
+    of the key's records that came in behind its reference since): it moves with them as they come, and
+    once they have filled the gap up to two of the key's event-time gaps below the fresh record, the guard
+    ends after the key's delay (the stragglers among them; a frontier jump in that time starts a new
+    guard). So a device back from offline, whose buffered backlog is the held records (a minute and more
+    of transit, flushed in order within a second, live records among them), holds its watermark for the
+    flush, not for the backlog's transit (the ``offline-flush`` family: its keys stalled for a minute and
+    more before).
+    Lags are measured against the guarded frontier, so the hold is not learnt as disorder. (A forward
+    step of a key's clock looks the same, a fall of its transit: it is guarded too, which holds that key's
+    watermark back by the step for about as long; nothing is late for it.)
   - *A congestion that widens transits* (a regime whose disorder is wider, every key at once) shows before
     each key's histogram learns it in the spread of each key's transit (the change of ``tp - te`` from its
     previous arrival), recently (4 arrivals) and over the long run (``memory``; geometric means of
@@ -83,8 +91,9 @@ them; the executors' stage (partitions run apart) cannot run it, and the job run
 **Alone** (a bare generator, the combination's ``global`` mode) a generator has a fleet of its own with one
 key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing, congestion, guard.
 
-**Snapshots.** Version 2 (the guard and the transit spread added per-key state); a version-1 snapshot loads
-with no guard in force and the new figures at zero.
+**Snapshots.** Version 3 (the guard and the transit spread added per-key state in version 2, the guard's
+progress in 3); a version-1 snapshot loads with no guard in force and the new figures at zero, a version-2
+one with a guard in force ending by its time only.
 
 Parameters
 ----------
@@ -145,6 +154,8 @@ from watermark.timeutil import NO_WATERMARK
 
 #: Widths of a key's state rows in a version-1 snapshot (the guard's and the transit figures came after).
 V1_KINTS, V1_KFLOATS = 13, 7
+#: ... and in a version-2 snapshot (the guard's progress came after).
+V2_KINTS, V2_KFLOATS = 15, 11
 
 
 def _encode_f64(values: np.ndarray) -> str:
@@ -373,7 +384,7 @@ class Fleet:
         n = len(self._slots)
         return {
             "kind": "fleet",
-            "version": 2,
+            "version": 3,
             "keys": list(self._slots),
             "kints": self._kints[:n].tolist(),
             "kfloats": _encode_f64(self._kfloats[:n]),
@@ -387,13 +398,16 @@ class Fleet:
     def load(self, snap: Mapping[str, Any]) -> None:
         """Take the state of :meth:`snapshot` (of a fleet with the same parameters).
 
-        A version-1 snapshot (before the guard) loads with no guard in force and the new figures at zero.
+        A version-1 snapshot (before the guard) loads with no guard in force and the new figures at zero; in
+        a version-2 one (before the guard's progress) a guard in force ends by its time only.
         """
         version = snap.get("version")
-        if snap.get("kind") != "fleet" or version not in (1, 2):
-            msg = "not a version-1 or version-2 fleet snapshot"
+        if snap.get("kind") != "fleet" or version not in (1, 2, 3):
+            msg = "not a version-1, 2 or 3 fleet snapshot"
             raise ValueError(msg)
-        n_kints, n_kfloats = (V1_KINTS, V1_KFLOATS) if version == 1 else (fk.N_KINTS, fk.N_KFLOATS)
+        n_kints, n_kfloats = {1: (V1_KINTS, V1_KFLOATS), 2: (V2_KINTS, V2_KFLOATS)}.get(
+            version, (fk.N_KINTS, fk.N_KFLOATS)
+        )
         keys = list(snap["keys"])
         n = len(keys)
         self._alloc(max(4, n), keep=False)
@@ -402,6 +416,9 @@ class Fleet:
             self._kfloats[:n, :n_kfloats] = _decode_f64(snap["kfloats"]).reshape(n, n_kfloats)
             self._hist[:n] = _decode_f64(snap["hist"]).reshape(n, fk.N_BINS)
             self._pend[:n] = np.array(snap["pend"], np.int64).reshape(n, fk.MAX_STEP_RUN)
+            if version < 3:  # no progress known: the gap behind a guard's fresh record never counts filled
+                self._kints[:n, fk.K_GUARD_FILL] = NO_WATERMARK
+                self._kints[:n, fk.K_GUARD_TOP] = np.iinfo(np.int64).max
         self._slots = {key: i for i, key in enumerate(keys)}
         self._fints[:] = np.array(snap["fints"], np.int64)
         ffloats = _decode_f64(snap["ffloats"])

@@ -57,7 +57,12 @@ K_OFF: Final = 11  # (following the clock) between arrivals W(t) >= min(t - K_OF
 K_CAP: Final = 12
 K_GUARD_OFF: Final = 13  # while guarded (after a frontier jump) the frontier is at most now - K_GUARD_OFF
 K_GUARD_END: Final = 14  # the guard ends at the key's first arrival at or after this (NO_WATERMARK: none)
-N_KINTS: Final = 15
+#: While guarded: the largest event time of the key's records that came in behind its reference (the held
+#: records' progress; the frontier is at least this), and the progress that ends the guard (the event time
+#: of the fresh record that started it, less two of the key's event-time gaps before it).
+K_GUARD_FILL: Final = 15
+K_GUARD_TOP: Final = 16
+N_KINTS: Final = 17
 
 # -- per-key floats -----------------------------------------------------------------------------------------
 F_INC: Final = 0  # weight of the next arrival in the histogram (grows: older ones decay relatively)
@@ -139,6 +144,8 @@ def _inlined(fn: _F) -> _F:
 
 _EDGES = EDGES
 _NO_WM: Final = NO_WATERMARK
+#: "Never": a guard's progress target once it was reached.
+_MAX_I64: Final = 2**63 - 1
 
 
 @_inlined
@@ -341,7 +348,7 @@ def _frontier(kints: Any, kfloats: Any, s: int, lead: float, now: int) -> int:
     if kints[s, K_LIVE]:
         front = int(max(ref, min(now - math.ceil(kfloats[s, F_BASE]), ref + _ahead(kfloats, s, lead))))
     if kints[s, K_GUARD_END] != _NO_WM:
-        front = min(front, now - kints[s, K_GUARD_OFF])
+        front = min(front, max(now - kints[s, K_GUARD_OFF], kints[s, K_GUARD_FILL]))
     return front
 
 
@@ -411,8 +418,16 @@ def run(
             kfloats[s, F_INC] = 1.0
             kfloats[s, F_BASE] = offset
         else:
-            if kints[s, K_GUARD_END] != _NO_WM and t >= kints[s, K_GUARD_END]:
-                kints[s, K_GUARD_END] = _NO_WM  # the held records had their time to arrive
+            if kints[s, K_GUARD_END] != _NO_WM:
+                if e < ref:  # a held record: the gap behind the fresh one fills
+                    kints[s, K_GUARD_FILL] = max(kints[s, K_GUARD_FILL], e)
+                if t >= kints[s, K_GUARD_END]:
+                    kints[s, K_GUARD_END] = _NO_WM  # the held records had their time to arrive
+                elif kints[s, K_GUARD_FILL] >= kints[s, K_GUARD_TOP]:
+                    # They came: the gap up to the fresh record is filled. The guard ends once the stragglers
+                    # among them had the key's delay to come.
+                    kints[s, K_GUARD_END] = min(kints[s, K_GUARD_END], t + kints[s, K_DELAY] + 1)
+                    kints[s, K_GUARD_TOP] = _MAX_I64
             front = _frontier(kints, kfloats, s, lead, t if follow else kints[s, K_LAST])
             lag = max(0, front - e)
             congested = math.ceil(ffloats[H_CONGESTION])
@@ -442,6 +457,7 @@ def run(
                     _add(hist, kfloats, s, own, memory)
                     _add_fleet(fhist, ffloats, own, fleet_memory)
                 if e > ref:
+                    gap_before = kfloats[s, F_GAP]
                     kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(
                         kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS
                     )
@@ -453,11 +469,19 @@ def run(
                     jump = min(kints[s, K_LAST] - ref, math.ceil(level)) - offset
                     held = max(kints[s, K_LAST] - ref, math.ceil(kfloats[s, F_BASE] + kfloats[s, F_PEAK]))
                     if guard_min > 0 and jump > max(guard_min, 3 * kints[s, K_DELAY] + 100):
-                        if kints[s, K_GUARD_END] == _NO_WM or held > kints[s, K_GUARD_OFF]:
+                        target = e - max(1, math.ceil(2.0 * gap_before))
+                        until = t + held - offset + kints[s, K_DELAY]
+                        # A new guard, unless one is in force whose held records are still coming (one
+                        # whose gap was filled, ending after the stragglers' time, gives way to this one).
+                        if kints[s, K_GUARD_END] == _NO_WM or kints[s, K_GUARD_TOP] == _MAX_I64:
+                            kints[s, K_GUARD_FILL] = ref  # the held records start after the old reference
+                            kints[s, K_GUARD_TOP] = target
                             kints[s, K_GUARD_OFF] = held
-                        kints[s, K_GUARD_END] = max(
-                            kints[s, K_GUARD_END], t + held - offset + kints[s, K_DELAY]
-                        )
+                            kints[s, K_GUARD_END] = until
+                        else:
+                            kints[s, K_GUARD_TOP] = max(kints[s, K_GUARD_TOP], target)
+                            kints[s, K_GUARD_OFF] = max(kints[s, K_GUARD_OFF], held)
+                            kints[s, K_GUARD_END] = max(kints[s, K_GUARD_END], until)
                 kints[s, K_REF] = max(ref, e)
             # Transit above the key's baseline (the baseline falls at once, rises slowly).
             base = kfloats[s, F_BASE]

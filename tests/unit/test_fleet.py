@@ -142,6 +142,26 @@ def test_the_records_still_in_flight_when_a_congestion_ends_are_guarded():
     assert late_after[500] <= 5
 
 
+def test_a_device_back_from_offline_holds_its_watermark_for_its_flush_not_for_its_backlogs_transit():
+    # a and b report every 100 ms, 100 ms in transit. b is offline from 20 s to 80 s: at 80 s it flushes
+    # the minute it buffered, in order, within 0.6 s, while its live records (100 ms transit) come too.
+    te_a = np.arange(0, 120_000, 100)
+    te_b = np.arange(0, 120_000, 100)
+    tp_b = np.where((te_b >= 20_000) & (te_b < 80_000), 80_000 + (te_b - 20_000) // 100, te_b + 100)
+    rows = [("a", T0 + e, T0 + e + 100) for e in te_a]
+    rows = sorted(rows + [("b", T0 + e, T0 + t) for e, t in zip(te_b, tp_b, strict=True)], key=lambda r: r[2])
+    keys, te, tp = (np.array(c) for c in zip(*rows, strict=True))
+    pw = PartitionedWatermark("fleet", {"late_slo_pct": 1.0}, mode="scoped")
+    wm = pw.process(keys, te, tp)
+    b = keys == "b"
+    late_backlog = np.count_nonzero(b & (te < wm) & (tp - te > 1_000))
+    assert late_backlog <= 12  # the flush is guarded: its records are not overtaken by the live ones
+    # ... and released with it: 5 s after the flush b's watermark is within 2 s of its live records (before
+    # version 3 of the snapshot it waited about the backlog's transit, a minute)
+    after = b & (tp >= T0 + 85_000) & (tp < T0 + 86_000)
+    assert np.all(te[after] - wm[after] < 2_000)
+
+
 def test_a_congestion_that_widens_every_keys_transit_raises_every_keys_delay_at_once():
     keys, te, tp = stationary(n_keys=10, per_key=600, seed=4, spread_ms=50, step_ms=10)
     rng = np.random.default_rng(5)
@@ -183,7 +203,7 @@ def test_a_version_1_snapshot_loads_with_no_guard_in_force():
     assert b.delays_ms() == a.delays_ms()
     run_keys(b, keys[600:], te[600:], tp[600:])  # and it runs on
     with pytest.raises(ValueError, match="fleet snapshot"):
-        b.load(snap | {"version": 3})
+        b.load(snap | {"version": 4})
 
 
 def test_fleet_snapshot_round_trips_through_json_and_continues_identically():
