@@ -21,8 +21,7 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   as above, its other defaults) tunes on period ``i`` and every candidate is replayed on period ``i + 1``,
   for ``i = 0, 1``: two tune/evaluate cases per seed. Each replay starts cold at the period's start.
 * **Candidates.** The tuner's choice, and for every strategy registered in :data:`watermark.registry.
-  STRATEGIES` at run time its best setting on the tuning period, by the tuner's own rule among that
-  strategy's settings (:func:`watermark.tune.stable_choice`; none meeting the target: its least late one).
+  STRATEGIES` at run time its best setting on the tuning period (at the target, else its least late one).
 * **Hindsight baseline.** For a candidate whose realized late share on the evaluation period is ``r``: the
   ``periodic`` watermark with the smallest delay, in 10 ms steps, whose late share on the evaluation period
   is ``<= r``, found by binary search (the late share falls as the delay grows), as one generator for the
@@ -80,7 +79,7 @@ from watermark.evaluate import WindowSpec, replay  # noqa: E402
 from watermark.io import read_stream  # noqa: E402
 from watermark.registry import STRATEGIES, required_params  # noqa: E402
 from watermark.synthetic import generate  # noqa: E402
-from watermark.tune import SEARCH_SPACE, SLO_SHARES, Candidate, TuneError, stable_choice, tune  # noqa: E402
+from watermark.tune import SEARCH_SPACE, SLO_SHARES, Candidate, TuneError, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = {
@@ -240,12 +239,18 @@ def measure(te: np.ndarray, tp: np.ndarray, key: np.ndarray, part: np.ndarray | 
 
 
 def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Candidate]:
-    """Each strategy's choice at the target by the tuner's rule among its settings (else its least late)."""
+    """Each strategy's best candidate at the target (else its least late one)."""
     out: dict[str, Candidate] = {}
-    for name in dict.fromkeys(c.strategy for c in candidates):
-        mine = [c for c in candidates if c.strategy == name]
-        choice = stable_choice(mine, target)
-        out[name] = choice if choice is not None else min(mine, key=lambda c: c.dropped_pct)
+    for c in candidates:
+        ok = c.dropped_pct <= target and c.windows_fired > 0
+        rank = (not ok, c.mean_latency_ms if ok else c.dropped_pct)
+        prev = out.get(c.strategy)
+        if prev is None:
+            out[c.strategy] = c
+            continue
+        prev_ok = prev.dropped_pct <= target and prev.windows_fired > 0
+        if rank < (not prev_ok, prev.mean_latency_ms if prev_ok else prev.dropped_pct):
+            out[c.strategy] = c
     return out
 
 
