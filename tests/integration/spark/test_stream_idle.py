@@ -1,8 +1,8 @@
 """The job in partition-scoped mode: a device that stops still gets its last window into the aggregates.
 
 Device ``b`` sends once and stops; ``a`` goes on. With an idle timeout ``b``'s watermark follows ``a``'s once
-``b`` is idle, up to the end of ``b``'s last window, so ``b``'s window fires, in the batch after the one ``b`` spoke in, at the instant the library
-replay gives (:mod:`watermark.combine`, scoped idleness).
+``b`` is idle, up to the end of ``b``'s last window, so ``b``'s window fires, in the batch after the one
+``b`` spoke in, at the instant the library replay gives (:mod:`watermark.combine`, scoped idleness).
 """
 
 import numpy as np
