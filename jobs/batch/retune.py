@@ -159,9 +159,9 @@ def read_history(
             read = min(tp_all.size, 2 * recent) if recent <= warm_up_to else recent
             drop = tp_all.size - read
             cut = int(np.partition(tp_all, drop)[drop])
-            # the recent part: rows at or after its own cut (ties with it kept, as the read keeps them)
-            recent_cut = int(np.partition(tp_all, tp_all.size - recent)[tp_all.size - recent])
-            recent_count = int(np.count_nonzero(tp_all >= recent_cut))
+            if read > recent:  # the recent part: rows at or after its own cut (ties kept, as read)
+                recent_cut = int(np.partition(tp_all, tp_all.size - recent)[tp_all.size - recent])
+                recent_count = int(np.count_nonzero(tp_all >= recent_cut))
             where = where & (pc.field("arrival_time_ms") >= cut)
             days = (cut, None)  # prunes the arrival-date partitions, when the table has them
         del tp_all
