@@ -106,10 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
     rp.add_argument(
         "--partition-mode",
-        choices=("min", "global", "scoped"),
+        choices=("min", "global", "scoped", "keyed"),
         default="min",
-        help="with --partition: min over partitions (default), one global generator, or partition-scoped "
-        "firing of the keys living in each partition",
+        help="with --partition: min over partitions (default), one global generator, partition-scoped "
+        "firing of the keys living in each partition, or key-scoped firing (each key by its own watermark)",
     )
     rp.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -167,7 +167,9 @@ def _joined(before: int, parts: list[tuple[Timeline | None, I64, I64]]) -> Timel
 AUTO = "auto"
 
 #: How :class:`PartitionedWatermark` makes the global watermark.
-COMBINATION_MODES = ("min", "global", "scoped")
+COMBINATION_MODES = ("min", "global", "scoped", "keyed")
+#: The modes where each partition fires its own windows (``"keyed"``: the caller's partitions are keys).
+SCOPED_MODES = ("scoped", "keyed")
 
 
 class PartitionedWatermark(WatermarkReadout):
@@ -193,7 +195,10 @@ class PartitionedWatermark(WatermarkReadout):
         anywhere gives the same decisions even when its partitions are read at different speeds (Kafka
         batches cut by offsets); the global value (the minimum over partitions) is only reported. With
         one, a partition silent for its timeout follows the fleet (see *Idleness in scoped mode* below).
-        The tuner measures all three and chooses.
+        The tuner measures all three and chooses. ``"keyed"``: scoped, where the caller passes each
+        record's key as its partition (the job's key-scoped firing: each key's windows fire by its own
+        watermark, several keys sharing a Kafka partition); the generators behave as in ``"scoped"``, the
+        mode is kept apart so that a state of one is never resumed as the other.
     window
         The windows the partitions' watermarks fire (scoped mode with idleness): an idle partition is
         raised no higher than the end of its last window (*No higher than its own windows* below);
@@ -307,7 +312,7 @@ class PartitionedWatermark(WatermarkReadout):
         if auto or isinstance(idle_timeout_ms, IdleLearning):
             learning = idle_timeout_ms if isinstance(idle_timeout_ms, IdleLearning) else IdleLearning()
             self.idle_timeout_ms = AUTO
-            if mode == "scoped":
+            if mode in SCOPED_MODES:
                 self._learning, self._timeout = learning, None
             else:  # learning per partition is the scoped mode's: elsewhere the cap, fixed
                 self._timeout = learning.cap_ms
@@ -394,7 +399,7 @@ class PartitionedWatermark(WatermarkReadout):
     def new_generator(self) -> WatermarkGenerator:
         """The generator a partition new to the combination starts with (scoped: at the eviction floor)."""
         gen = make(self.strategy, self.params)
-        if self.mode == "scoped" and self._evicted_floor != NO_WATERMARK:
+        if self.mode in SCOPED_MODES and self._evicted_floor != NO_WATERMARK:
             gen.hold_floor(self._evicted_floor)
         return gen
 
@@ -425,7 +430,7 @@ class PartitionedWatermark(WatermarkReadout):
         forgotten) is dropped, so the table holds only what still changes a decision.
         """
         floor = self._evicted_floor
-        if self.mode != "scoped":
+        if self.mode not in SCOPED_MODES:
             return
         if floor != NO_WATERMARK:
             by_text = {str(p): p for p in self._gens}
@@ -481,7 +486,7 @@ class PartitionedWatermark(WatermarkReadout):
             del self._last_tp[p]
             self._gap_hist.pop(p, None)
             self._learned.pop(p, None)
-        if self.mode == "scoped":
+        if self.mode in SCOPED_MODES:
             self._evicted_floor = max(self._evicted_floor, *out.values())
             self.hold_key_floors(())
         if self._holdback in out:  # (scoped mode without idleness: in min mode it is active)
@@ -559,7 +564,7 @@ class PartitionedWatermark(WatermarkReadout):
 
     # -- scoped mode with idleness: a silent partition follows the fleet ----------------------------------
     def _idle_scoped(self) -> bool:
-        return self.mode == "scoped" and (self._timeout is not None or self._learning is not None)
+        return self.mode in SCOPED_MODES and (self._timeout is not None or self._learning is not None)
 
     def _fleet(self, now: int) -> tuple[int | None, list[Hashable]]:
         """The fleet watermark at ``now`` (minimum over active partitions; None: none) and the idle ones."""
@@ -811,7 +816,7 @@ class PartitionedWatermark(WatermarkReadout):
         idle ones at the batch boundary), and a partition's last arrival is taken at the later of its own
         clock and the clock before the batch.
         """
-        if self.mode != "scoped":
+        if self.mode not in SCOPED_MODES:
             msg = f"only a partition-scoped watermark runs its partitions apart (mode is {self.mode!r})"
             raise ValueError(msg)
         if self._shared_state is not None:
@@ -853,7 +858,7 @@ class PartitionedWatermark(WatermarkReadout):
         """One arrival from ``partition`` (reference path; :meth:`process` is the fast equivalent)."""
         key = _plain(partition)
         te, now = int(te_ms), int(tp_ms)
-        if self.mode == "scoped":
+        if self.mode in SCOPED_MODES:
             return self._update_scoped(key, te, now)
         if self._clock is not None and now < self._clock:
             now = self._clock
@@ -892,7 +897,7 @@ class PartitionedWatermark(WatermarkReadout):
             self._clock = now
             self._wm = max(self._wm, self._shared.on_idle(now).watermark_ms)
             return self
-        if self.mode == "scoped":  # each partition's time is its own arrivals': only idleness advances
+        if self.mode in SCOPED_MODES:  # each partition's time is its own arrivals': only idleness advances
             if self._idle_scoped():
                 self._scoped_drop_until(now)
             self._clock = now
@@ -921,7 +926,7 @@ class PartitionedWatermark(WatermarkReadout):
         {'a': 2899, 'b': 2899}
         """
         now = int(now_ms)
-        if self.mode != "scoped":
+        if self.mode not in SCOPED_MODES:
             return self.on_idle(now)
         if self._idle_scoped():
             self._scoped_drop_until(now)
@@ -1001,10 +1006,10 @@ class PartitionedWatermark(WatermarkReadout):
             # generator reads what arrival-by-arrival processing would give it (batch invariance).
             for key in keys:
                 self._generator(key)
-            times = tp_a if self.mode == "scoped" else clock  # what each partition's generator sees
+            times = tp_a if self.mode in SCOPED_MODES else clock  # what each partition's generator sees
             clocks = {key: gen.clock_ms for key, gen in self._gens.items()}
             self._shared_state.prepare(keys, codes, te_a, times, clocks)
-        if self.mode == "scoped":
+        if self.mode in SCOPED_MODES:
             if self._idle_scoped():
                 return self._trace_scoped_idle(keys, codes, te_a, tp_a, clock)
             return self._trace_scoped(keys, codes, te_a, tp_a, clock)

@@ -5,7 +5,8 @@ SLO and the partition idleness timeout (absent: :func:`default_idle_timeout_ms`,
 ``null``: partitions never go idle; ``"auto"``, partition-scoped mode only: learned per partition from its
 own gaps, :mod:`watermark.idle`). With a strategy whose target is a late share (``"slo"``, ``"fleet"``)
 and no ``late_slo_pct`` among the params, its target is the document's ``late_slo_pct``.
-``partition_mode`` (``"min"``, the default, or ``"global"``) says how partitions make the watermark
+``partition_mode`` (``"min"``, the default, ``"global"``, ``"scoped"`` or ``"keyed"``: each key fires its
+own windows, the job judging each record by its key's generator) says how partitions make the watermark
 (:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
 batch boundaries (:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with
 :func:`write_config`. A new version applies only if it is valid and its ``version`` is higher than the
@@ -40,7 +41,7 @@ from typing import Any
 
 from watermark import storage
 from watermark.base import check_float, check_int
-from watermark.combine import AUTO, COMBINATION_MODES
+from watermark.combine import AUTO, COMBINATION_MODES, SCOPED_MODES
 from watermark.evaluate import DEFAULT_STRAGGLER_MS
 from watermark.idle import IdleLearning
 from watermark.registry import make, required_params, strategy_class
@@ -187,8 +188,11 @@ class PipelineConfig:
             if mode not in COMBINATION_MODES:
                 msg = f"partition_mode must be one of {', '.join(COMBINATION_MODES)}, got {mode!r}"
                 raise ValueError(msg)
-            if idle == AUTO and mode != "scoped":
-                msg = f"idle_timeout_ms 'auto' (learned per partition) needs partition_mode scoped: {mode}"
+            if idle == AUTO and mode not in SCOPED_MODES:
+                msg = (
+                    f"idle_timeout_ms 'auto' (learned per partition) needs partition_mode scoped or keyed: "
+                    f"{mode}"
+                )
                 raise ValueError(msg)
             retention: int | None = default_partition_retention_ms(window, idle)
             if "partition_retention_ms" in doc:  # null: partitions are never forgotten

@@ -47,7 +47,7 @@ DEFAULT_STRAGGLER_MS = 500
 LATE, STRAGGLER, NORMAL, PENDING = 0, 1, 2, 3
 
 #: How partitions make the watermark in a replay (``replay``'s ``partition_mode``).
-PARTITION_MODES = ("min", "global", "scoped")
+PARTITION_MODES = ("min", "global", "scoped", "keyed")
 CLASS_NAMES = ("late", "straggler", "normal", "pending")
 
 
@@ -247,7 +247,8 @@ def replay(
         partition combined as the minimum over active partitions; ``"global"``, one generator over the whole
         stream (partitions only reported); ``"scoped"``, one generator per partition that judges that
         partition's tuples and fires the windows of the keys living in it (each key must live in one
-        partition, as with Kafka's keyed partitioning).
+        partition, as with Kafka's keyed partitioning); ``"keyed"``, one generator per key that judges its
+        key's tuples and fires its windows (partitions only reported; the job's ``--partition-mode keyed``).
 
     Examples
     --------
@@ -295,7 +296,16 @@ def replay(
             raise ValueError(msg)
         partitions, part_codes = factorize(part[order])
         extra["partition_mode"] = partition_mode
-    if part_codes is None or partition_mode == "global":
+    if partition_mode == "keyed":
+        if keys is None:
+            msg = "partition_mode 'keyed' needs a key: each key's windows fire by its own watermark"
+            raise ValueError(msg)
+        if partitions is None:
+            extra["partition_mode"] = partition_mode
+        pre, post, classes, windows = _scoped(
+            te_s, tp_s, key_codes, key_codes, True, strategy, params, window, straggler_ms, idle_timeout_ms
+        )
+    elif part_codes is None or partition_mode == "global":
         gen = make(strategy, params)
         trace = gen.process_trace(te_s, tp_s)
         extra["diagnostics"] = gen.diagnostics()

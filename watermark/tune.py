@@ -45,7 +45,8 @@ alike, by a multiple of the window step, to start just after the previous one) a
 held-out slice is capped the same way (its first ``max_rows`` rows).
 
 With partitions, every candidate is measured in each partition mode (the minimum over partitions, one global
-generator, partition-scoped firing when keys live in one partition), so the choice is never worse on the
+generator, partition-scoped firing when keys live in one partition, key-scoped firing when keys share
+partitions), so the choice is never worse on the
 history than one global generator. ``slo`` and ``fleet`` settings without a target are tried at
 :data:`SLO_SHARES` of the tuner's target. How the choice compares, on the next period, with the best fixed
 delay chosen with hindsight is measured by ``benchmarks/tuner_quality.py`` (``docs/performance.md``); the
@@ -638,7 +639,8 @@ def tune(
     """Replay the candidates of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says.
 
     With ``partition``, every candidate is replayed in each of ``partition_modes`` (default: ``min`` and
-    ``global``, and ``scoped`` when a ``key`` is given and every key lives in one partition; see
+    ``global``, ``scoped`` when a ``key`` is given and every key lives in one partition, and ``keyed``
+    when there are more keys than partitions; see
     :func:`~watermark.evaluate.replay`), so a combination is chosen only where it measures better than one
     generator for the whole stream. ``subperiods``, ``evaluation_fraction`` and ``max_rows`` cut the history
     (:func:`split_history`); ``exhaustive`` replays every delay of the fixed-delay families instead of the
@@ -695,6 +697,8 @@ def tune(
         modes = ["min", "global"]
         if key_codes is not None and _keys_in_one_partition(part_codes, key_codes):
             modes.append("scoped")
+        if key_codes is not None and int(key_codes.max(initial=-1)) > int(part_codes.max(initial=-1)):
+            modes.append("keyed")  # keys share partitions: each key firing by its own watermark differs
     cut = split_history(
         recent, subperiods=subperiods, evaluation_fraction=evaluation_fraction, max_rows=max_rows
     )

@@ -213,6 +213,18 @@ def score(
     )
 
 
+def tuned_modes(running_mode: str) -> tuple[str, ...]:
+    """The partition modes the re-tuning measures for a job running ``running_mode``.
+
+    In the keyed mode the history's partitions are the job's keys (:func:`jobs.stream.paths.by_key`): the
+    modes over source partitions cannot be measured on it, one generator for the whole stream can.
+
+    >>> tuned_modes("scoped"), tuned_modes("keyed")
+    (('min', 'global', 'scoped'), ('global', 'keyed'))
+    """
+    return ("global", "keyed") if running_mode == "keyed" else ("min", "global", "scoped")
+
+
 def _stamp(end_ms: int) -> str:
     return datetime.fromtimestamp(end_ms / 1000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
 
@@ -255,13 +267,14 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             partition=part,
             # The arrival history keeps no keys: windows are measured per partition. In the scoped mode a
             # partition's keys fire together by its watermark, so its late share is exact and its latency
-            # is measured over (partition, window) pairs instead of (key, window) pairs.
+            # is measured over (partition, window) pairs instead of (key, window) pairs. In the keyed mode
+            # the job writes each record's key as its partition: the history is then keyed and exact.
             key=part,
             straggler_ms=running.straggler_ms,
             idle_timeout_ms=running.idle_timeout_ms,
             recent_fraction=1.0,
             recent_rows=recent,
-            partition_modes=("min", "global", "scoped"),
+            partition_modes=tuned_modes(running.partition_mode),
             subperiods=options.subperiods,
             evaluation_fraction=options.evaluation_fraction,
             max_rows=options.max_rows,

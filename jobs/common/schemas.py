@@ -229,7 +229,8 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
     },
     "watermark_log": {
         "batch_id": "micro-batch",
-        "partition": "source partition",
+        "partition": "source partition (partition mode `keyed`: the key, each key being a partition of the "
+        "watermark)",
         "partition_watermark_ms": "the partition's watermark after the batch (null: the job forgot the "
         "partition, which holds no open window)",
         "global_watermark_ms": "the combined (global) watermark after the batch",
@@ -249,7 +250,7 @@ COLUMN_DOCS: Mapping[str, Mapping[str, str]] = {
         "ingested_date": "UTC date of `ingested_at_ms`: the partition column",
     },
     "arrivals": {
-        "partition": "source partition",
+        "partition": "source partition (partition mode `keyed`: the key, which the re-tuning then replays)",
         "event_time_ms": "event time",
         "arrival_time_ms": "arrival (ingestion) time",
         "batch_id": "micro-batch that read it",

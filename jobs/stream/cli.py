@@ -192,9 +192,10 @@ def _watermark_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--partition-mode",
-        choices=("min", "global", "scoped"),
+        choices=("min", "global", "scoped", "keyed"),
         help="how partitions make the watermark (default: scoped for Kafka, each partition on its own; "
-        "min over partitions otherwise)",
+        "min over partitions otherwise; keyed: each key on its own, its windows fired by its own "
+        "watermark, when several keys share a partition; the stage then runs on the driver)",
     )
     p.add_argument(
         "--idle-timeout-ms",

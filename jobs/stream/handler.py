@@ -29,6 +29,7 @@ from jobs.stream.sources.spark_rows import SparkRows
 from jobs.stream.stage.executors import read_open_windows
 from jobs.stream.stage.states import StageStart, StageStates
 from monitoring.metrics import JobMetrics
+from watermark.combine import SCOPED_MODES
 from watermark.registry import strategy_class
 
 
@@ -79,10 +80,15 @@ class BatchHandler:
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
         opts = self.options
-        scoped = start.config.partition_mode == "scoped"
+        scoped = start.config.partition_mode in SCOPED_MODES
         # A strategy whose partitions share state (fleet) runs its stage on the driver, over the whole batch.
         shared = getattr(strategy_class(start.config.strategy), "shared_state", None) is not None
-        executors = scoped and opts.format == "kafka" and opts.stage_in != "driver" and not shared
+        executors = (
+            start.config.partition_mode == "scoped"  # keyed: a partition's executor cannot judge by key
+            and opts.format == "kafka"
+            and opts.stage_in != "driver"
+            and not shared
+        )
         if start.open_dir is not None and not executors:  # the last batch kept its windows in Spark
             start.open_windows = merge_partials(
                 start.open_windows, read_open_windows(self.spark, start.open_dir)

@@ -490,6 +490,12 @@ class JobOptions:
         if self.stage_in not in STAGE_SITES:
             msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
             raise ValueError(msg)
+        if self.stage_in == "executors" and self.config.partition_mode == "keyed":
+            msg = (
+                "--stage-in executors cannot run partition mode keyed: a Kafka partition's executor judges "
+                "by partition; key-scoped firing runs its stage on the driver (--stage-in driver or auto)"
+            )
+            raise ValueError(msg)
         if self.stage_in == "executors" and self.format != "kafka":
             msg = (
                 "--stage-in executors needs the Kafka source (--format kafka), where a Kafka partition is "

@@ -47,7 +47,7 @@ from jobs.stream.stage.executors import release, run_in_executors
 from jobs.stream.stage.scoped import claim, claims_of, fire_scoped, open_owners, row_floors
 from jobs.stream.stage.states import StageStart
 from monitoring.metrics import BatchObservation
-from watermark.combine import PartitionedWatermark
+from watermark.combine import SCOPED_MODES, PartitionedWatermark
 from watermark.timeline import Timeline
 
 log = logging.getLogger("jobs.stream")
@@ -88,6 +88,8 @@ def on_driver(
         raise RuntimeError(msg)
     valid_mask = np.asarray(narrow_all.column("valid").to_numpy(zero_copy_only=False), dtype=bool)
     narrow = narrow_all.filter(pa.array(valid_mask)).drop_columns(["valid"])
+    if config.partition_mode == "keyed":  # each key is its own partition of the watermark
+        narrow = by_key(narrow)
     numbers = RecordNumbers(narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy())
     keys = RecordKeys(files, numbers, offsets=options.format == "kafka")
     report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
@@ -148,6 +150,21 @@ def on_driver(
     )
 
 
+def by_key(narrow: pa.Table) -> pa.Table:
+    """``narrow`` with each record's key as its partition (``partition_mode`` keyed).
+
+    The watermark stage, ``watermark_log`` and ``arrivals`` then see keys as partitions: each key has its
+    own generator, fires its own windows and is idle or forgotten on its own (``late_events`` keep the
+    source partition).
+
+    >>> t = pa.table({"partition": ["0", "0"], "key": ["a", "b"], "event_time_ms": [1, 2]})
+    >>> by_key(t).column("partition").to_pylist()
+    ['a', 'b']
+    """
+    at = narrow.schema.get_field_index("partition")
+    return narrow.set_column(at, "partition", narrow.column("key").cast(pa.string()))
+
+
 def _quarantine(
     source: SparkRows | ArrowRows,
     report: BatchReport,
@@ -174,7 +191,7 @@ class _DriverStage:
 
     def __init__(self, start: StageStart, options: JobOptions) -> None:
         self.start, self.options = start, options
-        self.scoped = start.config.partition_mode == "scoped"
+        self.scoped = start.config.partition_mode in SCOPED_MODES
         self.owners = start.owners
         self.open_windows = start.open_windows
         self.fired = flush(empty_partials())

@@ -186,6 +186,7 @@ def test_by_default_a_silent_partition_stops_stalling_the_watermark_after_the_id
     [
         ({"straggler_ms": 0}, "the straggler band (500 ms -> 0 ms)"),
         ({"partition_mode": "scoped"}, "the partition mode (min -> scoped)"),
+        ({"partition_mode": "keyed"}, "the partition mode (min -> keyed)"),
         ({"slide_ms": 500}, "the window (1000 ms, slide None -> 1000 ms, slide 500)"),
     ],
 )
@@ -198,3 +199,12 @@ def test_a_running_job_refuses_a_version_that_changes_the_shape_of_its_open_wind
     assert watcher.current.version == 5
     write(path, BASE | {"version": 7, "params": {"delay_ms": 7}})  # parameters may change
     assert watcher.poll().applied.version == 7
+
+
+def test_the_keyed_mode_is_a_configuration_of_its_own_and_may_learn_its_idle_timeout():
+    cfg = PipelineConfig.from_dict(
+        BASE | {"version": 1, "partition_mode": "keyed", "idle_timeout_ms": "auto"}
+    )
+    assert cfg.partition_mode == "keyed" and cfg.to_dict()["partition_mode"] == "keyed"
+    pw = PartitionedWatermark(cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode="scoped")
+    assert "mode" in pw.mismatch(cfg.strategy, cfg.params, idle_timeout_ms=cfg.idle_timeout_ms, mode="keyed")

@@ -168,6 +168,26 @@ def test_partition_modes_scoped_fires_each_keys_windows_by_its_own_partition():
     assert fire_of_a("min") is None  # b's watermark passes 1_000 only at 2_111, after the last arrival
 
 
+def test_partition_mode_keyed_fires_each_keys_windows_by_its_own_watermark_in_a_shared_partition():
+    # a and b share partition p; b trails a by 500 ms. Scoped, b's tuples are judged by the partition's
+    # watermark (a's progress) and are late; keyed, each key is judged and fired by its own, exactly as
+    # scoped with each key its own partition.
+    te = [1_100, 600, 2_100, 1_600, 3_100, 2_600]
+    tp = [1_100, 1_110, 2_100, 2_110, 3_100, 3_110]
+    dev = ["a", "b", "a", "b", "a", "b"]
+    params = {"delay_ms": 0, "period_ms": 1}
+    run = dict(strategy="periodic", params=params, window=WindowSpec(1_000), key=dev)
+    scoped = replay(te, tp, partition=["p"] * 6, partition_mode="scoped", **run)
+    keyed = replay(te, tp, partition=["p"] * 6, partition_mode="keyed", **run)
+    by_key = replay(te, tp, partition=dev, partition_mode="scoped", **run)
+    assert scoped.late.tolist() == [False, True, False, True, False, True]
+    assert keyed.late.sum() == 0 and keyed.summary()["partitions"] == 1
+    assert np.array_equal(keyed.windows.fire_tp_ms, by_key.windows.fire_tp_ms)
+    assert np.array_equal(keyed.windows.fired, by_key.windows.fired)
+    with pytest.raises(ValueError, match="'keyed' needs a key"):
+        replay(te, tp, strategy="periodic", window=WindowSpec(1_000), partition=dev, partition_mode="keyed")
+
+
 def test_partition_mode_scoped_needs_keys_that_live_in_one_partition():
     with pytest.raises(ValueError, match="needs a key"):
         replay([1, 2], [1, 2], strategy="periodic", window=WindowSpec(10), partition=["a", "b"],

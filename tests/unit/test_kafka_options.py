@@ -299,6 +299,19 @@ def test_job_options_built_in_code_are_checked_too():
         )
 
 
+def test_the_keyed_mode_refuses_the_stage_in_the_executors_which_judge_by_kafka_partition():
+    config = PipelineConfig.from_dict(
+        {"version": 1, "strategy": "periodic", "window_ms": 1000, "partition_mode": "keyed"}
+    )
+    kafka = KafkaOptions(bootstrap_servers="b:1", topic="t")
+    with pytest.raises(ValueError, match="cannot run partition mode keyed"):
+        JobOptions(input="", output="o", checkpoint="c", config=config, format="kafka", kafka=kafka,
+                   stage_in="executors")  # fmt: skip
+    JobOptions(
+        input="", output="o", checkpoint="c", config=config, format="kafka", kafka=kafka
+    )  # auto: driver
+
+
 # --------------------------------------------------------------------------------------------------
 # confluent-kafka's spelling (the feed, bin/kafka-local)
 

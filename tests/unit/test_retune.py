@@ -181,3 +181,23 @@ def test_a_missing_arrival_history_says_how_to_get_one(tmp_path):
     running(tmp_path, delay_ms=100)
     with pytest.raises(FileNotFoundError, match="--no-arrival-history"):
         retune(options(tmp_path))
+
+
+def test_a_keyed_job_is_retuned_in_the_keyed_mode_on_its_history_of_keys(tmp_path):
+    # The keyed job writes each record's key as its partition; key b trails a by 2 s. Within the keyed mode
+    # no delay is needed for b, so a small delay replaces the running 5 s one, and the mode stays keyed.
+    n = 4_000
+    tp = np.arange(n, dtype=np.int64) * 10 + 1_000_000
+    key = np.where(np.arange(n) % 2 == 0, "a", "b")
+    te = tp - np.where(key == "b", 2_000, 0) - np.random.default_rng(1).integers(0, 50, n)
+    at = np.full(n, END_MS - 3_600_000)
+    table = pa.table({"partition": key, "event_time_ms": te, "arrival_time_ms": tp,
+                      "batch_id": np.zeros(n, np.int64), "ingested_at_ms": at})  # fmt: skip
+    write_deltalake(str(tmp_path / "tables" / "arrivals"), table.cast(ARRIVALS_SCHEMA))
+    doc = {"version": 3, "strategy": "periodic", "params": {"delay_ms": 5_000, "period_ms": 10},
+           "window_ms": 1_000, "late_slo_pct": 0.5, "partition_mode": "keyed"}  # fmt: skip
+    write_config(tmp_path / "watermark.json", PipelineConfig.from_dict(doc))
+    outcome = retune(options(tmp_path))
+    after = load_config(tmp_path / "watermark.json")
+    assert outcome.decision == "published" and after.partition_mode == "keyed"
+    assert after.params["delay_ms"] < 2_000 and outcome.chosen["partition_mode"] == "keyed"

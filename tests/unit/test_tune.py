@@ -138,6 +138,19 @@ def test_scoped_firing_is_not_offered_when_a_key_spans_partitions():
     assert {c.partition_mode for c in result.candidates} == {"min", "global"}
 
 
+def test_key_scoped_firing_is_measured_when_keys_share_a_partition_and_chosen_when_it_is_faster():
+    # Four devices in one partition, each trailing by its own offset; each firing by its own watermark needs
+    # no delay, any mode judging by the partition (or the stream) needs the largest offset.
+    tp = np.arange(0, 40_000, 10, dtype=np.int64)
+    dev = np.array(["a", "b", "c", "d"])[np.arange(tp.size) % 4]
+    te = tp - np.select([dev == "b", dev == "c", dev == "d"], [100, 200, 300], 0)
+    space = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in range(0, 401, 50)]}
+    one = ["p"] * tp.size
+    result = tune(te, tp, target_late_pct=0.5, window=WindowSpec(1_000), space=space, partition=one, key=dev)
+    assert {c.partition_mode for c in result.candidates} == {"min", "global", "scoped", "keyed"}
+    assert result.choice.partition_mode == "keyed" and result.choice.params["delay_ms"] == 0
+
+
 def test_a_setting_whose_late_share_drifts_within_the_history_is_passed_over():
     # Calm first half (lag < 20 ms), disordered second half (lag up to 300 ms). With a 60 ms delay about 40 %
     # of all tuples are late, within a 45 % target overall, but about 80 % of the second half: unstable, so
