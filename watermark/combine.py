@@ -728,6 +728,7 @@ class PartitionedWatermark(WatermarkReadout):
         chunks: dict[Hashable, list[tuple[Timeline | None, I64, I64]]] = {}
 
         def run(key: Hashable, seg: NDArray[np.intp]) -> None:
+            caps.pop(key, None)
             trace = self._gens[key].process_trace(te[seg], tp[seg])  # on the partition's own clock
             pre[seg], post[seg] = trace.at_arrival, trace.after_arrival
             seen_idx.setdefault(key, []).append(seg)
@@ -746,29 +747,66 @@ class PartitionedWatermark(WatermarkReadout):
             k = np.searchsorted(idx, at, side="right") - 1
             return np.where(k >= 0, posts[np.maximum(k, 0)] if posts.size else 0, before_wm[key])
 
+        caps: dict[Hashable, int | None] = {}  # an idle partition's cap (its windows change only as it runs)
+
+        def cap_of(p: Hashable) -> int | None:
+            if p not in caps:
+                caps[p] = self._idle_cap(p)
+            return caps[p]
+
         def raise_idle(at_t: I64, fleet: I64) -> None:
             """Idle partitions follow the running maximum of ``fleet`` (the fleet after each instant)."""
             running = np.maximum.accumulate(fleet)
             for p in idle:
                 gen = self._gens[p]
-                cap = self._idle_cap(p)
+                cap = cap_of(p)
                 top = running if cap is None else np.minimum(running, cap)
+                if int(top[-1]) <= gen.watermark_ms:  # no step above it (top is non-decreasing)
+                    continue
                 grows = np.ones(top.size, np.bool_)
                 grows[1:] = top[1:] > top[:-1]
                 steps = grows & (top > gen.watermark_ms)
-                if steps.any():
-                    chunks.setdefault(p, []).append((None, at_t[steps], top[steps]))
-                    gen.hold_floor(int(top[-1]))
+                chunks.setdefault(p, []).append((None, at_t[steps], top[steps]))
+                gen.hold_floor(int(top[-1]))
 
         cur = 0
+        # Each active partition's watermark right after position ``cur - 1``, kept arrival by arrival over
+        # short stretches (a sparse fleet: many events, few arrivals between them), where a vectorised pass
+        # per active partition costs more than the arrivals; ``None``: to be read again (``values``).
+        cur_v: dict[Hashable, int] | None = None
+        short = 32
+
+        def fresh() -> dict[Hashable, int]:
+            nonlocal cur_v
+            if cur_v is None:
+                before = np.array([cur - 1], np.intp)
+                cur_v = {q: int(values(q, before)[0]) for q in active}
+            return cur_v
 
         def stretch(upto: int) -> None:
-            nonlocal cur
-            if idle and active and cur < upto:
-                at = np.arange(cur, upto, dtype=np.intp)
-                fleet = np.minimum.reduce([values(q, at) for q in active])
-                raise_idle(clock[at], fleet)
-            cur = max(cur, upto)
+            nonlocal cur, cur_v
+            if cur >= upto:
+                return
+            if upto - cur <= short:
+                v = fresh()
+                low = min(v.values()) if v else 0
+                fleet: list[int] = []
+                for i in range(cur, upto):
+                    k = keys[codes[i]]
+                    if k in v:
+                        old, new = v[k], int(post[i])
+                        v[k] = new
+                        if old == low or new < low:
+                            low = min(v.values())
+                    fleet.append(low)
+                if idle and active:
+                    raise_idle(clock[cur:upto], np.array(fleet, np.int64))
+            else:
+                if idle and active:
+                    at = np.arange(cur, upto, dtype=np.intp)
+                    raise_idle(clock[at], np.minimum.reduce([values(q, at) for q in active]))
+                cur_v = None
+            cur = upto
 
         for key, seg in first_runs:
             run(key, seg)
@@ -777,16 +815,19 @@ class PartitionedWatermark(WatermarkReadout):
             if kind == 0:
                 for key in drops[instant]:
                     active.pop(key, None)
+                    if cur_v is not None:
+                        cur_v.pop(key, None)
                     idle[key] = None
                 if active:
-                    before = np.array([pos - 1], np.intp)
-                    low = min(int(values(q, before)[0]) for q in active)
+                    low = min(fresh().values())
                     raise_idle(np.array([instant], np.int64), np.array([low], np.int64))
             else:
                 _, key, seg = starts[s]
                 idle.pop(key, None)
                 run(key, seg)
                 active[key] = None
+                if cur_v is not None:  # its value from ``pos`` on: it arrives there (``stretch`` reads on)
+                    cur_v[key] = int(post[seg[0]])
         stretch(n)
         for key, r in rows_of.items():
             if r.size:
