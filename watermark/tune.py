@@ -4,16 +4,18 @@ It replays a recorded history through a search space of strategies and parameter
 keeps the runs whose late share (``dropped_pct``) is at most the target, and chooses the one with the lowest
 mean emit latency (ties: fewer late tuples, then the earlier candidate), weighing that latency against how
 safely the target is kept on ``subperiods`` sub-periods of the history (by arrival; default
-:data:`SUBPERIODS`). **The rule** (:func:`stable_choice`), from the safest setting down, each step taken only
-when it is more than :data:`SAFETY_COST` (2) times faster than the choice so far:
+:data:`SUBPERIODS`). **The rule** (:func:`stable_choice`) steps from the safest setting down, each step
+taken only when it is more than :data:`SAFETY_COST` (2) times faster than the choice so far:
 
-1. the fastest setting that keeps the target on every sub-period (**stable**);
-2. else the fastest keeping it on the pooled history: one whose late share drifts above the target on a
-   sub-period is passed over for a stable one, but not at any price (none stable: this one);
-3. else the fastest whose late tuples are a **one-off burst** (:func:`one_off_burst`): within half the
-   target on every sub-period but one, within twice the target pooled. One device's clock stepping back by
-   seconds makes its records late for that long under any watermark that never goes back; it happens once,
-   so the next period does not need the fixed delay of seconds that would hide it.
+1. start from the fastest setting that keeps the target on every sub-period (**stable**);
+2. take the fastest keeping it on the pooled history instead (its late share drifts above the target on a
+   sub-period) when it is more than twice as fast, or when none is stable: a drifting setting is passed
+   over for a stable one, but not at any price;
+3. take the fastest whose late tuples are a **one-off burst** (:func:`one_off_burst`: within half the
+   target on every sub-period but one, within twice the target pooled) instead when it is more than twice
+   as fast again. One device's clock stepping back by seconds makes its records late for that long under
+   any watermark that never goes back; it happens once, so the next period does not need the fixed delay
+   of seconds that would hide it.
 
 When no setting keeps the target pooled there is no choice (:class:`TuneError`), a burst included. The
 factor 2 is what the carry-over benchmark supports (``benchmarks/tuner_quality.py``, design seeds): the
