@@ -247,3 +247,25 @@ def test_polling_on_idle_between_arrivals_never_changes_the_decisions(data):
         got.append(int(polled.process(part[i : i + 1], te[i : i + 1], tp[i : i + 1])[0]))
     assert got == expected.tolist()
     assert polled.partition_watermarks == plain.partition_watermarks
+
+
+@pytest.mark.parametrize("name", ["periodic", "fleet"])
+def test_a_sparse_fleet_of_many_partitions_gives_the_decisions_of_the_loop_in_one_call(name):
+    # 24 devices, one arrival every 40 ms on average in bursts and lulls: many returns from idleness with a
+    # few arrivals between them (kept arrival by arrival) and long busy stretches (vectorised); both paths
+    # give what the tuple-by-tuple loop gives, and every partition's timeline stays monotone.
+    rng = np.random.default_rng(7)
+    gaps = np.where(rng.random(3_000) < 0.1, rng.integers(500, 3_000, 3_000), rng.integers(0, 20, 3_000))
+    tp = np.cumsum(gaps)
+    te = tp - rng.integers(0, 200, tp.size)
+    part = np.array([f"d{i}" for i in rng.integers(0, 24, tp.size)], dtype=object)
+    params = {"periodic": {"delay_ms": 50, "period_ms": 10}, "fleet": {"late_slo_pct": 1.0}}[name]
+    whole = PartitionedWatermark(name, params, idle_timeout_ms=400, mode="scoped", window=WindowSpec(1_000))
+    one = whole.process_trace(part, te, tp)
+    looped = PartitionedWatermark(name, params, idle_timeout_ms=400, mode="scoped", window=WindowSpec(1_000))
+    loop_at = [looped.update(p, a, b).watermark_at_arrival_ms for p, a, b in zip(part, te, tp, strict=True)]
+    assert loop_at == one.at_arrival.tolist()
+    assert looped.partition_watermarks == whole.partition_watermarks
+    for tl in (one.partition_timelines or {}).values():
+        levels = np.stack([tl.pre, tl.post], 1).ravel()
+        assert np.all(levels[1:] >= levels[:-1])
