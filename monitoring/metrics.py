@@ -297,8 +297,15 @@ def _idle_seconds(idle_timeout_ms: int | None) -> float:
 
 
 def _shown(partitions: dict[str, PartitionState]) -> list[PartitionState]:
-    """The partitions given series: the holding-back one, then the rest by name, at most the cap."""
-    ordered = sorted(partitions.values(), key=lambda p: (not p.holds_back, p.partition))
+    """The partitions given series, at most the cap, the ones an on-call engineer looks for first.
+
+    The holding-back one, then the active ones furthest behind (lowest watermark first: with more
+    partitions than the cap, as keys are in the keyed mode, the series show the laggards), then the idle
+    ones; ties by name.
+    """
+    ordered = sorted(
+        partitions.values(), key=lambda p: (not p.holds_back, not p.active, p.watermark_ms, p.partition)
+    )
     return ordered[:MAX_PARTITION_SERIES]
 
 

@@ -108,6 +108,16 @@ def test_partition_series_show_who_holds_the_watermark_back_and_stay_bounded():
     assert registry.get_sample_value("awm_watermark_holdback_seconds") == pytest.approx(1_000.149)
 
 
+def test_beyond_the_cap_the_series_show_the_active_partitions_furthest_behind():
+    registry, metrics, _ = fresh()
+    parts = [PartitionState(f"k{i:04d}", 2_000_000 - i, holds_back=i == 149) for i in range(150)]
+    parts.append(PartitionState("gone", 1_000, active=False))
+    metrics.batch_done(BatchObservation(batch_id=0, watermark_ms=2_000_000 - 149, partitions=parts))
+    shown = {s.labels["partition"] for m in registry.collect() if m.name == "awm_partition_holds_back"
+             for s in m.samples}  # fmt: skip
+    assert shown == {f"k{i:04d}" for i in range(50, 150)}  # the 100 lowest watermarks; not the idle one
+
+
 def test_the_server_serves_the_registry_on_localhost_and_a_busy_port_is_a_clear_error():
     registry, metrics, _ = fresh()
     metrics.batch_done(BatchObservation(batch_id=0, late=2))
