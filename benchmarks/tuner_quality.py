@@ -21,7 +21,9 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   as above, its other defaults) tunes on period ``i`` and every candidate is replayed on period ``i + 1``,
   for ``i = 0, 1``: two tune/evaluate cases per seed. Each replay starts cold at the period's start.
 * **Candidates.** The tuner's choice, and for every strategy registered in :data:`watermark.registry.
-  STRATEGIES` at run time its best setting on the tuning period (at the target, else its least late one).
+  STRATEGIES` at run time the tuner's choice among that strategy's settings (``best <strategy>``: its rule,
+  :func:`per_strategy`), and ``fastest fleet``: ``fleet``'s fastest setting meeting the target on the
+  tuning period (else its least late one), the rule of every row before the tuner's rule weighed safety.
 * **Hindsight baseline.** For a candidate whose realized late share on the evaluation period is ``r``: the
   ``periodic`` watermark with the smallest delay, in 10 ms steps, whose late share on the evaluation period
   is ``<= r``, found by binary search (the late share falls as the delay grows), as one generator for the
