@@ -30,6 +30,8 @@ over the active partitions) once its timeout has elapsed, up to the end of its o
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import operator
 import os
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
@@ -165,6 +167,20 @@ def _joined(before: int, parts: list[tuple[Timeline | None, I64, I64]]) -> Timel
 
 #: ``idle_timeout_ms`` of a timeout learned per partition from its own gaps (:mod:`watermark.idle`).
 AUTO = "auto"
+
+
+def rows_by_code(codes: NDArray[np.intp], count: int) -> list[NDArray[np.intp]]:
+    """The row positions of each code ``0 .. count - 1``, each in increasing order (one stable sort).
+
+    With thousands of partitions (keys in the keyed mode) a scan per code would cost rows x partitions.
+
+    >>> [r.tolist() for r in rows_by_code(np.array([1, 0, 1, 2, 0]), 4)]
+    [[1, 4], [0, 2], [3], []]
+    """
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(count + 1), side="left")
+    return [order[bounds[c] : bounds[c + 1]] for c in range(count)]
+
 
 #: How :class:`PartitionedWatermark` makes the global watermark.
 COMBINATION_MODES = ("min", "global", "scoped", "keyed")
@@ -514,9 +530,9 @@ class PartitionedWatermark(WatermarkReadout):
         assert trace.timeline is not None
         pre = np.maximum(trace.at_arrival, before)  # the global value holds what it reached before
         post = np.maximum(trace.after_arrival, before)
-        for code, key in enumerate(keys):
+        for key, rows in zip(keys, rows_by_code(codes, len(keys)), strict=True):
             self._generator(key)
-            self._last_tp[key] = int(clock[np.flatnonzero(codes == code)[-1]])
+            self._last_tp[key] = int(clock[rows[-1]])
         self._wm = int(post[-1])
         self._wm_at_arrival = int(pre[-1])
         self._clock = int(clock[-1])
@@ -546,8 +562,7 @@ class PartitionedWatermark(WatermarkReadout):
         pre = np.empty(te.size, np.int64)
         post = np.empty(te.size, np.int64)
         timelines: dict[Hashable, Timeline] = {}
-        for code, key in enumerate(keys):
-            rows = np.flatnonzero(codes == code)
+        for key, rows in zip(keys, rows_by_code(codes, len(keys)), strict=True):
             gen = self._generator(key)
             trace = gen.process_trace(te[rows], tp[rows])  # on the partition's own clock
             pre[rows], post[rows] = trace.at_arrival, trace.after_arrival
@@ -657,11 +672,21 @@ class PartitionedWatermark(WatermarkReadout):
         post = np.empty(n, np.int64)
         for key in keys:
             self._generator(key)
-        rows_of = {key: np.flatnonzero(codes == c) for c, key in enumerate(keys)}
+        rows_of = dict(zip(keys, rows_by_code(codes, len(keys)), strict=True))
         before_wm = {p: g.watermark_ms for p, g in self._gens.items()}
         none_idx = np.empty(0, np.intp)
         active: dict[Hashable, None] = {}  # ordered sets: the same order in every run
         idle: dict[Hashable, None] = {}
+        # The idle partitions below their cap: only they can still be raised (one at its cap stays there
+        # until it returns), so a raise costs the partitions it moves, not every idle one.
+        unsat: dict[Hashable, None] = {}
+        below: list[tuple[int, int, Hashable]] = []  # unsat by watermark (stale entries skipped)
+        tick = itertools.count()
+
+        def unsaturated(p: Hashable) -> None:
+            unsat[p] = None
+            heapq.heappush(below, (self._gens[p].watermark_ms, next(tick), p))
+
         drops: dict[int, list[Hashable]] = {}  # instant -> partitions falling idle then
         starts: list[tuple[int, Hashable, NDArray[np.intp]]] = []  # (first arrival, partition, segment rows)
         first_runs: list[tuple[Hashable, NDArray[np.intp]]] = []
@@ -678,6 +703,7 @@ class PartitionedWatermark(WatermarkReadout):
             elif start_clock is not None and start_clock - last0 >= t0:
                 state0 = "idle"
                 idle[key] = None
+                unsaturated(key)
             else:
                 state0 = "active"
                 active[key] = None
@@ -757,52 +783,73 @@ class PartitionedWatermark(WatermarkReadout):
         def raise_idle(at_t: I64, fleet: I64) -> None:
             """Idle partitions follow the running maximum of ``fleet`` (the fleet after each instant)."""
             running = np.maximum.accumulate(fleet)
-            for p in idle:
+            high = int(running[-1])
+            while below and below[0][0] < high:  # the others have no step below ``high`` to take
+                w, _, p = heapq.heappop(below)
                 gen = self._gens[p]
+                if p not in unsat or gen.watermark_ms != w:
+                    continue  # returned, or raised since: a stale entry
                 cap = cap_of(p)
+                if cap is not None and w >= cap:
+                    del unsat[p]
+                    continue
                 top = running if cap is None else np.minimum(running, cap)
-                if int(top[-1]) <= gen.watermark_ms:  # no step above it (top is non-decreasing)
+                if int(top[-1]) <= w:  # no step above it (top is non-decreasing)
+                    heapq.heappush(below, (w, next(tick), p))
                     continue
                 grows = np.ones(top.size, np.bool_)
                 grows[1:] = top[1:] > top[:-1]
-                steps = grows & (top > gen.watermark_ms)
+                steps = grows & (top > w)
                 chunks.setdefault(p, []).append((None, at_t[steps], top[steps]))
                 gen.hold_floor(int(top[-1]))
+                if cap is None or gen.watermark_ms < cap:
+                    heapq.heappush(below, (gen.watermark_ms, next(tick), p))  # at ``high``: not again now
+                else:
+                    del unsat[p]
 
         cur = 0
         # Each active partition's watermark right after position ``cur - 1``, kept arrival by arrival over
         # short stretches (a sparse fleet: many events, few arrivals between them), where a vectorised pass
         # per active partition costs more than the arrivals; ``None``: to be read again (``values``).
         cur_v: dict[Hashable, int] | None = None
-        short = 32
+        heap: list[tuple[int, int, Hashable]] = []  # (watermark, tie-break, partition); stale entries skipped
+        short, many = 32, 64  # ... and over any stretch with many active partitions (keys, keyed mode)
 
         def fresh() -> dict[Hashable, int]:
-            nonlocal cur_v
+            nonlocal cur_v, heap
             if cur_v is None:
                 before = np.array([cur - 1], np.intp)
                 cur_v = {q: int(values(q, before)[0]) for q in active}
+                heap = [(w, next(tick), q) for q, w in cur_v.items()]
+                heapq.heapify(heap)
             return cur_v
+
+        def put(v: dict[Hashable, int], q: Hashable, w: int) -> None:
+            v[q] = w
+            heapq.heappush(heap, (w, next(tick), q))
+
+        def lowest(v: dict[Hashable, int]) -> int:
+            """The minimum of ``v`` (the fleet's watermark): the heap's top once stale entries are gone."""
+            while heap and v.get(heap[0][2]) != heap[0][0]:
+                heapq.heappop(heap)
+            return heap[0][0] if heap else 0
 
         def stretch(upto: int) -> None:
             nonlocal cur, cur_v
             if cur >= upto:
                 return
-            if upto - cur <= short:
+            if upto - cur <= short or len(active) > many:
                 v = fresh()
-                low = min(v.values()) if v else 0
                 fleet: list[int] = []
                 for i in range(cur, upto):
                     k = keys[codes[i]]
-                    if k in v:
-                        old, new = v[k], int(post[i])
-                        v[k] = new
-                        if old == low or new < low:
-                            low = min(v.values())
-                    fleet.append(low)
-                if idle and active:
+                    if k in v and v[k] != post[i]:
+                        put(v, k, int(post[i]))
+                    fleet.append(lowest(v))
+                if unsat and active:
                     raise_idle(clock[cur:upto], np.array(fleet, np.int64))
             else:
-                if idle and active:
+                if unsat and active:
                     at = np.arange(cur, upto, dtype=np.intp)
                     raise_idle(clock[at], np.minimum.reduce([values(q, at) for q in active]))
                 cur_v = None
@@ -818,16 +865,18 @@ class PartitionedWatermark(WatermarkReadout):
                     if cur_v is not None:
                         cur_v.pop(key, None)
                     idle[key] = None
+                    unsaturated(key)
                 if active:
-                    low = min(fresh().values())
+                    low = lowest(fresh())
                     raise_idle(np.array([instant], np.int64), np.array([low], np.int64))
             else:
                 _, key, seg = starts[s]
                 idle.pop(key, None)
+                unsat.pop(key, None)
                 run(key, seg)
                 active[key] = None
                 if cur_v is not None:  # its value from ``pos`` on: it arrives there (``stretch`` reads on)
-                    cur_v[key] = int(post[seg[0]])
+                    put(cur_v, key, int(post[seg[0]]))
         stretch(n)
         for key, r in rows_of.items():
             if r.size:

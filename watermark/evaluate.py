@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import check_int
-from watermark.combine import PartitionedWatermark, factorize
+from watermark.combine import PartitionedWatermark, factorize, rows_by_code
 from watermark.registry import make
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
@@ -380,8 +380,8 @@ def _scoped(
     )
     trace = combo.process_trace(part_codes, te, tp)
     assert trace.partition_timelines is not None
-    for code in range(int(part_codes.max()) + 1 if part_codes.size else 0):
-        rows = np.flatnonzero(part_codes == code)
+    count = int(part_codes.max()) + 1 if part_codes.size else 0
+    for code, rows in enumerate(rows_by_code(part_codes, count)):
         pre[rows], post[rows] = trace.at_arrival[rows], trace.after_arrival[rows]
         classes[rows] = classify(te[rows], pre[rows], straggler_ms)
         timeline = trace.partition_timelines[code]
