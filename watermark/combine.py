@@ -177,6 +177,8 @@ def rows_by_code(codes: NDArray[np.intp], count: int) -> list[NDArray[np.intp]]:
     >>> [r.tolist() for r in rows_by_code(np.array([1, 0, 1, 2, 0]), 4)]
     [[1, 4], [0, 2], [3], []]
     """
+    if count <= 32:  # a scan per code is cheaper than the sort for a few partitions
+        return [np.flatnonzero(codes == c) for c in range(count)]
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(count + 1), side="left")
     return [order[bounds[c] : bounds[c + 1]] for c in range(count)]

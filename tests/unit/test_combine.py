@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.combine import PartitionedWatermark, factorize
+from watermark.combine import PartitionedWatermark, factorize, rows_by_code
 from watermark.registry import make
 from watermark.timeutil import NO_WATERMARK
 
@@ -302,3 +302,10 @@ def test_no_partition_watermark_goes_back_across_a_reconfiguration(mode, data):
         for p, wm in before.items():
             mine = parts[cut:] == p
             assert (trace.at_arrival[mine] >= wm).all()
+
+
+@pytest.mark.parametrize("count", [1, 5, 33, 700])
+def test_rows_are_grouped_by_code_in_order_whether_scanned_or_sorted(count):
+    codes = np.random.default_rng(count).integers(0, count, 5_000)
+    groups = rows_by_code(codes, count)
+    assert [g.tolist() for g in groups] == [np.flatnonzero(codes == c).tolist() for c in range(count)]
