@@ -795,10 +795,7 @@ class PartitionedWatermark(WatermarkReadout):
                 if cap is not None and w >= cap:
                     del unsat[p]
                     continue
-                top = running if cap is None else np.minimum(running, cap)
-                if int(top[-1]) <= w:  # no step above it (top is non-decreasing)
-                    heapq.heappush(below, (w, next(tick), p))
-                    continue
+                top = running if cap is None else np.minimum(running, cap)  # its last value is above w
                 grows = np.ones(top.size, np.bool_)
                 grows[1:] = top[1:] > top[:-1]
                 steps = grows & (top > w)
