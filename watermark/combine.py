@@ -678,7 +678,6 @@ class PartitionedWatermark(WatermarkReadout):
         before_wm = {p: g.watermark_ms for p, g in self._gens.items()}
         none_idx = np.empty(0, np.intp)
         active: dict[Hashable, None] = {}  # ordered sets: the same order in every run
-        idle: dict[Hashable, None] = {}
         # The idle partitions below their cap: only they can still be raised (one at its cap stays there
         # until it returns), so a raise costs the partitions it moves, not every idle one.
         unsat: dict[Hashable, None] = {}
@@ -704,7 +703,6 @@ class PartitionedWatermark(WatermarkReadout):
                 state0 = "new"
             elif start_clock is not None and start_clock - last0 >= t0:
                 state0 = "idle"
-                idle[key] = None
                 unsaturated(key)
             else:
                 state0 = "active"
@@ -863,14 +861,12 @@ class PartitionedWatermark(WatermarkReadout):
                     active.pop(key, None)
                     if cur_v is not None:
                         cur_v.pop(key, None)
-                    idle[key] = None
                     unsaturated(key)
                 if active:
                     low = lowest(fresh())
                     raise_idle(np.array([instant], np.int64), np.array([low], np.int64))
             else:
                 _, key, seg = starts[s]
-                idle.pop(key, None)
                 unsat.pop(key, None)
                 run(key, seg)
                 active[key] = None
