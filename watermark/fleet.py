@@ -15,7 +15,9 @@ target met key by key spends the budget where it buys the least latency. Here th
   watermark follows the ingestion clock, a ramp in the timeline), ``baseline`` its low transit ``tp - te``
   (which absorbs a clock offset) and ``gap`` its recent mean event-time step. A key that is not live (a
   device flushing a backlog, a congestion) has its reference as frontier. ``lead = 0``: always the
-  reference, ``W_k = max te - D_k``.
+  reference, ``W_k = max te - D_k``; no key is live then, and every arrival's lag counts in its key's model
+  (otherwise a key's in-order arrivals count only while it is live, below: in a congestion they need no
+  delay and would dilute its disorder).
 * **Per-key lag model.** The *lag* of an arrival is how far its event time is behind its key's frontier
   just before it (0 when ahead): it is late exactly when its lag exceeds the delay. Each key keeps a
   histogram of its lags in log-spaced bins (8 a doubling, 273 bins: bounded, JSON-able state) with
@@ -39,7 +41,10 @@ target met key by key spends the budget where it buys the least latency. Here th
   a sparse one a loose one. The budget tightens while the realised late share is above the target (won
   back over 2,000 arrivals, as :mod:`watermark.slo` does, but to no less than half the target: a tighter
   budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
-  fleet's first 200 arrivals.
+  fleet's first 200 arrivals. Where several keys are indifferent at the multiplier (keys pooled toward the
+  same fleet tail: one record of one key seconds late), the multiplier alone would move them all to cover
+  it; what its choice leaves of the budget is spent instead, key by key, the most latency saved per
+  expected late arrival first, so that only as many keys cover the tail as the budget needs.
 * **Congestion moves every key at once.** A congestion that holds every arrival back by about the same
   amount (a network queue) shifts transits without reordering a key's records: while it lasts, a key's
   arrivals are behind the clock, the key is not live, its frontier is its reference and the in-order records

@@ -295,7 +295,9 @@ def allocate(
     lo, hi = -20.0, 60.0
     best = np.zeros(nk, np.int64)
     choice = np.zeros(nk, np.int64)
+    over = np.zeros(nk, np.int64)  # the choice at the largest multiplier found over the budget
     found = False
+    missed = False
     for _ in range(48):
         middle = 0.5 * (lo + hi)
         lam = math.exp(middle)
@@ -319,13 +321,46 @@ def allocate(
             best[:] = choice
         else:
             lo = middle
+            missed = True
+            over[:] = choice
     if not found:  # (the top bins cover everything: the largest lambda always fits)
         for s in range(nk):
             best[s] = top[s]
+    elif missed:
+        _fill(best, over, rate, surv, allowed_late)
     ffloats[H_LAMBDA] = math.exp(hi)
     for s in range(nk):
         if rate[s] > 0.0:
             kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
+
+
+@_compiled
+def _fill(best: Any, over: Any, rate: Any, surv: Any, allowed_late: float) -> None:
+    """Spend what the multiplier's choice leaves of the budget: keys move to their choice just over it.
+
+    At the critical multiplier several keys can be indifferent between a cover and a shorter delay (keys
+    pooled toward the same fleet tail: one straggler of a key seconds late makes every key weigh it); the
+    Lagrangian then moves them all at once and the fleet covers the tail on every key while a few would do.
+    Keys move, the most latency saved per expected late arrival first, while the budget holds.
+    """
+    nk = best.size
+    late = 0.0
+    for s in range(nk):
+        if rate[s] > 0.0:
+            late += rate[s] * surv[s, best[s]]
+    gain = np.zeros(nk, np.float64)
+    cost = np.zeros(nk, np.float64)
+    for s in range(nk):
+        if rate[s] > 0.0 and over[s] < best[s]:
+            cost[s] = rate[s] * (surv[s, over[s]] - surv[s, best[s]])
+            saved = float(_EDGES[best[s]] - _EDGES[over[s]])
+            gain[s] = saved / cost[s] if cost[s] > 0.0 else np.inf
+    for s in np.argsort(-gain, kind="mergesort"):
+        if gain[s] <= 0.0:
+            break
+        if late + cost[s] <= allowed_late:
+            late += cost[s]
+            best[s] = over[s]
 
 
 @_inlined
@@ -453,7 +488,7 @@ def run(
                 kints[s, K_RUN] = 0
                 # What the congestion delay covers is the congestion's, not the key's own disorder.
                 own = max(0, lag - congested)
-                if own > 0 or kints[s, K_LIVE]:
+                if own > 0 or kints[s, K_LIVE] or lead == 0.0:
                     _add(hist, kfloats, s, own, memory)
                     _add_fleet(fhist, ffloats, own, fleet_memory)
                 if e > ref:

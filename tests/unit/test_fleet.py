@@ -321,3 +321,36 @@ def test_the_partitions_of_a_combination_share_one_fleet_and_its_snapshot_holds_
     assert all(p[2]["state"]["fleet"] is None for p in snap["partitions"])
     with pytest.raises(ValueError, match="share state"):
         pw.absorb_partitions([], NO_WATERMARK, int(tp[-1]))
+
+
+def test_without_a_lead_in_order_arrivals_count_in_the_lag_model():
+    # lead=0: the frontier is the key's largest event time, a key is never "live"; its in-order arrivals (lag
+    # 0) must still weigh in its lag model, or 2 % of stragglers look like all of its lateness.
+    rng = np.random.default_rng(3)
+    n = 4_000
+    tp = T0 + np.arange(n, dtype=np.int64) * 50
+    te = tp - 20
+    stragglers = rng.random(n) < 0.02
+    te[stragglers] -= 300  # 250 ms behind the record before them
+    gen = FleetWatermark(late_slo_pct=5.0, lead=0.0, initial_delay_ms=0)
+    gen.process(te, tp)
+    assert gen.delay_ms < 250  # 2 % late at no delay is within the 5 % target
+    gen = FleetWatermark(late_slo_pct=1.0, lead=0.0, initial_delay_ms=0)
+    gen.process(te, tp)
+    assert gen.delay_ms >= 250  # ... and not within 1 %
+
+
+def test_keys_indifferent_at_the_multiplier_share_the_budget_instead_of_all_covering_the_tail():
+    # Four keys alike: 1 % of each one's lags about 10 s, 5 % about 200 ms. The multiplier's choice just over
+    # the budget (200 ms: 1 % late each) and within it (10 s: none). A budget of 2.5 % of one key's arrivals
+    # lets two keys stay at the short delay; only the others cover the tail.
+    short, cover = fk.bin_of(200), fk.bin_of(10_000)
+    surv = np.zeros((4, fk.N_BINS))
+    surv[:, :short] = 0.06
+    surv[:, short:cover] = 0.01
+    rate = np.ones(4)
+    best = np.full(4, cover, np.int64)
+    over = np.full(4, short, np.int64)
+    fk._fill(best, over, rate, surv, 0.025)
+    assert sorted(best.tolist()) == [short, short, cover, cover]
+    assert float((rate * surv[np.arange(4), best]).sum()) <= 0.025
