@@ -7,7 +7,9 @@ safely the target is kept on ``subperiods`` sub-periods of the history (by arriv
 :data:`SUBPERIODS`). **The rule** (:func:`stable_choice`) steps from the safest setting down, each step
 taken only when it is more than :data:`SAFETY_COST` (2) times faster than the choice so far:
 
-1. start from the fastest setting that keeps the target on every sub-period (**stable**);
+1. start from the fastest setting that keeps the target on every sub-period (**stable**, counted in whole
+   tuples, :meth:`Candidate.stable`: two late tuples in a sub-period of 390 rows, 0.51 %, keep a 0.5 %
+   target, which allows 1.95);
 2. take the fastest keeping it on the pooled history instead (its late share drifts above the target on a
    sub-period) when it is more than twice as fast, or when none is stable: a drifting setting is passed
    over for a stable one, but not at any price;
@@ -85,6 +87,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,6 +180,7 @@ class Candidate:
     windows_fired: int
     partition_mode: str | None = None  # how partitions make the watermark (None: no partitions)
     late_pct_by_period: tuple[float, ...] = ()  # late share on each sub-period of the tuning period
+    rows_by_period: tuple[int, ...] = ()  # rows of each sub-period (empty: unknown)
 
     @property
     def mean_latency_ms(self) -> float:
@@ -188,6 +192,27 @@ class Candidate:
     def worst_late_pct(self) -> float:
         """The largest late share over the sub-periods (the pooled one without sub-periods)."""
         return max(self.late_pct_by_period, default=self.dropped_pct)
+
+    def stable(self, target_late_pct: float) -> bool:
+        """Whether it keeps the target on every sub-period, counted in whole tuples.
+
+        A sub-period misses the target when its late count is above :func:`late_allowance` of its rows (two
+        late tuples in 390 rows, 0.51 %, keep a 0.5 % target: 1.95 tuples cannot be late). Without the
+        sub-periods' sizes: every share at most the target.
+
+        >>> c = Candidate("x", {}, 0.4, {"mean": 1.0}, 1, None, (0.51, 0.26), (390, 390))
+        >>> c.stable(0.5), Candidate("x", {}, 0.4, {"mean": 1.0}, 1, None, (0.51, 0.26)).stable(0.5)
+        (True, False)
+        >>> Candidate("x", {}, 0.5, {"mean": 1.0}, 1, None, (0.77, 0.26), (390, 390)).stable(0.5)
+        False
+
+        """
+        if len(self.rows_by_period) != len(self.late_pct_by_period):
+            return self.worst_late_pct <= target_late_pct
+        return all(
+            round(share * rows / 100.0) <= late_allowance(rows, target_late_pct)
+            for share, rows in zip(self.late_pct_by_period, self.rows_by_period, strict=True)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -448,6 +473,7 @@ class _Replayer:
         late = events = fired = 0
         latencies: list[NDArray[np.int64]] = []
         by_period: list[float] = []
+        rows_by_period: list[int] = []
         summary: dict[str, Any] = {}
         for lo, hi in blocks:
             start = max(0, lo - self.warmup)
@@ -468,6 +494,7 @@ class _Replayer:
                 if lo <= p_lo and p_hi <= hi:
                     share = float(np.count_nonzero(flags[p_lo - lo : p_hi - lo])) / max(1, p_hi - p_lo)
                     by_period.append(round(100.0 * share, 4))
+                    rows_by_period.append(p_hi - p_lo)
             late += int(np.count_nonzero(flags))
             events += hi - lo
             w = r.windows
@@ -489,7 +516,22 @@ class _Replayer:
         else:
             dropped = round(100.0 * late / events, 4) if events else 0.0
             latency = latency_stats(np.concatenate(latencies) if latencies else np.empty(0, np.int64))
-        return Candidate(name, _public(params), dropped, latency, fired, mode, tuple(by_period))
+        return Candidate(
+            name, _public(params), dropped, latency, fired, mode, tuple(by_period), tuple(rows_by_period)
+        )
+
+
+def late_allowance(rows: int, target_late_pct: float) -> int:
+    """The most late tuples ``rows`` may hold at the target: its share of them, rounded up.
+
+    A late share is counted in whole tuples: two late in 390 rows are 0.51 %, the closest a sub-period of
+    that size comes to a 0.5 % target (1.95 tuples) from above, and no evidence that the setting drifts.
+
+    >>> [late_allowance(rows, 0.5) for rows in (390, 400, 60_000, 0)]
+    [2, 2, 300, 0]
+
+    """
+    return max(0, math.ceil(rows * target_late_pct / 100.0 - 1e-9))
 
 
 def _non_increasing(values: Sequence[float]) -> bool:
@@ -524,8 +566,8 @@ def monotone_search(
         return lo
 
     pooled = first(lambda c: c.dropped_pct <= target_late_pct, 0)
-    if pooled < count and at(pooled).worst_late_pct > target_late_pct:  # else the same setting is stable
-        stable = first(lambda c: c.worst_late_pct <= target_late_pct, pooled + 1)
+    if pooled < count and not at(pooled).stable(target_late_pct):  # else the same setting is stable
+        stable = first(lambda c: c.stable(target_late_pct), pooled + 1)
         if stable < count:
             at(stable)
     # from the pooled one on, every setting meets the target: a burst adds a setting only below it
@@ -862,7 +904,7 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     meeting = [c for c in fired if c.dropped_pct <= target_late_pct]
     if not meeting:
         return None
-    choice = next((c for c in meeting if c.worst_late_pct <= target_late_pct), meeting[0])
+    choice = next((c for c in meeting if c.stable(target_late_pct)), meeting[0])
     for faster in (meeting[0], next((c for c in fired if one_off_burst(c, target_late_pct)), None)):
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster

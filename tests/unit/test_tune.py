@@ -183,6 +183,16 @@ def test_a_stable_setting_is_preferred_only_while_it_costs_at_most_twice_the_fas
     assert stable_choice([unstable, candidate("stable", 410.0, 0.2, [0.2] * 4)], 0.5).strategy == "fast"
 
 
+def test_a_sub_periods_late_share_is_counted_in_whole_tuples():
+    # 390 rows a sub-period: two late tuples are 0.51 %, the nearest a 0.5 % target (1.95 tuples) can be kept;
+    # the fast setting keeps its place over a stable one at twice its latency. Three late tuples do not.
+    fast = Candidate("fast", {}, 0.45, {"mean": 146.0}, 10, None, (0.51, 0.51, 0.26, 0.51), (390,) * 4)
+    safe = Candidate("safe", {}, 0.06, {"mean": 290.0}, 10, None, (0.0, 0.0, 0.0, 0.26), (390,) * 4)
+    assert fast.stable(0.5) and stable_choice([fast, safe], 0.5) is fast
+    over = Candidate("fast", {}, 0.45, {"mean": 146.0}, 10, None, (0.77, 0.26, 0.26, 0.51), (390,) * 4)
+    assert not over.stable(0.5) and stable_choice([over, safe], 0.5) is safe
+
+
 def test_a_one_off_burst_is_forgiven_only_for_a_setting_over_twice_as_fast_and_calm_elsewhere():
     slow = candidate("slow", 3_000.0, 0.4, [0.0, 0.0, 0.0, 1.6])  # meets 0.5 % pooled, the only one that does
     burst = candidate("burst", 1_400.0, 0.6, [0.0, 0.2, 0.0, 2.2])  # 0.6 % pooled: one part's burst
