@@ -53,27 +53,37 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 
-#: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, Kafka
-#: streams, backfill races), largest first (a file's total: its tests and its module fixtures, from a fresh
-#: clone's run's --durations), relative to tests/. They are collected first, so that bin/test's three
-#: workers (``--dist loadfile``) start them first and the suite does not end on one of them alone.
+#: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, the
+#: day-long re-tuning, Kafka streams, backfill races), largest first (a file's total: its tests and its module
+#: fixtures, from a full run's timeline under load), relative to tests/. They are collected first, so that
+#: bin/test's three workers (``--dist loadfile``) start them first and the suite does not end on one of them
+#: alone. xdist hands each worker two files at the start (the 1st and 4th, 2nd and 5th, 3rd and 6th), then
+#: one at a time as a worker runs short: the first six are ordered so that those pairs weigh about the same.
 SLOW_FILES = (
-    "system/test_three_loops.py",
-    "integration/spark/test_backfill_races.py",
-    "integration/spark/test_maintenance.py",
-    "system/test_stream_exactly_once_kafka.py",
-    "integration/kafka/test_stream_kafka.py",
-    "system/test_cluster.py",
-    "integration/airflow/test_dags.py",
-    "integration/spark/test_backfill.py",
-    "system/test_stream_chaos.py",
-    "system/test_airflow_scheduler.py",
-    "system/test_stream_s3.py",
-    "system/test_stream_exactly_once.py",
+    "integration/spark/test_maintenance.py",  # ~810 s in a run under load 8-12
+    "integration/kafka/test_stream_kafka.py",  # ~570 s
+    "integration/airflow/test_dags_retuning_day.py",  # ~500 s
+    "integration/airflow/test_dags.py",  # ~390 s (paired with the first)
+    "system/test_three_loops.py",  # ~480 s (with the second)
+    "integration/spark/test_backfill_races.py",  # ~520 s (with the third)
     "integration/s3/test_pipeline_on_s3.py",
     "integration/spark/test_deferred.py",
+    "integration/spark/test_backfill.py",
+    "system/test_stream_exactly_once_kafka.py",
     "integration/kafka/test_kafka_security.py",
+    "system/test_cluster.py",
+    "system/test_stream_s3.py",
+    "integration/s3/test_spark_s3.py",
+    "integration/spark/test_backfill_twice.py",
+    "system/test_stream_exactly_once.py",
+    "integration/spark/test_backfill_scoped.py",
+    "system/test_stream_chaos.py",
+    "system/test_airflow_scheduler.py",
+    "integration/kafka/test_record_bounds_kafka.py",
+    "integration/airflow/test_settings.py",
+    "integration/spark/test_metrics.py",
     "integration/prometheus/test_monitoring_live.py",
+    "integration/s3/test_job_refusals_on_s3.py",
     "unit/test_retune.py",
 )
 
