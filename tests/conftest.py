@@ -57,15 +57,15 @@ TESTS = ROOT / "tests"
 #: day-long re-tuning, Kafka streams, backfill races), largest first (a file's total: its tests and its module
 #: fixtures, from a full run's timeline under load), relative to tests/. They are collected first, so that
 #: bin/test's three workers (``--dist loadfile``) start them first and the suite does not end on one of them
-#: alone. xdist hands each worker two files at the start (the 1st and 4th, 2nd and 5th, 3rd and 6th), then
-#: one at a time as a worker runs short: the first six are ordered so that those pairs weigh about the same.
+#: alone: xdist gives each worker a file, and the next one in this order as soon as the worker has two tests
+#: or fewer left to run.
 SLOW_FILES = (
     "integration/spark/test_maintenance.py",  # ~810 s in a run under load 8-12
     "integration/kafka/test_stream_kafka.py",  # ~570 s
+    "integration/spark/test_backfill_races.py",  # ~520 s
     "integration/airflow/test_dags_retuning_day.py",  # ~500 s
-    "integration/airflow/test_dags.py",  # ~390 s (paired with the first)
-    "system/test_three_loops.py",  # ~480 s (with the second)
-    "integration/spark/test_backfill_races.py",  # ~520 s (with the third)
+    "system/test_three_loops.py",  # ~480 s
+    "integration/airflow/test_dags.py",  # ~390 s
     "integration/s3/test_pipeline_on_s3.py",
     "integration/spark/test_deferred.py",
     "integration/spark/test_backfill.py",
