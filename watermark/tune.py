@@ -209,6 +209,8 @@ class Candidate:
         """
         if len(self.rows_by_period) != len(self.late_pct_by_period):
             return self.worst_late_pct <= target_late_pct
+        # (the count from the share, kept to 4 decimals of a percent: exact below a million rows a sub-period,
+        # and a sub-period holds MAX_ROWS / SUBPERIODS rows at most by default)
         return all(
             round(share * rows / 100.0) <= late_allowance(rows, target_late_pct)
             for share, rows in zip(self.late_pct_by_period, self.rows_by_period, strict=True)
