@@ -36,6 +36,14 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   fires windows "before" their end), on both sides. Stuck windows are counted per side, and those of
   keys silent for at least the idle timeout at the end of the period apart (``stuck idle``: the acceptance
   wants none).
+* **True time** (``clock-steps``, :data:`CLOCK_FAMILIES`). The latency above runs from the window's end in
+  the device's clock, so a clock stepped back by ``s`` adds ``s`` to every later window of that key, on both
+  sides, and a clock stepped forward takes it off (down to 0): a clock error no watermark can take back,
+  which pins ratios toward 1. The benchmark knows each row's offset (stepped minus recorded event time), so
+  it also measures every latency, on both sides and in the floor, from the true instant at which the key's
+  clock reached the window's end (:meth:`watermark.evaluate.ReplayResult.charged_latency_ms` with
+  ``clock_offset_ms``; the baseline re-chosen on it: ``Hindsight.best(..., true_clock=True)``), and reports
+  those ratios beside the device-clock ones. The late shares are the same.
 * **Figures.** Per family and candidate: the median over seeds of the latency ratio (candidate / baseline;
   a seed's ratio is the geometric mean over its two cases) with a bootstrap 95 % confidence interval (2,000
   resamples of the seeds, percentiles), the median and maximum realized late share with the number of cases
@@ -221,6 +229,10 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+#: Families that step device clocks: their latencies are also measured in true time (``true_ratio``).
+CLOCK_FAMILIES = frozenset({"clock-steps"})
+
+
 def periods(tp: np.ndarray, count: int) -> list[np.ndarray]:
     """Row indices of ``count`` periods of equal arrival-time length."""
     edges = np.linspace(int(tp[0]), int(tp[-1]) + 1, count + 1)
@@ -237,15 +249,21 @@ class Measure:
     latency_ms: float  # mean emit latency, stuck windows charged
     stuck: int
     stuck_idle: int | None
+    true_latency_ms: float | None = None  # the same in true time (families that step clocks)
 
 
 def measure(te: np.ndarray, tp: np.ndarray, key: np.ndarray, part: np.ndarray | None, strategy: str,
-            params: Mapping[str, Any], mode: str | None) -> Measure:  # fmt: skip
+            params: Mapping[str, Any], mode: str | None,
+            offset: np.ndarray | None = None) -> Measure:  # fmt: skip
     r = replay(te, tp, strategy=strategy, params=dict(params), window=WINDOW, key=key, partition=part,
                partition_mode=mode or "min", idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
     s = r.summary()
+    true = None
+    if offset is not None:
+        charged = r.charged_latency_ms(offset)
+        true = float(charged.mean()) if charged.size else 0.0
     return Measure(s["dropped_pct"], float(s["emit_latency_charged_ms"]["mean"] or 0.0),
-                   s["windows_flushed"], s["windows_stuck_idle"])  # fmt: skip
+                   s["windows_flushed"], s["windows_stuck_idle"], true)  # fmt: skip
 
 
 def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Candidate]:
@@ -277,7 +295,9 @@ def fastest_at_target(candidates: Sequence[Candidate], target: float) -> Candida
 
 
 def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows: np.ndarray, target: float,
-             space: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:  # fmt: skip
+             space: Mapping[str, Sequence[Mapping[str, Any]]],
+             offset: np.ndarray | None = None) -> dict[str, Any]:  # fmt: skip
+    """One tune/evaluate case; ``offset`` (clock-stepping families): each row's device minus true clock."""
     te, tp, key = stream
     t0 = time.perf_counter()
     rows: dict[str, dict[str, Any]] = {}
@@ -297,11 +317,12 @@ def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows:
     if fastest is not None:  # the new strategy's row by the simpler rule too (before the tuner's rule)
         chosen["fastest fleet"] = fastest
     e_te, e_tp, e_key, e_part = te[eval_rows], tp[eval_rows], key[eval_rows], part[eval_rows]
+    e_off = None if offset is None else offset[eval_rows]
     hindsight = Hindsight(e_te, e_tp, e_key, window=WINDOW, periods_ms=BASELINE_PERIODS_MS,
                           step_ms=BASELINE_STEP_MS, max_delay_ms=BASELINE_MAX_DELAY_MS,
-                          idle_timeout_ms=IDLE_TIMEOUT_MS)  # fmt: skip
+                          idle_timeout_ms=IDLE_TIMEOUT_MS, clock_offset_ms=e_off)  # fmt: skip
     for label, c in chosen.items():
-        m = measure(e_te, e_tp, e_key, e_part, c.strategy, c.params, c.partition_mode)
+        m = measure(e_te, e_tp, e_key, e_part, c.strategy, c.params, c.partition_mode, e_off)
         best = hindsight.best(m.late_pct)
         base_row = None if best is None else best.as_dict() | {"side": best.scope}
         ratio = (
@@ -310,6 +331,18 @@ def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows:
         # The lowest ratio any watermark could reach at this late share, even a clairvoyant one.
         floor = latency_floor(e_te, e_tp, e_key, window=WINDOW, late_pct=m.late_pct)
         floor_ratio = None if ratio is None or floor is None else floor / base_row["latency_ms"]
+        true_clock: dict[str, Any] = {}
+        if e_off is not None:  # the same comparison with every latency in true time (both sides, the floor)
+            best_true = hindsight.best(m.late_pct, true_clock=True)
+            base_true = None if best_true is None else best_true.true_latency_ms
+            floor_true = latency_floor(e_te, e_tp, e_key, window=WINDOW, late_pct=m.late_pct,
+                                       clock_offset_ms=e_off)  # fmt: skip
+            true_row = None if best_true is None else best_true.as_dict() | {"side": best_true.scope}
+            true_ratio = true_floor = None
+            if base_true and m.true_latency_ms is not None:
+                true_ratio = m.true_latency_ms / base_true
+                true_floor = None if floor_true is None else floor_true / base_true
+            true_clock = {"true_baseline": true_row, "true_ratio": true_ratio, "true_floor_ratio": true_floor}
         rows[label] = {
             "strategy": c.strategy,
             "params": c.params,
@@ -319,6 +352,7 @@ def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows:
             "baseline": base_row,
             "ratio": ratio,
             "floor_ratio": floor_ratio,
+            **true_clock,
         }
     return {"rows": rows, "tune_s": tune_s, "eval_s": time.perf_counter() - t0 - tune_s}
 
@@ -342,6 +376,8 @@ def summarise(cases: list[dict[str, Any]], target: float) -> dict[str, dict[str,
     for label in labels:
         per_seed: dict[int, list[float]] = {}
         floor_seed: dict[int, list[float]] = {}
+        true_seed: dict[int, list[float]] = {}
+        true_floor_seed: dict[int, list[float]] = {}
         late, stuck, stuck_idle, b_stuck, b_idle, missing, sides = (
             [],
             0,
@@ -359,6 +395,10 @@ def summarise(cases: list[dict[str, Any]], target: float) -> dict[str, dict[str,
             per_seed.setdefault(case["seed"], []).append(math.log(row["ratio"]))
             if row.get("floor_ratio"):
                 floor_seed.setdefault(case["seed"], []).append(math.log(row["floor_ratio"]))
+            if row.get("true_ratio"):
+                true_seed.setdefault(case["seed"], []).append(math.log(row["true_ratio"]))
+            if row.get("true_floor_ratio"):
+                true_floor_seed.setdefault(case["seed"], []).append(math.log(row["true_floor_ratio"]))
             late.append(row["late_pct"])
             stuck += row["stuck"]
             stuck_idle += row["stuck_idle"] or 0
@@ -389,6 +429,18 @@ def summarise(cases: list[dict[str, Any]], target: float) -> dict[str, dict[str,
             "baseline_sides": sides,
             "passes": med <= 0.8 and float(np.median(late)) <= target + 0.1,
         }
+        if true_seed:  # the same figures with every latency in true time (clock-stepping families)
+            true = [math.exp(sum(v) / len(v)) for v in true_seed.values()]
+            t_med, t_lo, t_hi = bootstrap_median(true)
+            t_floors = [math.exp(sum(v) / len(v)) for v in true_floor_seed.values()]
+            out[label] |= {
+                "true_seeds": len(true),
+                "true_ratio_median": t_med,
+                "true_ratio_ci95": [t_lo, t_hi],
+                "true_ratio_max_seed": max(true),
+                "true_floor_ratio_median": float(np.median(t_floors)) if t_floors else None,
+                "true_passes": t_med <= 0.8 and float(np.median(late)) <= target + 0.1,
+            }
     return out
 
 
@@ -415,6 +467,22 @@ def table(family: str, summary: dict[str, dict[str, Any]], target: float) -> str
             f"| {'-' if s.get('floor_ratio_median') is None else format(s['floor_ratio_median'], '.2f')} "
             f"| {'yes' if s['passes'] else 'no'} |"
         )
+    true = {label: s for label, s in summary.items() if s.get("true_seeds")}
+    if true:
+        lines += [
+            "\nIn true time (both sides and the floor measured from the instant the key's clock reached the "
+            "window's end, so a clock error is not charged as latency):\n",
+            "| candidate | seeds | median ratio [95 % CI] | worst seed | floor | passes |",
+            "|---|---|---|---|---|---|",
+        ]
+        for label, s in true.items():
+            lo, hi = s["true_ratio_ci95"]
+            floor = s.get("true_floor_ratio_median")
+            lines.append(
+                f"| {label} | {s['true_seeds']} | {s['true_ratio_median']:.2f} [{lo:.2f}, {hi:.2f}] "
+                f"| {s['true_ratio_max_seed']:.2f} | {'-' if floor is None else format(floor, '.2f')} "
+                f"| {'yes' if s['true_passes'] else 'no'} |"
+            )
     return "\n".join(lines)
 
 
@@ -424,22 +492,29 @@ def overview(report: dict[str, Any], target: float) -> str:
     labels: list[str] = []
     for f in families:
         labels += [label for label in report["families"][f]["summary"] if label not in labels]
+    true_clock = {
+        f for f in families if any(s.get("true_seeds") for s in report["families"][f]["summary"].values())
+    }
+    columns = [c for f in families for c in ((f, False), (f, True)) if not c[1] or f in true_clock]
     lines = [
         "\n### Overview: median ratio [95 % CI] over seeds; median late % (target "
         f"{target:g}, allowed {target + 0.1:g}); * = passes (ratio <= 0.8 and late <= {target + 0.1:g})\n",
-        "| candidate | " + " | ".join(families) + " |",
-        "|---" * (len(families) + 1) + "|",
+        "| candidate | " + " | ".join(f + (" (true time)" if true else "") for f, true in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
     ]
     for label in labels:
         cells = []
-        for f in families:
+        for f, true in columns:
             s = report["families"][f]["summary"].get(label)
-            if not s or not s.get("cases"):
+            if not s or not s.get("true_seeds" if true else "cases"):
                 cells.append("-")
                 continue
-            lo, hi = s["ratio_ci95"]
-            mark = "*" if s["passes"] else ""
-            cells.append(f"{s['ratio_median']:.2f} [{lo:.2f}, {hi:.2f}]; {s['late_median_pct']:.2f} %{mark}")
+            prefix = "true_" if true else ""
+            lo, hi = s[f"{prefix}ratio_ci95"]
+            mark = "*" if s[f"{prefix}passes"] else ""
+            cells.append(
+                f"{s[f'{prefix}ratio_median']:.2f} [{lo:.2f}, {hi:.2f}]; {s['late_median_pct']:.2f} %{mark}"
+            )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -483,9 +558,13 @@ def main() -> None:
                 half = np.flatnonzero(stream[1] < stream[1][0] + (stream[1][-1] - stream[1][0]) // 2)
                 stream = (stream[0][half], stream[1][half], stream[2][half])
             perturbed, part = FAMILIES[family](stream, seed)
+            offset = None
+            if family in CLOCK_FAMILIES:  # the same rows, in the same order, with stepped event times
+                assert perturbed[0].size == stream[0].size and np.array_equal(perturbed[1], stream[1])
+                offset = (perturbed[0] - stream[0]).astype(np.int64)
             cuts = periods(perturbed[1], 2 if args.quick else PERIODS)
             for i in range(len(cuts) - 1):
-                case = one_case(perturbed, part, cuts[i], cuts[i + 1], target, space)
+                case = one_case(perturbed, part, cuts[i], cuts[i + 1], target, space, offset)
                 cases.append(case | {"seed": seed, "base": name, "split": i})
                 if case.get("error"):
                     print(f"# {family} seed {seed} split {i}: tuner error: {case['error']}", file=sys.stderr)

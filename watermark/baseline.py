@@ -54,6 +54,8 @@ class FixedDelayRun:
     latency_ms: float  # mean emit latency, stuck windows charged until the end of input
     stuck: int  # windows not fired before the end of input
     stuck_idle: int | None  # of which keys silent for at least the idle timeout (None without one)
+    #: The same latency in true time (``Hindsight``'s ``clock_offset_ms``); None without clock offsets.
+    true_latency_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -77,6 +79,11 @@ class Hindsight:
         Largest delay tried; a late share no delay up to it reaches has no baseline.
     idle_timeout_ms, straggler_ms
         As in :func:`~watermark.evaluate.replay`.
+    clock_offset_ms
+        Optional, one per row: the device clock minus the true clock (a benchmark that stepped clocks knows
+        it). Each run then also measures its charged latency in true time (``true_latency_ms``:
+        :meth:`~watermark.evaluate.ReplayResult.charged_latency_ms`), and ``best(..., true_clock=True)``
+        ranks by it.
 
     """
 
@@ -92,6 +99,7 @@ class Hindsight:
         max_delay_ms: int = 1_200_000,
         idle_timeout_ms: int | None = None,
         straggler_ms: int = DEFAULT_STRAGGLER_MS,
+        clock_offset_ms: ArrayLike | None = None,
     ) -> None:
         self.te = np.asarray(te)
         self.tp = np.asarray(tp)
@@ -102,6 +110,10 @@ class Hindsight:
             raise ValueError(msg)
         if not periods_ms:
             msg = "periods_ms must name at least one emission period"
+            raise ValueError(msg)
+        self.offset = None if clock_offset_ms is None else np.asarray(clock_offset_ms, np.int64)
+        if self.offset is not None and self.offset.shape != self.te.shape:
+            msg = f"clock_offset_ms must have one value per row ({self.te.size}), got {self.offset.shape}"
             raise ValueError(msg)
         self.window = window
         self.periods_ms = tuple(check_int("periods_ms", p, 1) for p in periods_ms)
@@ -131,6 +143,10 @@ class Hindsight:
                        straggler_ms=self.straggler_ms)  # fmt: skip
             s = r.summary()
             mean = s["emit_latency_charged_ms"]["mean"]
+            true_mean = None
+            if self.offset is not None:
+                charged = r.charged_latency_ms(self.offset)
+                true_mean = float(charged.mean()) if charged.size else 0.0
             self._runs[memo] = FixedDelayRun(
                 scope=scope,
                 period_ms=period_ms,
@@ -139,6 +155,7 @@ class Hindsight:
                 latency_ms=0.0 if mean is None else float(mean),
                 stuck=int(s["windows_flushed"]),
                 stuck_idle=s["windows_stuck_idle"],
+                true_latency_ms=true_mean,
             )
         return self._runs[memo]
 
@@ -170,8 +187,18 @@ class Hindsight:
                 lo = mid
         return hi
 
-    def best(self, late_pct: float) -> FixedDelayRun | None:
-        """The lowest charged latency of the scopes and periods, each at its smallest delay meeting it."""
+    def best(self, late_pct: float, *, true_clock: bool = False) -> FixedDelayRun | None:
+        """The lowest charged latency of the scopes and periods, each at its smallest delay meeting it.
+
+        ``true_clock``: the lowest in true time (``true_latency_ms``; needs ``clock_offset_ms``).
+        """
+        if true_clock and self.offset is None:
+            msg = "best(true_clock=True) needs the clock offsets (Hindsight's clock_offset_ms)"
+            raise ValueError(msg)
+
+        def cost(r: FixedDelayRun) -> float:
+            return float(r.true_latency_ms or 0.0) if true_clock else r.latency_ms
+
         out: FixedDelayRun | None = None
         for scope in SCOPES:
             for period in self.periods_ms:
@@ -179,13 +206,19 @@ class Hindsight:
                 if delay is None:
                     continue
                 r = self.run(scope, period, delay)
-                if out is None or r.latency_ms < out.latency_ms:
+                if out is None or cost(r) < cost(out):
                     out = r
         return out
 
 
 def latency_floor(
-    te: ArrayLike, tp: ArrayLike, key: ArrayLike, *, window: WindowSpec, late_pct: float
+    te: ArrayLike,
+    tp: ArrayLike,
+    key: ArrayLike,
+    *,
+    window: WindowSpec,
+    late_pct: float,
+    clock_offset_ms: ArrayLike | None = None,
 ) -> float | None:
     """A lower bound on the mean emit latency of *any* watermark at a late share of at most ``late_pct``.
 
@@ -202,7 +235,9 @@ def latency_floor(
     where it is close to the baseline, no watermark can do much better (the latency is in the arrivals).
 
     Tumbling windows only (a record in several windows would be charged once per window). ``None`` for an
-    empty stream.
+    empty stream. ``clock_offset_ms`` (one per row, device clock minus true clock) gives the floor in true
+    time: a window ends when its key's clock reached its end, with the offset of its first arrival
+    (:meth:`~watermark.evaluate.ReplayResult.window_clock_offsets`).
 
     Examples
     --------
@@ -239,6 +274,12 @@ def latency_floor(
     sizes = np.diff(np.append(firsts, order.size))
     rank = np.arange(order.size) - firsts[group]  # 0-based position by arrival within the window
     end = w_s + window.window_ms
+    if clock_offset_ms is not None:
+        off = np.asarray(clock_offset_ms, np.int64)
+        if off.shape != te_a.shape:
+            msg = f"clock_offset_ms must have one value per row ({te_a.size}), got {off.shape}"
+            raise ValueError(msg)
+        end = end - off[order][firsts][group]
     # Option "keep the first rank+1 records": fire at this arrival, leave out size - rank - 1; and "none".
     latency = np.maximum(a_s - end, 0).astype(np.float64)
     left_out = (sizes[group] - rank - 1).astype(np.float64)

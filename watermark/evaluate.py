@@ -142,14 +142,59 @@ class ReplayResult:
         """Ingestion time of the last arrival (None for an empty replay)."""
         return int(self.tp_ms[-1]) if self.tp_ms.size else None
 
-    def charged_latency_ms(self) -> NDArray[np.int64]:
-        """Emit latency of every window, a stuck one charged until the end of input (see the module doc)."""
+    def charged_latency_ms(self, clock_offset_ms: ArrayLike | None = None) -> NDArray[np.int64]:
+        """Emit latency of every window, a stuck one charged until the end of input (see the module doc).
+
+        ``clock_offset_ms`` (one per input row: the device clock minus the true clock, as a benchmark that
+        stepped a clock knows it) measures it in **true time** instead: from the true instant at which the
+        key's clock reached the window's end (:meth:`window_clock_offsets`), so that a clock error, which
+        no watermark can take back, is not charged as latency.
+        """
         w = self.windows
         end_input = self.end_of_input_ms
         if end_input is None:
             return np.empty(0, np.int64)
-        waited = np.where(w.fired, w.fire_tp_ms, end_input) - w.end_ms
+        end = w.end_ms if clock_offset_ms is None else w.end_ms - self.window_clock_offsets(clock_offset_ms)
+        waited = np.where(w.fired, w.fire_tp_ms, end_input) - end
         out: NDArray[np.int64] = np.maximum(waited, 0).astype(np.int64)
+        return out
+
+    def window_clock_offsets(self, clock_offset_ms: ArrayLike) -> NDArray[np.int64]:
+        """Each window's clock offset: that of the first of its records to arrive (one per ``windows`` row).
+
+        ``clock_offset_ms`` gives one offset per input row (device clock minus true clock, ms). A window's
+        end in true time is ``end - offset`` with the offset its key's clock had when the window's first
+        record arrived: a window reopened by a clock stepped back keeps the offset it was first seen with.
+
+        Examples
+        --------
+        A key whose clock is 500 ms fast from its third record on: its window [1000, 2000) was first seen
+        with the fast clock.
+
+        >>> from watermark.windowspec import WindowSpec
+        >>> r = replay([100, 600, 1_700, 2_400], [200, 700, 1_300, 2_000], strategy="ingestion",
+        ...            params={"max_event_time_lag_ms": 0}, window=WindowSpec(1_000))
+        >>> r.window_clock_offsets([0, 0, 500, 500]).tolist()
+        [0, 500, 500]
+
+        """
+        off = np.asarray(clock_offset_ms, dtype=np.int64)
+        if off.shape != self.order.shape:
+            msg = f"clock_offset_ms must have one value per input row ({self.order.size}), got {off.shape}"
+            raise ValueError(msg)
+        w = self.windows
+        if w.count.size == 0:
+            return np.empty(0, np.int64)
+        rows, start = self.window.assign(self.te_ms)  # arrival order kept, a row's windows in order
+        codes = np.zeros(self.te_ms.size, np.intp) if self.key_codes is None else self.key_codes
+        slide = self.window.step_ms
+        lo = int(min(start.min(), w.start_ms.min()))
+        span = (int(max(start.max(), w.start_ms.max())) - lo) // slide + 1
+        group = codes[rows].astype(np.int64) * span + (start - lo) // slide
+        keys, first = np.unique(group, return_index=True)  # first occurrence: the earliest arrival
+        wanted = w.key.astype(np.int64) * span + (w.start_ms - lo) // slide
+        at = np.searchsorted(keys, wanted)
+        out: NDArray[np.int64] = off[self.order][rows[first[at]]]
         return out
 
     def stuck_idle(self, idle_timeout_ms: int | None = None) -> int | None:

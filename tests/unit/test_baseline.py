@@ -107,3 +107,48 @@ def test_the_floor_allows_the_late_records_of_a_late_share_rounded_as_replays_re
     te = np.array([1_000, 1_000, 999])
     tp = np.array([1_000, 1_000, 1_001])
     assert latency_floor(te, tp, np.zeros(3, np.int64), window=WindowSpec(50), late_pct=33.3333) == 0.0
+
+
+def _stepped_back(step_ms: int = 5_000) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two in-order devices, 100 ms apart each; b's clock steps back by ``step_ms`` half-way (offsets too)."""
+    tp = np.arange(0, 40_000, 50, dtype=np.int64)
+    key = np.where(np.arange(tp.size) % 2 == 0, "a", "b")
+    offset = np.where((key == "b") & (tp >= 20_000), -step_ms, 0).astype(np.int64)
+    return tp + offset, tp, key, offset
+
+
+def test_in_true_time_a_clock_stepped_back_is_not_charged_as_latency():
+    te, tp, key, offset = _stepped_back()
+    r = replay(te, tp, strategy="periodic", params={"delay_ms": 0, "period_ms": 10}, window=W, key=key,
+               partition=key, partition_mode="scoped")  # fmt: skip
+    device, true = r.charged_latency_ms(), r.charged_latency_ms(offset)
+    b_after = np.asarray(r.keys)[r.windows.key] == "b"
+    b_after &= r.windows.start_ms >= 20_000  # windows only the stepped clock opened (earlier ones: late rows)
+    b_after &= r.windows.fired
+    # b's windows fire at its next arrival and the next 10 ms tick: at most 60 ms after their end in true
+    # time, 5 s more in the device's clock
+    assert b_after.sum() >= 10 and true[b_after].max() <= 60
+    assert np.all(device[b_after] - true[b_after] == 5_000)
+    rest = ~b_after & r.windows.fired  # a's windows, and b's opened before the step: the same either way
+    assert np.array_equal(device[rest], true[rest])
+    stuck = ~r.windows.fired  # b's last window: charged until the end of input, 5 s less in true time
+    assert np.all(np.maximum(device[stuck] - 5_000, 0) == true[stuck])
+    with pytest.raises(ValueError, match="one value per input row"):
+        r.charged_latency_ms(offset[:-1])
+
+
+def test_the_hindsight_baseline_and_the_floor_measure_in_true_time_given_the_offsets():
+    te, tp, key, offset = _stepped_back()
+    h = Hindsight(te, tp, key, window=W, periods_ms=(10,), clock_offset_ms=offset)
+    device, true = h.best(0.5), h.best(0.5, true_clock=True)
+    assert device is not None and true is not None and true.true_latency_ms is not None
+    assert true.true_latency_ms < device.latency_ms  # b's 5 s step no longer charged
+    assert h.run(true.scope, 10, true.delay_ms).true_latency_ms == true.true_latency_ms
+    floor_device = latency_floor(te, tp, key, window=W, late_pct=0.5)
+    floor_true = latency_floor(te, tp, key, window=W, late_pct=0.5, clock_offset_ms=offset)
+    assert floor_true is not None and floor_device is not None and floor_true < floor_device
+    assert floor_true <= true.true_latency_ms
+    zero = np.zeros(te.size, np.int64)
+    assert latency_floor(te, tp, key, window=W, late_pct=0.5, clock_offset_ms=zero) == floor_device
+    with pytest.raises(ValueError, match="needs the clock offsets"):
+        Hindsight(te, tp, key, window=W).best(0.5, true_clock=True)
