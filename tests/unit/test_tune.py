@@ -183,6 +183,23 @@ def test_a_stable_setting_is_preferred_only_while_it_costs_at_most_twice_the_fas
     assert stable_choice([unstable, candidate("stable", 410.0, 0.2, [0.2] * 4)], 0.5).strategy == "fast"
 
 
+def test_stability_is_not_bought_by_moving_to_another_partition_mode():
+    # The fastest scoped setting drifts over the target on one part; a stable min-mode setting at 1.5 times
+    # its latency would be chosen by stability alone, but min mode waits for the slowest partition, an
+    # exposure the history does not show: the scoped setting stays (a stable scoped one within 2x would win).
+    def moded(name, latency_ms, pooled, by_period, mode):
+        return Candidate(name, {}, pooled, {"mean": latency_ms}, 10, mode, tuple(by_period))
+
+    fast = moded("fast", 100.0, 0.4, [0.2, 0.9, 0.3, 0.2], "scoped")
+    held = moded("held", 150.0, 0.0, [0.0] * 4, "min")
+    slow = moded("slow", 260.0, 0.1, [0.1] * 4, "scoped")
+    assert stable_choice([fast, held, slow], 0.5) is fast
+    near = moded("near", 190.0, 0.1, [0.1] * 4, "scoped")
+    assert stable_choice([fast, held, near], 0.5) is near
+    # the fastest in min mode: stability is sought among min-mode settings alike
+    assert stable_choice([moded("m", 100.0, 0.4, [0.9, 0, 0, 0], "min"), held, near], 0.5) is held
+
+
 def test_a_sub_periods_late_share_is_counted_in_whole_tuples():
     # 390 rows a sub-period: two late tuples are 0.51 %, the nearest a 0.5 % target (1.95 tuples) can be kept;
     # the fast setting keeps its place over a stable one at twice its latency. Three late tuples do not.
