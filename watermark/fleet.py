@@ -67,6 +67,11 @@ target met key by key spends the budget where it buys the least latency. Here th
     of transit, flushed in order within a second, live records among them), holds its watermark for the
     flush, not for the backlog's transit (the ``offline-flush`` family: its keys stalled for a minute and
     more before).
+    The key's recent typical transit is an average over its last few arrivals, so that one straggler's
+    transit does not start a guard; the first record after a silence longer than its own excess transit
+    (and than 4 of the key's event-time gaps) was sent during that silence: it is the head of a backlog,
+    and its transit is taken as the key's recent one at once. So a live record that comes right behind
+    it, in the same millisecond, guards the backlog too.
     Lags are measured against the guarded frontier, so the hold is not learnt as disorder. (A forward
     step of a key's clock looks the same, a fall of its transit: it is guarded too, which holds that key's
     watermark back by the step for about as long; nothing is late for it.)

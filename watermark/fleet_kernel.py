@@ -526,10 +526,20 @@ def run(
                 base += (offset - base) / memory
             kfloats[s, F_BASE] = base
             excess = max(0.0, offset - base)
-            kfloats[s, F_PEAK] = max(excess, kfloats[s, F_PEAK] * math.exp(-(t - kints[s, K_LAST]) / PEAK_MS))
+            silence = t - kints[s, K_LAST]
+            kfloats[s, F_PEAK] = max(excess, kfloats[s, F_PEAK] * math.exp(-silence / PEAK_MS))
             v = math.log1p(excess)
             seen = kints[s, K_ARRIVALS] - 1  # (averages over the arrivals so far until they fill)
             kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / min(seen, SHORT)
+            if (
+                guard_min > 0
+                and silence >= excess > max(guard_min, 3 * kints[s, K_DELAY] + 100)
+                and silence > 4.0 * kfloats[s, F_GAP]
+            ):
+                # The first record after a silence, sent during it: the head of a backlog (a device back
+                # from offline), not one straggler among live records. Its transit is the key's recent
+                # one, so a fresh record right behind it is a frontier jump and guards the backlog.
+                kfloats[s, F_SHORT] = max(kfloats[s, F_SHORT], v)
             kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
             v = math.log1p(abs(offset - kfloats[s, F_PREV]))
             kfloats[s, F_SPREAD_SHORT] += (v - kfloats[s, F_SPREAD_SHORT]) / min(seen, SHORT)

@@ -16,6 +16,7 @@ from watermark import fleet_kernel as fk
 from watermark.combine import PartitionedWatermark
 from watermark.fleet import Fleet, FleetWatermark
 from watermark.timeutil import NO_WATERMARK
+from watermark.windowspec import WindowSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
@@ -159,6 +160,27 @@ def test_a_device_back_from_offline_holds_its_watermark_for_its_flush_not_for_it
     # ... and released with it: 5 s after the flush b's watermark is within 2 s of its live records (before
     # version 3 of the snapshot it waited about the backlog's transit, a minute)
     after = b & (tp >= T0 + 85_000) & (tp < T0 + 86_000)
+    assert np.all(te[after] - wm[after] < 2_000)
+
+
+def test_a_live_record_right_behind_the_first_of_a_flush_does_not_make_the_backlog_late():
+    # As above, but b's first live record arrives in the same millisecond as the first record of its flush
+    # (found in the offline-flush family): its transit (100 ms) against the flushed record's (a minute) is
+    # the end of a hold, though the key's recent transits were short until that one record came.
+    te_b = np.arange(0, 120_000, 100)
+    tp_b = np.where((te_b >= 20_000) & (te_b < 80_000), 80_100 + (te_b - 20_000) // 100, te_b + 100)
+    rows = [("a", T0 + e, T0 + e + 100) for e in np.arange(0, 120_000, 100)]
+    rows = sorted(rows + [("b", T0 + e, T0 + t) for e, t in zip(te_b, tp_b, strict=True)], key=lambda r: r[2])
+    keys, te, tp = (np.array(c) for c in zip(*rows, strict=True))
+    first = int(np.flatnonzero((keys == "b") & (tp == T0 + 80_100))[1])
+    assert te[first] == T0 + 80_000  # the live record, right behind the first flushed one
+    # b falls idle while offline (its last window fires: raised no higher than that window's end)
+    pw = PartitionedWatermark("fleet", {"late_slo_pct": 1.0}, mode="scoped", idle_timeout_ms=30_000,
+                              window=WindowSpec(1_000))  # fmt: skip
+    wm = pw.process(keys, te, tp)
+    b = keys == "b"
+    assert np.count_nonzero(b & (te < wm) & (tp - te > 1_000)) <= 12
+    after = b & (tp >= T0 + 86_000) & (tp < T0 + 87_000)
     assert np.all(te[after] - wm[after] < 2_000)
 
 
