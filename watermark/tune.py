@@ -9,13 +9,14 @@ taken only when it is more than :data:`SAFETY_COST` (2) times faster than the ch
 
 1. start from the fastest setting that keeps the target on every sub-period (**stable**, counted in whole
    tuples, :meth:`Candidate.stable`: two late tuples in a sub-period of 390 rows, 0.51 %, keep a 0.5 %
-   target, which allows 1.95), **in the partition mode of the fastest setting meeting the target**: a
-   stable setting of another mode (``min``, where every key waits for the slowest partition) would buy
-   its stability with an exposure the history cannot show. A device whose clock steps back by seconds,
-   or falls behind, holds every key's windows for as long under ``min``, and only its own under
-   ``scoped``; on the design seeds of ``benchmarks/tuner_quality.py`` such choices were 5-16 times the
-   hindsight fixed delay on the next period (20 design seeds, ``clock-steps`` measured in true time: the
-   tuner's median went from 0.80 to 0.67, ``congestion`` from 0.61 to 0.66, the other families the same);
+   target, which allows 1.95), **in the partition mode of the fastest setting meeting the target, or in
+   a per-key mode** (``scoped``, ``keyed``): a stable setting of another mode (``min``, where every key
+   waits for the slowest partition; ``global``, one watermark for all) would buy its stability with an
+   exposure the history cannot show, while firing per key exposes a key to no other. A device whose clock
+   steps back by seconds, or falls behind, holds every key's windows for as long under ``min``, and only
+   its own under ``scoped``; on the design seeds of ``benchmarks/tuner_quality.py`` such choices were 3-18
+   times the hindsight fixed delay on the next period (20 design seeds: the tuner's ``clock-steps``
+   measured in true time went from 0.80 to 0.67, the other families' medians the same);
 2. take the fastest keeping it on the pooled history instead (its late share drifts above the target on a
    sub-period) when it is more than twice as fast, or when none is stable: a drifting setting is passed
    over for a stable one, but not at any price;
@@ -902,7 +903,7 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
 
     Ranked by mean emit latency (ties: fewer late tuples, then the earlier candidate), of those with windows
     firing: the fastest meeting the target on every sub-period (:attr:`Candidate.late_pct_by_period`) in
-    the partition mode of the fastest meeting it pooled;
+    the partition mode of the fastest meeting it pooled or in a per-key mode (``scoped``, ``keyed``);
     the fastest meeting it pooled instead when that one is more than :data:`SAFETY_COST` times faster or
     none is stable; then the fastest :func:`one_off_burst` instead when it is more than :data:`SAFETY_COST`
     times faster than that.
@@ -913,10 +914,13 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     meeting = [c for c in fired if c.dropped_pct <= target_late_pct]
     if not meeting:
         return None
-    # Stability is sought within the fastest's partition mode: a stable setting of another mode (``min``
-    # waiting for the slowest partition) would buy it with an exposure the history cannot show.
+    # Stability is sought within the fastest's partition mode, or toward firing per key: a stable setting of
+    # another mode (``min`` waiting for the slowest partition) would buy it with an exposure the history
+    # cannot show.
     mode = meeting[0].partition_mode
-    choice = next((c for c in meeting if c.partition_mode == mode and c.stable(target_late_pct)), meeting[0])
+    allowed = {mode, "scoped", "keyed"}  # or toward firing per key, which exposes a key to no other
+    stable = (c for c in meeting if c.partition_mode in allowed and c.stable(target_late_pct))
+    choice = next(stable, meeting[0])
     for faster in (meeting[0], next((c for c in fired if one_off_burst(c, target_late_pct)), None)):
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster

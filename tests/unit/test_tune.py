@@ -196,8 +196,11 @@ def test_stability_is_not_bought_by_moving_to_another_partition_mode():
     assert stable_choice([fast, held, slow], 0.5) is fast
     near = moded("near", 190.0, 0.1, [0.1] * 4, "scoped")
     assert stable_choice([fast, held, near], 0.5) is near
-    # the fastest in min mode: stability is sought among min-mode settings alike
-    assert stable_choice([moded("m", 100.0, 0.4, [0.9, 0, 0, 0], "min"), held, near], 0.5) is held
+    # the fastest in min mode: stability is sought among min-mode settings, and toward firing per key
+    fast_min = moded("m", 100.0, 0.4, [0.9, 0, 0, 0], "min")
+    assert stable_choice([fast_min, held, near], 0.5) is held
+    assert stable_choice([fast_min, moded("k", 120.0, 0.1, [0.1] * 4, "keyed"), held], 0.5).strategy == "k"
+    assert stable_choice([fast_min, moded("g", 120.0, 0.1, [0.1] * 4, "global"), held], 0.5) is held
 
 
 def test_a_sub_periods_late_share_is_counted_in_whole_tuples():
