@@ -119,6 +119,10 @@ GUARDED_PROGRAMS = (
 )
 
 
+#: The Spark scratch folder this run made (pytest_configure), removed at its end.
+_SPARK_SCRATCH = pytest.StashKey[str]()
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--fast",
@@ -139,10 +143,23 @@ def pytest_configure(config):
         archive = spark_class_archive()
         if archive is not None:
             os.environ["SPARK_SUBMIT_OPTS"] = f"{C1_ONLY} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
+    if "SPARK_LOCAL_DIRS" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ:
+        # Spark's scratch (blockmgr-*, spark-* with a copy of the session's jars: 35 MB) goes to a folder
+        # of the run's own, removed at its end: a JVM a test kills cannot remove its own, which left 450 MB
+        # in /tmp run after run (the workers, and the JVMs the tests start, inherit the variable).
+        scratch = tempfile.mkdtemp(prefix="awm-test-spark-scratch-")
+        os.environ["SPARK_LOCAL_DIRS"] = scratch
+        config.stash[_SPARK_SCRATCH] = scratch
     # xdist's --dist loadfile hands out the files with the most tests first unless told not to reorder: the
     # collection order (SLOW_FILES first, pytest_collection_modifyitems) is the order the workers get them.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+def pytest_unconfigure(config):
+    scratch = config.stash.get(_SPARK_SCRATCH, None)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
