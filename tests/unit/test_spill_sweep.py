@@ -5,10 +5,19 @@ import os
 import time
 from dataclasses import replace
 
+import pytest
+
 from jobs.stream.sources.arrow_reader import spill_dir
 from jobs.stream.workers import arrow_path
 from jobs.stream.workers.arrow_path import Split, collect_pass, hold_spill, sweep_spills
 from tests.unit.test_arrow_path import CHECKS, line
+
+
+@pytest.fixture(autouse=True)
+def _spark_local_dir_given(monkeypatch):
+    """The spill folders go under the ``spark.local.dir`` given (``SPARK_LOCAL_DIRS``, which Spark prefers and
+    the suite sets for its JVMs, unset here)."""
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
 
 
 def leftover(base, name, age_s, files=("b7-s0.arrow",)):
