@@ -25,6 +25,12 @@ taken only when it is more than :data:`SAFETY_COST` (2) times faster than the ch
    as fast again. One device's clock stepping back by seconds makes its records late for that long under
    any watermark that never goes back; it happens once, so the next period does not need the fixed delay
    of seconds that would hide it.
+4. a choice in ``global`` mode gives way to the fastest setting firing per key (``scoped``, ``keyed``;
+   stable first) meeting the target pooled when that one is at most :data:`EXPOSURE_COST` (1.5) times
+   slower. One watermark over every partition is exposed to each device: one whose clock jumps ahead moves
+   it past every other device's records, which are then all late, and the history shows it only once it
+   happened (20 design seeds: a choice at 33 % late on the next period went to 1.2 %, the ``retransmits``
+   late median from 0.64 % to 0.58 %, every family's median ratio the same).
 
 When no setting keeps the target pooled there is no choice (:class:`TuneError`), a burst included. The
 factor 2 is what the carry-over benchmark supports (``benchmarks/tuner_quality.py``, design seeds): the
@@ -148,6 +154,11 @@ SUBPERIODS = 4
 #: How many times faster a less safe setting must be to be chosen over a safer one (:func:`stable_choice`):
 #: one late above the target on a sub-period over a stable one, a one-off burst over one meeting the target.
 SAFETY_COST = 2.0
+
+#: A choice in ``global`` mode (one watermark over every partition) gives way to the fastest per-key one
+#: (``scoped``, ``keyed``; stable first) meeting the target when that one is at most this many times slower:
+#: one device whose clock jumps ahead moves a global watermark past every other device's records.
+EXPOSURE_COST = 1.5
 
 #: A one-off burst (:func:`one_off_burst`): pooled late share at most this many times the target...
 BURST_POOLED = 2.0
@@ -906,7 +917,8 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     the partition mode of the fastest meeting it pooled or in a per-key mode (``scoped``, ``keyed``);
     the fastest meeting it pooled instead when that one is more than :data:`SAFETY_COST` times faster or
     none is stable; then the fastest :func:`one_off_burst` instead when it is more than :data:`SAFETY_COST`
-    times faster than that.
+    times faster than that. A ``global``-mode choice then gives way to the fastest per-key one meeting the
+    target (stable first) that is at most :data:`EXPOSURE_COST` times slower.
     """
     fired = sorted(
         (c for c in candidates if c.windows_fired), key=lambda c: (c.mean_latency_ms, c.dropped_pct)
@@ -924,6 +936,11 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     for faster in (meeting[0], next((c for c in fired if one_off_burst(c, target_late_pct)), None)):
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster
+    if choice.partition_mode == "global":  # exposed to every device's clock: firing per key, if not too slow
+        per_key = [c for c in meeting if c.partition_mode in ("scoped", "keyed")]
+        safer = next((c for c in per_key if c.stable(target_late_pct)), per_key[0] if per_key else None)
+        if safer is not None and safer.mean_latency_ms <= EXPOSURE_COST * choice.mean_latency_ms:
+            choice = safer
     return choice
 
 
