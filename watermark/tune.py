@@ -160,6 +160,9 @@ SAFETY_COST = 2.0
 #: one device whose clock jumps ahead moves a global watermark past every other device's records.
 EXPOSURE_COST = 1.5
 
+#: Partition modes that fire each key by its own watermark (a key is exposed to no other key's clock).
+PER_KEY_MODES = ("scoped", "keyed")
+
 #: A one-off burst (:func:`one_off_burst`): pooled late share at most this many times the target...
 BURST_POOLED = 2.0
 
@@ -930,14 +933,14 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     # another mode (``min`` waiting for the slowest partition) would buy it with an exposure the history
     # cannot show.
     mode = meeting[0].partition_mode
-    allowed = {mode, "scoped", "keyed"}  # or toward firing per key, which exposes a key to no other
+    allowed = {mode, *PER_KEY_MODES}  # or toward firing per key, which exposes a key to no other
     stable = (c for c in meeting if c.partition_mode in allowed and c.stable(target_late_pct))
     choice = next(stable, meeting[0])
     for faster in (meeting[0], next((c for c in fired if one_off_burst(c, target_late_pct)), None)):
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster
     if choice.partition_mode == "global":  # exposed to every device's clock: firing per key, if not too slow
-        per_key = [c for c in meeting if c.partition_mode in ("scoped", "keyed")]
+        per_key = [c for c in meeting if c.partition_mode in PER_KEY_MODES]
         safer = next((c for c in per_key if c.stable(target_late_pct)), per_key[0] if per_key else None)
         if safer is not None and safer.mean_latency_ms <= EXPOSURE_COST * choice.mean_latency_ms:
             choice = safer
