@@ -290,12 +290,33 @@ def allocate(
     ffloats[H_CONGESTION] = max(congestion, ffloats[H_CONGESTION] - elapsed * period / 2.0)
     if total_rate <= 0.0:
         return
-    # Bisection on log(lambda): the expected late arrivals fall as lambda rises.
-    allowed_late = budget * total_rate
+    best, hi = choose_bins(rate, surv, top, budget * total_rate)
+    ffloats[H_LAMBDA] = math.exp(hi)
+    for s in range(nk):
+        if rate[s] > 0.0:
+            kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
+
+
+@_compiled
+def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float) -> tuple[Any, float]:
+    """Each key's delay bin at the smallest multiplier whose expected late arrivals fit ``allowed_late``.
+
+    ``b_k = first argmin_b [EDGES[b] + lambda * rate_k * surv[k, b]]`` over ``b <= top_k`` (keys of rate 0
+    get bin 0), the multiplier bisected on its logarithm over [-20, 60] in 48 steps; what the choice at the
+    multiplier leaves of the budget is spent by :func:`_fill`. Returns the bins and ``log(lambda)``.
+
+    A key's choice never falls as the multiplier rises (with ``surv`` falling in ``b``, the first minimum
+    moves to longer delays as the weight grows), so the choices at the bracket's ends bound the next one:
+    each step scans only the bins between them, not every bin up to ``top_k``. On a sparse fleet an
+    allocation runs at nearly every arrival, and those full scans were most of its cost.
+    """
+    nk = rate.shape[0]
     lo, hi = -20.0, 60.0
     best = np.zeros(nk, np.int64)
     choice = np.zeros(nk, np.int64)
     over = np.zeros(nk, np.int64)  # the choice at the largest multiplier found over the budget
+    low_bin = np.zeros(nk, np.int64)
+    high_bin = top.copy()
     found = False
     missed = False
     for _ in range(48):
@@ -306,9 +327,9 @@ def allocate(
             if rate[s] == 0.0:
                 continue
             w = lam * rate[s]
-            bb = 0
-            cost = w * surv[s, 0]
-            for b in range(1, top[s] + 1):
+            bb = low_bin[s]
+            cost = _EDGES[bb] + w * surv[s, bb]
+            for b in range(bb + 1, high_bin[s] + 1):
                 c = _EDGES[b] + w * surv[s, b]
                 if c < cost:
                     cost = c
@@ -319,19 +340,18 @@ def allocate(
             hi = middle
             found = True
             best[:] = choice
+            high_bin[:] = choice
         else:
             lo = middle
             missed = True
             over[:] = choice
+            low_bin[:] = choice
     if not found:  # (the top bins cover everything: the largest lambda always fits)
         for s in range(nk):
             best[s] = top[s]
     elif missed:
         _fill(best, over, rate, surv, allowed_late)
-    ffloats[H_LAMBDA] = math.exp(hi)
-    for s in range(nk):
-        if rate[s] > 0.0:
-            kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
+    return best, hi
 
 
 @_compiled

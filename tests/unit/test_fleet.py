@@ -1,6 +1,7 @@
 """The fleet watermark: per-key lag models, pooling, the shared late budget, congestion and its end, steps."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -293,6 +294,61 @@ def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     assert f.snapshot() == reference["snapshot"]
     assert sum(f.steps().values()) >= 1 and f.snapshot()["fints"][5] > 10  # steps and allocations happened
     assert guarded >= 2 and f.level_ms > 0  # guards and a congestion delay happened
+
+
+def full_scan_bins(rate, surv, top, allowed_late):
+    """The allocation's choice by scanning every bin at every step (the rule before the bracketed scan)."""
+    nk = rate.size
+    lo, hi = -20.0, 60.0
+    best, choice, over = (np.zeros(nk, np.int64) for _ in range(3))
+    found = missed = False
+    for _ in range(48):
+        middle = 0.5 * (lo + hi)
+        lam = math.exp(middle)
+        late = 0.0
+        for s in range(nk):
+            if rate[s] == 0.0:
+                continue
+            w = lam * rate[s]
+            costs = [float(fk.EDGES[b]) + w * surv[s, b] for b in range(top[s] + 1)]
+            choice[s] = int(np.argmin(costs))  # (the first minimum)
+            late += rate[s] * surv[s, choice[s]]
+        if late <= allowed_late:
+            hi, found, best[:] = middle, True, choice
+        else:
+            lo, missed, over[:] = middle, True, choice
+    if not found:
+        best[:] = top
+    elif missed:
+        fk._fill(best, over, rate, surv, allowed_late)
+    return best.tolist(), hi
+
+
+@st.composite
+def allocations(draw):
+    """Keys' rates, survival functions (non-increasing, with flat runs and ties) and top bins; a budget."""
+    nk = draw(st.integers(1, 6))
+    bins = 40
+    levels = st.sampled_from([0.0, 1e-4, 1e-3, 0.004, 0.01, 0.05, 0.2, 0.5, 1.0])
+    surv = np.zeros((nk, fk.N_BINS))
+    for s in range(nk):
+        values = draw(st.lists(levels | st.floats(0.0, 1.0), min_size=bins, max_size=bins))
+        surv[s, :bins] = sorted(values, reverse=True)
+    rate = np.array(draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, 40.0]) | st.floats(1e-3, 100.0),
+                                  min_size=nk, max_size=nk)))  # fmt: skip
+    top = np.array(draw(st.lists(st.integers(0, bins - 1), min_size=nk, max_size=nk)), np.int64)
+    allowed = draw(st.floats(0.0, 1.0)) * float(rate.sum())
+    return rate, surv, top, allowed
+
+
+@settings(max_examples=200, deadline=None)
+@given(allocations())
+def test_the_bracketed_bisection_chooses_what_scanning_every_bin_chooses(case):
+    # A key's choice never falls as the multiplier rises, so each step of the bisection scans only the bins
+    # between the choices at the bracket's ends: the same choice, at a fraction of the scans.
+    rate, surv, top, allowed = case
+    best, hi = fk.choose_bins(rate, surv, top, allowed)
+    assert (best.tolist(), hi) == full_scan_bins(rate, surv, top, allowed)
 
 
 @st.composite
