@@ -263,13 +263,17 @@ def allocate(
             n_ratios += 1
         total = kfloats[s, F_TOTAL]
         n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
-        acc = 0.0
+        # Its top bin: its own highest lag, or the fleet's when that is higher. No delay above it is ever
+        # chosen (:func:`choose_bins`), so its survival is computed up to there only.
         t = ftop
-        for b in range(N_BINS - 1, -1, -1):
+        for b in range(N_BINS - 1, ftop, -1):
+            if hist[s, b] > 0.0:
+                t = b
+                break
+        acc = 0.0
+        for b in range(t, -1, -1):
             own = acc / total if total > 0.0 else 0.0
             surv[s, b] = (n * own + prior * fs[b]) / (n + prior) if n + prior > 0.0 else fs[b]
-            if acc == 0.0 and hist[s, b] > 0.0 and b > t:
-                t = b
             acc += hist[s, b]
         top[s] = t
     # Congestion: the median over keys of their recent transit spread (every key) and level (live keys) above
