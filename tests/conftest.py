@@ -46,9 +46,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
 # a class-data archive of Spark's classes to these options (spark_class_archive).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
+# The same JVMs evaluate Spark's expressions interpreted (spark.sql.codegen.factoryMode, the mode Spark's own
+# test suites run beside codegen, computing the same rows): on the suite's tiny batches generating the code
+# cost more than running it. Each idempotent Delta append rebuilds the table's state in Spark jobs whose tasks
+# generated a projection of Delta's wide action schema every time: a 39-batch job used 74 s of CPU instead of
+# 86 (the product's sessions keep Spark's default; bin/run and benchmarks/ run with it).
+INTERPRETED = "-Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 #: Whether the options are the suite's own (not set by the caller, nor inherited by an xdist worker).
 _OWN_SPARK_SUBMIT_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
-os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{C1_ONLY} {INTERPRETED}")
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -142,7 +148,9 @@ def pytest_configure(config):
         # (xdist's workers inherit the options from the controller's environment)
         archive = spark_class_archive()
         if archive is not None:
-            os.environ["SPARK_SUBMIT_OPTS"] = f"{C1_ONLY} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
+            os.environ["SPARK_SUBMIT_OPTS"] = (
+                f"{C1_ONLY} {INTERPRETED} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
+            )
     if "SPARK_LOCAL_DIRS" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ:
         # Spark's scratch (blockmgr-*, spark-* with a copy of the session's jars: 35 MB) goes to a folder
         # of the run's own, removed at its end: a JVM a test kills cannot remove its own, which left 450 MB

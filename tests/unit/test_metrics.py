@@ -179,3 +179,45 @@ def test_the_partition_idle_timeout_in_force_is_a_gauge_and_never_idle_is_infini
     assert registry.get_sample_value(name) == 60.0
     metrics.batch_done(BatchObservation(batch_id=0, idle_timeout_ms=None))
     assert registry.get_sample_value(name) == float("inf")
+
+
+class JavaValue:
+    """What py4j hands the listener for a JVM object: methods returning further objects or values."""
+
+    def __init__(self, **methods) -> None:
+        for name, value in methods.items():
+            setattr(self, name, lambda value=value: value)
+
+
+def java_id(query_id: str) -> JavaValue:
+    return JavaValue(toString=query_id)
+
+
+def test_the_listener_spark_calls_reads_only_the_followed_querys_duration_idleness_and_failure():
+    from monitoring.listener import MetricsListener, _LeanJavaListener
+
+    registry, metrics, clock = fresh(1_000.0)
+    listener = MetricsListener(metrics)
+    listener.follow("q-1")
+    java = _LeanJavaListener(listener)
+    count = "awm_batch_duration_seconds_count"
+    java.onQueryStarted(JavaValue())
+    java.onQueryProgress(JavaValue(progress=JavaValue(id=java_id("q-1"), batchDuration=2_500)))
+    java.onQueryProgress(JavaValue(progress=JavaValue(id=java_id("another"), batchDuration=9_000)))
+    assert registry.get_sample_value(count) == 1.0
+    assert registry.get_sample_value("awm_batch_duration_seconds_sum") == 2.5
+    metrics.batch_done(BatchObservation(batch_id=0))
+    clock.now = 1_030.0
+    java.onQueryIdle(JavaValue(id=java_id("another")))
+    assert registry.get_sample_value("awm_processing_time_watermark_lag_seconds") == 30.0
+    java.onQueryIdle(JavaValue(id=java_id("q-1")))
+    clock.now = 1_031.0
+    assert registry.get_sample_value("awm_processing_time_watermark_lag_seconds") == 1.0
+    failures = "awm_query_terminated_with_error_total"
+    no_error = JavaValue(isDefined=False)
+    java.onQueryTerminated(JavaValue(id=java_id("q-1"), exception=no_error))
+    error = JavaValue(isDefined=True, get="java.lang.RuntimeException: boom")
+    java.onQueryTerminated(JavaValue(id=java_id("another"), exception=error))
+    assert registry.get_sample_value(failures) == 0.0
+    java.onQueryTerminated(JavaValue(id=java_id("q-1"), exception=error))
+    assert registry.get_sample_value(failures) == 1.0
