@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -88,20 +89,12 @@ class _LeanJavaListener:
             self.listener.metrics.query_progress(float(progress.batchDuration()) / 1000)
 
     def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802
-        self.listener.onQueryIdle(_Event(id=jevent.id().toString()))
+        self.listener.onQueryIdle(SimpleNamespace(id=jevent.id().toString()))
 
     def onQueryTerminated(self, jevent: Any) -> None:  # noqa: N802
         jexception = jevent.exception()
         exception = jexception.get() if jexception.isDefined() else None
-        self.listener.onQueryTerminated(_Event(id=jevent.id().toString(), exception=exception))
+        self.listener.onQueryTerminated(SimpleNamespace(id=jevent.id().toString(), exception=exception))
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
-
-
-class _Event:
-    """The fields of an idle or termination event that :class:`MetricsListener` reads."""
-
-    def __init__(self, id: str, exception: str | None = None) -> None:  # noqa: A002 (Spark's name)
-        self.id = id
-        self.exception = exception
