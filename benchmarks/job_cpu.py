@@ -28,6 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.feed import feed, records_from_file  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # as the suite's JVMs (tests/conftest.py): the same in every variant
 VARIANTS = {
@@ -44,31 +48,16 @@ def busy_ticks() -> int:
     return user + nice + system + irq + softirq + steal
 
 
-def feed(landing: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tools.feed",
-            str(ROOT / "samples" / "ooo-iot-d1.csv"),
-            "--delimiter",
-            ";",
-            "--event-time",
-            "S.Client.Detection.Time",
-            "--arrival-time",
-            "S.Message.received.time.ms",
-            "--partition",
-            "S.Device.ID",
-            "--out",
-            str(landing),
-            "--rows-per-file",
-            "250",
-            "--quiet",
-        ],  # fmt: skip
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
+def feed_landing(landing: Path) -> None:
+    """The bundled stream as landing files of 250 rows in arrival order (what bin/run's first step does)."""
+    records = records_from_file(
+        ROOT / "samples" / "ooo-iot-d1.csv",
+        event_time="S.Client.Detection.Time",
+        arrival_time="S.Message.received.time.ms",
+        partition="S.Device.ID",
+        delimiter=";",
     )
+    feed(records, landing, rows_per_file=250)
 
 
 def run_once(work: Path, landing: Path, variant: str, batches: int) -> dict[str, float]:
@@ -108,7 +97,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="awm-job-cpu-") as tmp:
         work = Path(tmp)
-        feed(work / "landing")
+        feed_landing(work / "landing")
         order = list(VARIANTS)
         for r in range(args.repeats):
             for variant in order[r % len(order) :] + order[: r % len(order)]:
