@@ -101,9 +101,13 @@ def _good() -> Any:
 
 
 def _bad_utf8() -> Any:
+    # One record a line, as every line strategy here: no line separator in the bytes (a b"\n" in them made
+    # the line two for Spark's reader, each quarantined at its own line, and this oracle counted one).
     return st.builds(
         lambda raw, at: b'{"event_id":"u","key":"' + raw + b'","event_time_ms":%d,"value":1}' % (BASE + at),
-        st.binary(min_size=1, max_size=4).filter(lambda b: not _utf8(b) and b'"' not in b and b"\\" not in b),
+        st.binary(min_size=1, max_size=4).filter(
+            lambda b: not _utf8(b) and not any(c in b for c in (b'"', b"\\", b"\n", b"\r"))
+        ),
         st.integers(0, 20_000),
     )
 
