@@ -11,7 +11,6 @@ and fails a test that starts a JVM, Spark, Prometheus or PostgreSQL anyway.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,15 +38,13 @@ settings.register_profile("thorough", parent=settings.get_profile("default"), ma
 settings.register_profile("fast", parent=settings.get_profile("default"), max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# The Spark JVMs the tests start (the jobs run as processes, spark-submit under Airflow: they inherit the
-# environment) compile with C1 only, as the local Kafka broker does: they live seconds to minutes on tiny
-# inputs, and C2's compiler threads took a third of their CPU (a 6-batch job on the rate source used 66-72 s
-# of CPU instead of 99-134 s). Each worker's own session is the exception (SparkSessions.get): it lives as
-# long as the run and does most of the suite's Spark work, which C2's code does with less CPU than C1's
-# (four Spark test files, 41 tests: 295 and 317 s of the machine's CPU instead of 392). Spark's launcher adds
-# SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the code computes is the
-# same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds a class-data archive
-# of Spark's classes to these options (spark_class_archive).
+# Every Spark JVM of the suite (each worker's session, the jobs tests start as processes, spark-submit under
+# Airflow: they inherit the environment) compiles with C1 only, as the local Kafka broker does. The suite's
+# JVMs live seconds to minutes on tiny inputs, and C2's compiler threads took a third of their CPU: a 6-batch
+# job on the rate source used 66-72 s of CPU instead of 99-134 s, four test_stream tests 231 s instead of 275.
+# Spark's launcher adds SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the
+# code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
+# a class-data archive of Spark's classes to these options (spark_class_archive).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 # The same JVMs evaluate Spark's expressions interpreted (spark.sql.codegen.factoryMode, the mode Spark's own
 # test suites run beside codegen, computing the same rows): on the suite's tiny batches generating the code
@@ -343,24 +339,6 @@ finally:
 """
 
 
-@contextlib.contextmanager
-def _session_jvm_options() -> Iterator[None]:
-    """While a worker's session is built: the suite's own JVM options without :data:`C1_ONLY` (C2 too).
-
-    The session's JVM is the worker's for the whole run, and the JIT's C2 tier pays for itself there (the
-    comment at :data:`C1_ONLY`); the JVMs the tests start keep C1 only. Options the caller set are kept.
-    """
-    options = os.environ.get("SPARK_SUBMIT_OPTS")
-    if options is None or not options.startswith(f"{C1_ONLY} {INTERPRETED}"):
-        yield
-        return
-    os.environ["SPARK_SUBMIT_OPTS"] = options.removeprefix(C1_ONLY).lstrip()
-    try:
-        yield
-    finally:
-        os.environ["SPARK_SUBMIT_OPTS"] = options
-
-
 class SparkSessions:
     """The worker's local Spark session: built when first needed, built again when found dead.
 
@@ -386,8 +364,7 @@ class SparkSessions:
         if self.session is None:
             from jobs.common.session import build_session
 
-            with _session_jvm_options():
-                self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
+            self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
         return self.session
 
     @staticmethod
