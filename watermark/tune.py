@@ -21,10 +21,12 @@ taken only when it is more than :data:`SAFETY_COST` (2) times faster than the ch
    sub-period) when it is more than twice as fast, or when none is stable: a drifting setting is passed
    over for a stable one, but not at any price;
 3. take the fastest whose late tuples are a **one-off burst** (:func:`one_off_burst`: within half the
-   target on every sub-period but one, within twice the target pooled) instead when it is more than twice
-   as fast again. One device's clock stepping back by seconds makes its records late for that long under
-   any watermark that never goes back; it happens once, so the next period does not need the fixed delay
-   of seconds that would hide it.
+   target outside the densest run of a sub-period's length, wherever that run falls, within twice the
+   target pooled) instead when it is more than twice as fast again. One device's clock stepping back by
+   seconds makes its records late for that long under any watermark that never goes back; it happens
+   once, so the next period does not need the fixed delay of seconds that would hide it. (The run is
+   found wherever it falls: a step across the boundary of two sub-periods puts the target over on both,
+   and was not forgiven when the burst had to fit one sub-period.)
 4. a choice in ``global`` mode gives way to the fastest setting firing per key (``scoped``, ``keyed``;
    stable first) meeting the target pooled when that one is at most :data:`EXPOSURE_COST` (1.5) times
    slower. One watermark over every partition is exposed to each device: one whose clock jumps ahead moves
@@ -166,7 +168,7 @@ PER_KEY_MODES = ("scoped", "keyed")
 #: A one-off burst (:func:`one_off_burst`): pooled late share at most this many times the target...
 BURST_POOLED = 2.0
 
-#: ... and at most this many times the target on every sub-period but the worst.
+#: ... and at most this many times the target outside the densest run of a sub-period's length.
 BURST_REST = 0.5
 
 #: Fewest rows in a sub-period (a shorter history gets fewer sub-periods, at least one).
@@ -202,6 +204,9 @@ class Candidate:
     partition_mode: str | None = None  # how partitions make the watermark (None: no partitions)
     late_pct_by_period: tuple[float, ...] = ()  # late share on each sub-period of the tuning period
     rows_by_period: tuple[int, ...] = ()  # rows of each sub-period (empty: unknown)
+    #: Late share outside the densest run of as many rows as the shortest sub-period (None: unknown), the
+    #: rows of that run left out: what is left once a burst of late tuples, wherever it falls, is set apart.
+    rest_late_pct: float | None = None
 
     @property
     def mean_latency_ms(self) -> float:
@@ -497,6 +502,7 @@ class _Replayer:
         latencies: list[NDArray[np.int64]] = []
         by_period: list[float] = []
         rows_by_period: list[int] = []
+        period_flags: list[NDArray[np.bool_]] = []
         summary: dict[str, Any] = {}
         for lo, hi in blocks:
             start = max(0, lo - self.warmup)
@@ -515,7 +521,8 @@ class _Replayer:
             flags = r.late[lo - start :]  # arrival order = row order: the block is sorted by arrival
             for p_lo, p_hi in periods:
                 if lo <= p_lo and p_hi <= hi:
-                    share = float(np.count_nonzero(flags[p_lo - lo : p_hi - lo])) / max(1, p_hi - p_lo)
+                    period_flags.append(flags[p_lo - lo : p_hi - lo])
+                    share = float(np.count_nonzero(period_flags[-1])) / max(1, p_hi - p_lo)
                     by_period.append(round(100.0 * share, 4))
                     rows_by_period.append(p_hi - p_lo)
             late += int(np.count_nonzero(flags))
@@ -539,9 +546,35 @@ class _Replayer:
         else:
             dropped = round(100.0 * late / events, 4) if events else 0.0
             latency = latency_stats(np.concatenate(latencies) if latencies else np.empty(0, np.int64))
-        return Candidate(
-            name, _public(params), dropped, latency, fired, mode, tuple(by_period), tuple(rows_by_period)
+        rest = (
+            None
+            if len(period_flags) < 2
+            else burst_rest_pct(np.concatenate(period_flags), min(rows_by_period))
         )
+        shares = tuple(by_period)
+        return Candidate(
+            name, _public(params), dropped, latency, fired, mode, shares, tuple(rows_by_period), rest
+        )
+
+
+def burst_rest_pct(late: NDArray[np.bool_], span: int) -> float | None:
+    """Late share outside the run of ``span`` rows in a row holding the most late tuples (None: none left).
+
+    A burst (a device's clock stepping back, a flush) is late tuples close together in arrival order; it
+    may straddle two sub-periods, so it is found wherever it falls, not on the sub-periods' boundaries.
+    With fewer late tuples (a larger delay of a fixed-delay family) the share is never higher: the densest
+    run holds at least the smaller set's tuples in the larger set's densest run.
+
+    >>> flags = np.zeros(400, np.bool_); flags[95:105] = True  # ten late tuples across rows 95-104
+    >>> burst_rest_pct(flags, 100), burst_rest_pct(np.r_[flags, [True]], 100)
+    (0.0, 0.3322)
+
+    """
+    if span <= 0 or late.size <= span:
+        return None
+    counts = np.concatenate(([0], np.cumsum(late, dtype=np.int64)))
+    densest = int((counts[span:] - counts[:-span]).max())
+    return round(100.0 * (int(counts[-1]) - densest) / (late.size - span), 4)
 
 
 def late_allowance(rows: int, target_late_pct: float) -> int:
@@ -896,8 +929,9 @@ def _hindsight_fixed(
 def one_off_burst(candidate: Candidate, target_late_pct: float) -> bool:
     """Whether the candidate's late tuples are a one-off burst: over the target on one sub-period only.
 
-    Its late share is at most :data:`BURST_POOLED` times the target pooled and at most
-    :data:`BURST_REST` times the target on every sub-period but its worst (needs two sub-periods or more).
+    Its late share is at most :data:`BURST_POOLED` times the target pooled and at most :data:`BURST_REST`
+    times the target outside the densest run of a sub-period's rows (:attr:`Candidate.rest_late_pct`; when
+    unknown, on every sub-period but its worst). It needs two sub-periods or more.
 
     >>> burst = Candidate("fleet", {}, 0.6, {"mean": 100.0}, 5, None, (0.0, 0.2, 2.2, 0.0))
     >>> one_off_burst(burst, 0.5), one_off_burst(burst, 0.25)
@@ -905,10 +939,12 @@ def one_off_burst(candidate: Candidate, target_late_pct: float) -> bool:
 
     """
     shares = sorted(candidate.late_pct_by_period, reverse=True)
+    rest = shares[1] if len(shares) >= 2 and candidate.rest_late_pct is None else candidate.rest_late_pct
     return (
         len(shares) >= 2
         and candidate.dropped_pct <= BURST_POOLED * target_late_pct
-        and shares[1] <= BURST_REST * target_late_pct
+        and rest is not None
+        and rest <= BURST_REST * target_late_pct
     )
 
 

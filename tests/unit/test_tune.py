@@ -247,6 +247,25 @@ def test_a_one_off_burst_is_forgiven_only_for_a_setting_over_twice_as_fast_and_c
     assert stable_choice([burst], 0.5) is None
 
 
+def test_a_clock_step_straddling_two_sub_periods_is_a_one_off_burst():
+    # 4 devices at 20 records/s each, in order, for 100 s (2,000 rows a sub-period); device 0's clock steps
+    # back 3 s at 48.5 s, so under its own watermark its records are late until 51.5 s: 60 late tuples,
+    # half on each side of the boundary between the second and third sub-periods (two over the target).
+    tp = np.repeat(np.arange(0, 100_000, 50, dtype=np.int64), 4)
+    key = np.tile(np.arange(4), tp.size // 4)
+    te = tp - 5 - np.where((key == 0) & (tp >= 48_500), 3_000, 0)
+    space = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in (0, 1_000, 2_000, 3_000)]}
+    result = tune(
+        te, tp, target_late_pct=0.5, window=W, space=space, partition=key, key=key, recent_fraction=1.0
+    )
+    late = {c.params["delay_ms"]: c for c in result.candidates if c.partition_mode == "scoped"}
+    first, second, third, fourth = late[0].late_pct_by_period
+    assert first == fourth == 0.0 and second > 1.4 and third > 1.4 and late[0].rest_late_pct == 0.0
+    assert one_off_burst(late[0], 0.5)
+    # the step happens once: the next period does not need the 2 s delay that would hide two thirds of it
+    assert (result.choice.params["delay_ms"], result.choice.partition_mode) == (0, "scoped")
+
+
 FAMILIES = {
     "periodic": [{"delay_ms": d, "period_ms": p} for p in (10, 100) for d in range(0, 601, 40)],
     "ingestion": [{"max_event_time_lag_ms": lag} for lag in range(0, 601, 100)],
