@@ -276,9 +276,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         c = result.choice
         settings = " ".join(f"--set {k}={v}" for k, v in c.params.items())
         mode = "" if c.partition_mode is None else f" --partition-mode {c.partition_mode}"
+        by_period = " / ".join(f"{x:.2f}" for x in c.late_pct_by_period)
+        burst = (
+            f"\n            over the target in one burst only ({c.rest_late_pct:.2f} % late outside it): "
+            "forgiven as a one-off, such as a device's clock stepping back"
+            if c.dropped_pct > args.target_late_pct and c.rest_late_pct is not None
+            else ""
+        )
         print(
             f"choice      {c.strategy} {settings}{mode}\n"
-            f"late        {c.dropped_pct:.3f} % (target {args.target_late_pct} %)\n"
+            f"late        {c.dropped_pct:.3f} % (target {args.target_late_pct} %)"
+            + (f", by sub-period {by_period} %" if by_period else "")
+            + f"{burst}\n"
             f"emit latency mean {c.emit_latency_ms['mean']:,.1f} ms, p99 {c.emit_latency_ms['p99']:,.1f} ms\n"
             f"frontier    {len(out['frontier'])} of {out['candidates']} settings"
             + (f"\nplot        {args.plot}" if args.plot else "")

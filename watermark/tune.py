@@ -252,6 +252,7 @@ class Candidate:
             "windows_fired": self.windows_fired,
             "partition_mode": self.partition_mode,
             "late_pct_by_period": list(self.late_pct_by_period),
+            "rest_late_pct": self.rest_late_pct,
         }
 
 
@@ -321,6 +322,7 @@ class TuneResult:
             "dropped_pct": self.choice.dropped_pct,
             "emit_latency_ms": self.choice.emit_latency_ms,
             "late_pct_by_period": list(self.choice.late_pct_by_period),
+            "rest_late_pct": self.choice.rest_late_pct,
             "target_late_pct": self.target_late_pct,
             "window_ms": self.window.window_ms,
             "slide_ms": self.window.slide_ms,
