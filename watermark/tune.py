@@ -553,10 +553,8 @@ class _Replayer:
             if len(period_flags) < 2
             else burst_rest_pct(np.concatenate(period_flags), min(rows_by_period))
         )
-        shares = tuple(by_period)
-        return Candidate(
-            name, _public(params), dropped, latency, fired, mode, shares, tuple(rows_by_period), rest
-        )
+        by = (tuple(by_period), tuple(rows_by_period))
+        return Candidate(name, _public(params), dropped, latency, fired, mode, *by, rest)
 
 
 def burst_rest_pct(late: NDArray[np.bool_], span: int) -> float | None:
@@ -929,7 +927,7 @@ def _hindsight_fixed(
 
 
 def one_off_burst(candidate: Candidate, target_late_pct: float) -> bool:
-    """Whether the candidate's late tuples are a one-off burst: over the target on one sub-period only.
+    """Whether the candidate's late tuples are a one-off burst: over the target in one run of arrivals only.
 
     Its late share is at most :data:`BURST_POOLED` times the target pooled and at most :data:`BURST_REST`
     times the target outside the densest run of a sub-period's rows (:attr:`Candidate.rest_late_pct`; when
@@ -941,13 +939,10 @@ def one_off_burst(candidate: Candidate, target_late_pct: float) -> bool:
 
     """
     shares = sorted(candidate.late_pct_by_period, reverse=True)
-    rest = shares[1] if len(shares) >= 2 and candidate.rest_late_pct is None else candidate.rest_late_pct
-    return (
-        len(shares) >= 2
-        and candidate.dropped_pct <= BURST_POOLED * target_late_pct
-        and rest is not None
-        and rest <= BURST_REST * target_late_pct
-    )
+    if len(shares) < 2:
+        return False
+    rest = shares[1] if candidate.rest_late_pct is None else candidate.rest_late_pct
+    return candidate.dropped_pct <= BURST_POOLED * target_late_pct and rest <= BURST_REST * target_late_pct
 
 
 def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Candidate | None:
