@@ -236,15 +236,14 @@ def allocate(
     if n_fleet < WARMUP:
         floor = math.ceil(iparams[P_INITIAL] * (1.0 - n_fleet / WARMUP))
     fints[G_NEW_DELAY] = max(floor, new_delay) if ftotal > 0.0 else iparams[P_INITIAL]
-    # Per key: rate, pooled survival, top bin; the congestion ratios.
-    prior = fparams[P_PRIOR]
-    surv = np.zeros((nk, N_BINS), np.float64)
+    # Per key: rate, top bin; the congestion ratios.
     top = np.zeros(nk, np.int64)
     rate = np.zeros(nk, np.float64)
     ratios = np.zeros(nk, np.float64)
     levels = np.zeros(nk, np.float64)
     n_ratios = 0
     total_rate = 0.0
+    width = 1
     for s in range(nk):
         r = kfloats[s, F_RATE]  # (a new key's first rate is its count)
         r = kints[s, K_COUNT] if r == 0.0 else r * keep + RATE_WEIGHT * kints[s, K_COUNT]
@@ -261,8 +260,6 @@ def allocate(
             )
             levels[n_ratios] = math.expm1(kfloats[s, F_SHORT]) - 2.0 * math.expm1(kfloats[s, F_LONG])
             n_ratios += 1
-        total = kfloats[s, F_TOTAL]
-        n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
         # Its top bin: its own highest lag, or the fleet's when that is higher. No delay above it is ever
         # chosen (:func:`choose_bins`), so its survival is computed up to there only.
         t = ftop
@@ -270,12 +267,25 @@ def allocate(
             if hist[s, b] > 0.0:
                 t = b
                 break
-        acc = 0.0
-        for b in range(t, -1, -1):
-            own = acc / total if total > 0.0 else 0.0
-            surv[s, b] = (n * own + prior * fs[b]) / (n + prior) if n + prior > 0.0 else fs[b]
-            acc += hist[s, b]
         top[s] = t
+        width = max(width, t + 1)
+    # Per active key: its lag survival function shrunk toward the fleet's, up to its top bin
+    # (``(n * own + prior * fleet) / (n + prior)``, with ``own`` its mass above each bin over its total).
+    prior = fparams[P_PRIOR]
+    surv = np.empty((nk, width), np.float64)  # (a key reads its row up to its top bin only)
+    for s in range(nk):
+        if rate[s] == 0.0:
+            continue
+        total = kfloats[s, F_TOTAL]
+        n = total / kfloats[s, F_INC] if total > 0.0 else 0.0  # effective arrivals in the histogram
+        own_w, fleet_w = 0.0, 1.0
+        if n + prior > 0.0:
+            own_w = n / ((n + prior) * total) if total > 0.0 else 0.0
+            fleet_w = prior / (n + prior)
+        acc = 0.0
+        for b in range(top[s], -1, -1):
+            surv[s, b] = own_w * acc + fleet_w * fs[b]
+            acc += hist[s, b]
     # Congestion: the median over keys of their recent transit spread (every key) and level (live keys) above
     # twice their long-run ones (ms).
     congestion = 0.0
@@ -294,28 +304,61 @@ def allocate(
     ffloats[H_CONGESTION] = max(congestion, ffloats[H_CONGESTION] - elapsed * period / 2.0)
     if total_rate <= 0.0:
         return
-    best, hi = choose_bins(rate, surv, top, budget * total_rate)
+    # (a warm start from the last multiplier: H_LAMBDA is 0 before the first allocation)
+    start = math.log(ffloats[H_LAMBDA]) if ffloats[H_LAMBDA] > 0.0 else math.nan
+    best, hi = choose_bins(rate, surv, top, budget * total_rate, start)
     ffloats[H_LAMBDA] = math.exp(hi)
     for s in range(nk):
         if rate[s] > 0.0:
             kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
 
 
+@_inlined
+def _choices_at(middle: float, rate: Any, surv: Any, low_bin: Any, high_bin: Any, choice: Any) -> float:
+    """Each key's first cheapest bin between its bounds at multiplier ``exp(middle)``; the expected late."""
+    lam = math.exp(middle)
+    late = 0.0
+    for s in range(rate.shape[0]):
+        if rate[s] == 0.0:
+            continue
+        w = lam * rate[s]
+        bb = low_bin[s]
+        cost = _EDGES[bb] + w * surv[s, bb]
+        for b in range(bb + 1, high_bin[s] + 1):
+            c = _EDGES[b] + w * surv[s, b]
+            if c < cost:
+                cost = c
+                bb = b
+        choice[s] = bb
+        late += rate[s] * surv[s, bb]
+    return late
+
+
+#: Bounds of the multiplier's logarithm, and the bisection's precision on it from a warm start.
+LOG_LAMBDA_MIN: Final = -20.0
+LOG_LAMBDA_MAX: Final = 60.0
+LOG_LAMBDA_TOL: Final = 1e-7
+
+
 @_compiled
-def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float) -> tuple[Any, float]:
+def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float, start: float) -> tuple[Any, float]:
     """Each key's delay bin at the smallest multiplier whose expected late arrivals fit ``allowed_late``.
 
     ``b_k = first argmin_b [EDGES[b] + lambda * rate_k * surv[k, b]]`` over ``b <= top_k`` (keys of rate 0
-    get bin 0), the multiplier bisected on its logarithm over [-20, 60] in 48 steps; what the choice at the
-    multiplier leaves of the budget is spent by :func:`_fill`. Returns the bins and ``log(lambda)``.
+    get bin 0), the multiplier bisected on its logarithm over [-20, 60]; what the choice at the multiplier
+    leaves of the budget is spent by :func:`_fill`. Returns the bins and ``log(lambda)``.
 
     A key's choice never falls as the multiplier rises (with ``surv`` falling in ``b``, the first minimum
     moves to longer delays as the weight grows), so the choices at the bracket's ends bound the next one:
     each step scans only the bins between them, not every bin up to ``top_k``. On a sparse fleet an
     allocation runs at nearly every arrival, and those full scans were most of its cost.
+
+    ``start`` (NaN: none): the logarithm of the last allocation's multiplier, which moves little from one
+    allocation to the next. The bracket then starts around it (widened until it holds the multiplier) and
+    the bisection stops at a precision of :data:`LOG_LAMBDA_TOL`; without it, 48 halvings of [-20, 60]. A
+    fleet of many keys spent most of an allocation in the first, wide steps of the cold bisection.
     """
     nk = rate.shape[0]
-    lo, hi = -20.0, 60.0
     best = np.zeros(nk, np.int64)
     choice = np.zeros(nk, np.int64)
     over = np.zeros(nk, np.int64)  # the choice at the largest multiplier found over the budget
@@ -323,33 +366,66 @@ def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float) -> tuple[An
     high_bin = top.copy()
     found = False
     missed = False
-    for _ in range(48):
-        middle = 0.5 * (lo + hi)
-        lam = math.exp(middle)
-        late = 0.0
-        for s in range(nk):
-            if rate[s] == 0.0:
-                continue
-            w = lam * rate[s]
-            bb = low_bin[s]
-            cost = _EDGES[bb] + w * surv[s, bb]
-            for b in range(bb + 1, high_bin[s] + 1):
-                c = _EDGES[b] + w * surv[s, b]
-                if c < cost:
-                    cost = c
-                    bb = b
-            choice[s] = bb
-            late += rate[s] * surv[s, bb]
-        if late <= allowed_late:
-            hi = middle
-            found = True
-            best[:] = choice
-            high_bin[:] = choice
-        else:
-            lo = middle
+    lo, hi = LOG_LAMBDA_MIN, LOG_LAMBDA_MAX
+    if math.isnan(start):
+        for _ in range(48):
+            middle = 0.5 * (lo + hi)
+            if _choices_at(middle, rate, surv, low_bin, high_bin, choice) <= allowed_late:
+                hi = middle
+                found = True
+                best[:] = choice
+                high_bin[:] = choice
+            else:
+                lo = middle
+                missed = True
+                over[:] = choice
+                low_bin[:] = choice
+    else:
+        # Up from just above the start until the budget holds (or the largest multiplier)...
+        width = 0.5
+        at = min(LOG_LAMBDA_MAX, max(LOG_LAMBDA_MIN, start) + width)
+        while True:
+            if _choices_at(at, rate, surv, low_bin, high_bin, choice) <= allowed_late:
+                hi = at
+                found = True
+                best[:] = choice
+                high_bin[:] = choice
+                break
+            lo = at
             missed = True
             over[:] = choice
             low_bin[:] = choice
+            if at >= LOG_LAMBDA_MAX:
+                break
+            width *= 4.0
+            at = min(LOG_LAMBDA_MAX, at + width)
+        # ... and down from just below it until it does not (or the smallest multiplier).
+        width = 0.5
+        at = max(LOG_LAMBDA_MIN, hi - 2.0 * width)
+        while found and not missed:
+            if _choices_at(at, rate, surv, low_bin, high_bin, choice) > allowed_late:
+                lo = at
+                missed = True
+                over[:] = choice
+                low_bin[:] = choice
+                break
+            hi = at
+            best[:] = choice
+            high_bin[:] = choice
+            if at <= LOG_LAMBDA_MIN:
+                break
+            width *= 4.0
+            at = max(LOG_LAMBDA_MIN, at - width)
+        while found and missed and hi - lo > LOG_LAMBDA_TOL:
+            middle = 0.5 * (lo + hi)
+            if _choices_at(middle, rate, surv, low_bin, high_bin, choice) <= allowed_late:
+                hi = middle
+                best[:] = choice
+                high_bin[:] = choice
+            else:
+                lo = middle
+                over[:] = choice
+                low_bin[:] = choice
     if not found:  # (the top bins cover everything: the largest lambda always fits)
         for s in range(nk):
             best[s] = top[s]

@@ -347,7 +347,7 @@ def test_the_bracketed_bisection_chooses_what_scanning_every_bin_chooses(case):
     # A key's choice never falls as the multiplier rises, so each step of the bisection scans only the bins
     # between the choices at the bracket's ends: the same choice, at a fraction of the scans.
     rate, surv, top, allowed = case
-    best, hi = fk.choose_bins(rate, surv, top, allowed)
+    best, hi = fk.choose_bins(rate, surv, top, allowed, math.nan)
     assert (best.tolist(), hi) == full_scan_bins(rate, surv, top, allowed)
 
 
@@ -432,3 +432,15 @@ def test_keys_indifferent_at_the_multiplier_share_the_budget_instead_of_all_cove
     fk._fill(best, over, rate, surv, 0.025)
     assert sorted(best.tolist()) == [short, short, cover, cover]
     assert float((rate * surv[np.arange(4), best]).sum()) <= 0.025
+
+
+@settings(max_examples=300, deadline=None)
+@given(allocations(), st.floats(-25.0, 65.0))
+def test_a_warm_start_from_any_multiplier_chooses_what_the_cold_bisection_chooses(case, start):
+    # An allocation starts its bracket around the last multiplier and stops at a precision of 1e-7 on its
+    # logarithm: the same bins as 48 halvings of the whole range, whatever the start.
+    rate, surv, top, allowed = case
+    warm, hi = fk.choose_bins(rate, surv, top, allowed, start)
+    cold, cold_hi = fk.choose_bins(rate, surv, top, allowed, math.nan)
+    assert warm.tolist() == cold.tolist()
+    assert abs(hi - cold_hi) <= fk.LOG_LAMBDA_TOL  # (the same multiplier, to the precision)
