@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import check_int
-from watermark.combine import PartitionedWatermark, factorize, rows_by_code
+from watermark.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
 from watermark.registry import make
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
@@ -412,8 +412,8 @@ def _scoped(
     if not keyed:
         msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"
         raise ValueError(msg)
-    pairs = np.unique(np.stack([key_codes.astype(np.int64), part_codes.astype(np.int64)]), axis=1)
-    if np.unique(pairs[0]).size != pairs.shape[1]:
+    pair_keys, _, _ = unique_pairs(key_codes, part_codes)
+    if np.unique(pair_keys).size != pair_keys.size:
         msg = "partition_mode 'scoped' needs every key to live in one partition; some keys span several"
         raise ValueError(msg)
     pre = np.empty(te.size, np.int64)
@@ -464,8 +464,8 @@ def _windows(
     member, start = spec.assign(te[rows])
     k = key_codes[rows][member]
     if k.size:
-        pairs, count = np.unique(np.stack([k.astype(np.int64), start]), axis=1, return_counts=True)
-        w_key, w_start = pairs[0].astype(np.intp), pairs[1]
+        pair_key, w_start, count = unique_pairs(k, start)
+        w_key = pair_key.astype(np.intp)
     else:
         w_key, w_start, count = np.empty(0, np.intp), np.empty(0, np.int64), np.empty(0, np.int64)
     end = w_start + spec.window_ms

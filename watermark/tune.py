@@ -111,7 +111,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark import storage
-from watermark.combine import factorize
+from watermark.combine import factorize, unique_pairs
 from watermark.compare import chosen_strategies
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, latency_stats, replay
 from watermark.progress import progress_line
@@ -442,8 +442,8 @@ def _keys_in_one_partition(partition: ArrayLike, key: ArrayLike) -> bool:
     """True if every key value occurs in a single partition (keyed partitioning)."""
     _, parts = factorize(np.asarray(partition))
     _, keys = factorize(np.asarray(key))
-    pairs = np.unique(np.stack([keys.astype(np.int64), parts.astype(np.int64)]), axis=1)
-    return bool(np.unique(pairs[0]).size == pairs.shape[1])
+    pair_keys, _, _ = unique_pairs(keys, parts)
+    return bool(np.unique(pair_keys).size == pair_keys.size)
 
 
 def recent_rows(tp: ArrayLike, fraction: float) -> np.ndarray:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.combine import PartitionedWatermark, factorize, rows_by_code
+from watermark.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
 from watermark.registry import make
 from watermark.timeutil import NO_WATERMARK
 
@@ -309,3 +309,21 @@ def test_rows_are_grouped_by_code_in_order_whether_scanned_or_sorted(count):
     codes = np.random.default_rng(count).integers(0, count, 5_000)
     groups = rows_by_code(codes, count)
     assert [g.tolist() for g in groups] == [np.flatnonzero(codes == c).tolist() for c in range(count)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-3, 40), st.integers(-(2**62), 2**62) | st.integers(-5, 50)), max_size=60)
+)
+def test_unique_pairs_are_numpys_unique_over_the_pairs_with_their_counts(pairs):
+    # One integer per pair where the ranges allow it, a lexicographic sort where they do not (huge values):
+    # the same pairs, order and counts as np.unique(..., axis=1).
+    a = np.array([p[0] for p in pairs], np.int64)
+    b = np.array([p[1] for p in pairs], np.int64)
+    ua, ub, counts = unique_pairs(a, b)
+    if not pairs:
+        assert ua.size == ub.size == counts.size == 0
+        return
+    expected, expected_counts = np.unique(np.stack([a, b]), axis=1, return_counts=True)
+    assert ua.tolist() == expected[0].tolist() and ub.tolist() == expected[1].tolist()
+    assert counts.tolist() == expected_counts.tolist()
