@@ -215,6 +215,16 @@ def unique_pairs(
     return sx[at], sy[at], np.diff(np.append(at, sx.size)).astype(np.int64)
 
 
+def one_partition_per_key(keys: ArrayLike, parts: ArrayLike) -> bool:
+    """Whether each key code of ``keys`` occurs with a single partition code of ``parts`` (row by row).
+
+    >>> one_partition_per_key([0, 1, 0], [5, 6, 5]), one_partition_per_key([0, 1, 0], [5, 6, 7])
+    (True, False)
+    """
+    pair_keys, _, _ = unique_pairs(keys, parts)
+    return bool(np.unique(pair_keys).size == pair_keys.size)
+
+
 #: How :class:`PartitionedWatermark` makes the global watermark.
 COMBINATION_MODES = ("min", "global", "scoped", "keyed")
 #: The modes where each partition fires its own windows (``"keyed"``: the caller's partitions are keys).

@@ -35,7 +35,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import check_int
-from watermark.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
+from watermark.combine import (
+    PartitionedWatermark,
+    factorize,
+    one_partition_per_key,
+    rows_by_code,
+    unique_pairs,
+)
 from watermark.registry import make
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
@@ -412,8 +418,7 @@ def _scoped(
     if not keyed:
         msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"
         raise ValueError(msg)
-    pair_keys, _, _ = unique_pairs(key_codes, part_codes)
-    if np.unique(pair_keys).size != pair_keys.size:
+    if not one_partition_per_key(key_codes, part_codes):
         msg = "partition_mode 'scoped' needs every key to live in one partition; some keys span several"
         raise ValueError(msg)
     pre = np.empty(te.size, np.int64)

@@ -334,6 +334,32 @@ def _choices_at(middle: float, rate: Any, surv: Any, low_bin: Any, high_bin: Any
     return late
 
 
+@_inlined
+def _probe(
+    at: float,
+    rate: Any,
+    surv: Any,
+    allowed_late: float,
+    low_bin: Any,
+    high_bin: Any,
+    choice: Any,
+    best: Any,
+    over: Any,
+) -> bool:
+    """The choices at ``exp(at)``: the bracket's new upper end if they fit the budget (True), else its lower.
+
+    Within the budget they are the best so far and bound every later choice from above (the multiplier
+    only falls from there); over it, they are ``over`` and bound every later choice from below.
+    """
+    if _choices_at(at, rate, surv, low_bin, high_bin, choice) <= allowed_late:
+        best[:] = choice
+        high_bin[:] = choice
+        return True
+    over[:] = choice
+    low_bin[:] = choice
+    return False
+
+
 #: Bounds of the multiplier's logarithm, and the bisection's precision on it from a warm start.
 LOG_LAMBDA_MIN: Final = -20.0
 LOG_LAMBDA_MAX: Final = 60.0
@@ -370,31 +396,19 @@ def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float, start: floa
     if math.isnan(start):
         for _ in range(48):
             middle = 0.5 * (lo + hi)
-            if _choices_at(middle, rate, surv, low_bin, high_bin, choice) <= allowed_late:
-                hi = middle
-                found = True
-                best[:] = choice
-                high_bin[:] = choice
+            if _probe(middle, rate, surv, allowed_late, low_bin, high_bin, choice, best, over):
+                hi, found = middle, True
             else:
-                lo = middle
-                missed = True
-                over[:] = choice
-                low_bin[:] = choice
+                lo, missed = middle, True
     else:
         # Up from just above the start until the budget holds (or the largest multiplier)...
         width = 0.5
         at = min(LOG_LAMBDA_MAX, max(LOG_LAMBDA_MIN, start) + width)
         while True:
-            if _choices_at(at, rate, surv, low_bin, high_bin, choice) <= allowed_late:
-                hi = at
-                found = True
-                best[:] = choice
-                high_bin[:] = choice
+            if _probe(at, rate, surv, allowed_late, low_bin, high_bin, choice, best, over):
+                hi, found = at, True
                 break
-            lo = at
-            missed = True
-            over[:] = choice
-            low_bin[:] = choice
+            lo, missed = at, True
             if at >= LOG_LAMBDA_MAX:
                 break
             width *= 4.0
@@ -403,29 +417,20 @@ def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float, start: floa
         width = 0.5
         at = max(LOG_LAMBDA_MIN, hi - 2.0 * width)
         while found and not missed:
-            if _choices_at(at, rate, surv, low_bin, high_bin, choice) > allowed_late:
-                lo = at
-                missed = True
-                over[:] = choice
-                low_bin[:] = choice
+            if not _probe(at, rate, surv, allowed_late, low_bin, high_bin, choice, best, over):
+                lo, missed = at, True
                 break
             hi = at
-            best[:] = choice
-            high_bin[:] = choice
             if at <= LOG_LAMBDA_MIN:
                 break
             width *= 4.0
             at = max(LOG_LAMBDA_MIN, at - width)
         while found and missed and hi - lo > LOG_LAMBDA_TOL:
             middle = 0.5 * (lo + hi)
-            if _choices_at(middle, rate, surv, low_bin, high_bin, choice) <= allowed_late:
+            if _probe(middle, rate, surv, allowed_late, low_bin, high_bin, choice, best, over):
                 hi = middle
-                best[:] = choice
-                high_bin[:] = choice
             else:
                 lo = middle
-                over[:] = choice
-                low_bin[:] = choice
     if not found:  # (the top bins cover everything: the largest lambda always fits)
         for s in range(nk):
             best[s] = top[s]

@@ -111,7 +111,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark import storage
-from watermark.combine import factorize, unique_pairs
+from watermark.combine import factorize, one_partition_per_key
 from watermark.compare import chosen_strategies
 from watermark.evaluate import DEFAULT_STRAGGLER_MS, latency_stats, replay
 from watermark.progress import progress_line
@@ -442,8 +442,7 @@ def _keys_in_one_partition(partition: ArrayLike, key: ArrayLike) -> bool:
     """True if every key value occurs in a single partition (keyed partitioning)."""
     _, parts = factorize(np.asarray(partition))
     _, keys = factorize(np.asarray(key))
-    pair_keys, _, _ = unique_pairs(keys, parts)
-    return bool(np.unique(pair_keys).size == pair_keys.size)
+    return one_partition_per_key(keys, parts)
 
 
 def recent_rows(tp: ArrayLike, fraction: float) -> np.ndarray:
