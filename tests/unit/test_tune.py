@@ -227,12 +227,31 @@ def test_a_global_choice_gives_way_to_firing_per_key_unless_that_is_over_one_and
 
 def test_a_sub_periods_late_share_is_counted_in_whole_tuples():
     # 390 rows a sub-period: two late tuples are 0.51 %, the nearest a 0.5 % target (1.95 tuples) can be kept;
-    # the fast setting keeps its place over a stable one at twice its latency. Three late tuples do not.
+    # the fast setting keeps its place over a safer one at more than twice its latency. Three late tuples
+    # do not: a stable setting just under twice as slow is taken then.
     fast = Candidate("fast", {}, 0.45, {"mean": 146.0}, 10, None, (0.51, 0.51, 0.26, 0.51), (390,) * 4)
+    far = Candidate("safe", {}, 0.06, {"mean": 300.0}, 10, None, (0.0, 0.0, 0.0, 0.26), (390,) * 4)
+    assert fast.stable(0.5) and stable_choice([fast, far], 0.5) is fast
     safe = Candidate("safe", {}, 0.06, {"mean": 290.0}, 10, None, (0.0, 0.0, 0.0, 0.26), (390,) * 4)
-    assert fast.stable(0.5) and stable_choice([fast, safe], 0.5) is fast
     over = Candidate("fast", {}, 0.45, {"mean": 146.0}, 10, None, (0.77, 0.26, 0.26, 0.51), (390,) * 4)
     assert not over.stable(0.5) and stable_choice([over, safe], 0.5) is safe
+
+
+def test_a_setting_just_within_the_target_gives_way_to_one_with_a_standard_error_to_spare():
+    # 1,600 rows: the target's expected count is 8 late tuples, its Poisson standard error 2.8. The fastest
+    # setting has 7 (0.44 %), stable on every sub-period, but a sample that drew fewer late tuples than its
+    # rate is how the fastest one comes to be within the target: the next period is likely over. One with 5
+    # late tuples is taken while at most twice as slow; the fastest when the margin would cost more.
+    def c(name, latency_ms, late):
+        share = round(100.0 * late / 1_600, 4)
+        return Candidate(name, {}, share, {"mean": latency_ms}, 10, "scoped", (share,) * 4, (400,) * 4)
+
+    fast, margin, slow = c("fast", 100.0, 7), c("margin", 180.0, 5), c("slow", 210.0, 5)
+    assert fast.stable(0.5) and not fast.clear(0.5) and margin.clear(0.5)
+    assert stable_choice([fast, margin], 0.5) is margin
+    assert stable_choice([fast, slow], 0.5) is fast
+    # no setting with the margin: the stable rule as before
+    assert stable_choice([fast, c("over", 80.0, 9)], 0.5) is fast
 
 
 def test_a_one_off_burst_is_forgiven_only_for_a_setting_over_twice_as_fast_and_calm_elsewhere():
