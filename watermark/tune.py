@@ -343,7 +343,8 @@ class TuneResult:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``python -m watermark tune --json`` prints."""
+        """What ``python -m watermark tune --json`` prints (``margin_over``: :func:`margin_over`)."""
+        over = margin_over(self.candidates, self.target_late_pct)
         return {
             "strategy": self.choice.strategy,
             "params": self.choice.params,
@@ -361,6 +362,7 @@ class TuneResult:
             "tuning": None if self.tuning is None else self.tuning.as_dict(),
             "evaluation": None if self.evaluation is None else self.evaluation.as_dict(),
             "frontier": [c.as_dict() for c in self.frontier],
+            "margin_over": None if over is None else over.as_dict(),
         }
 
 
@@ -990,12 +992,37 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     then gives way to the fastest per-key one meeting the target (stable first) that is at most
     :data:`EXPOSURE_COST` times slower.
     """
+    return _rule(candidates, target_late_pct)[0]
+
+
+def margin_over(candidates: Sequence[Candidate], target_late_pct: float) -> Candidate | None:
+    """The faster stable setting :func:`stable_choice` passed over for a clear one (None: no such step).
+
+    What ``tune`` prints beside its choice: the setting the target's margin (:meth:`Candidate.clear`)
+    turned down, within the target by less than a standard error of its late count.
+
+    >>> def c(name, latency_ms, late):
+    ...     share = round(100.0 * late / 1_600, 4)
+    ...     return Candidate(name, {}, share, {"mean": latency_ms}, 10, "scoped", (share,) * 4, (400,) * 4)
+    >>> margin_over([c("fast", 100.0, 7), c("margin", 180.0, 5)], 0.5).strategy
+    'fast'
+    >>> margin_over([c("fast", 100.0, 5), c("slow", 180.0, 3)], 0.5) is None
+    True
+
+    """
+    return _rule(candidates, target_late_pct)[1]
+
+
+def _rule(
+    candidates: Sequence[Candidate], target_late_pct: float
+) -> tuple[Candidate | None, Candidate | None]:
+    """:func:`stable_choice` and :func:`margin_over` at once."""
     fired = sorted(
         (c for c in candidates if c.windows_fired), key=lambda c: (c.mean_latency_ms, c.dropped_pct)
     )  # sorted is stable: the first of ties
     meeting = [c for c in fired if c.dropped_pct <= target_late_pct]
     if not meeting:
-        return None
+        return None, None
     # Stability is sought within the fastest's partition mode, or toward firing per key: a stable setting of
     # another mode (``min`` waiting for the slowest partition) would buy it with an exposure the history
     # cannot show.
@@ -1006,16 +1033,17 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     for faster in (meeting[0], next((c for c in fired if one_off_burst(c, target_late_pct)), None)):
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster
+    over = None
     if stable is not None and choice is stable:  # a margin, unless the stable choice is twice as fast
         clear = next((c for c in meeting if c.partition_mode in allowed and c.clear(target_late_pct)), None)
         if clear is not None and stable.mean_latency_ms * SAFETY_COST >= clear.mean_latency_ms:
-            choice = clear
+            choice, over = clear, (None if clear is stable else stable)
     if choice.partition_mode == "global":  # exposed to every device's clock: firing per key, if not too slow
         per_key = [c for c in meeting if c.partition_mode in PER_KEY_MODES]
         safer = next((c for c in per_key if c.stable(target_late_pct)), per_key[0] if per_key else None)
         if safer is not None and safer.mean_latency_ms <= EXPOSURE_COST * choice.mean_latency_ms:
-            choice = safer
-    return choice
+            choice, over = safer, None
+    return choice, over
 
 
 def plot(result: TuneResult, path: str) -> None:

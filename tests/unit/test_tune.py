@@ -444,3 +444,25 @@ def test_a_stuck_window_counts_in_the_tuners_latency_until_the_end_of_the_histor
     r = replay(te, tp, strategy="periodic", params={"delay_ms": 5_000}, window=W).summary()
     assert r["windows_flushed"] > 0  # the 5 s before the end never fired
     assert c.emit_latency_ms == r["emit_latency_charged_ms"] != r["emit_latency_ms"]
+
+
+def test_the_cli_names_the_faster_setting_its_margin_turned_down(tmp_path, capsys):
+    # 2,000 arrivals in order but for 20 stragglers, 100 ms to 2 s behind, five a sub-period: at 0.5 % the
+    # target's count is 10 late tuples; a delay leaving 10 keeps it, but by less than a standard error (3.2).
+    tp = np.arange(0, 100_000, 50, dtype=np.int64)
+    te = tp - 5
+    for i in range(20):
+        te[(2_500 + 5_000 * i) // 50] -= 100 * (1 + 4 * (i % 5) + i // 5) - 5
+    path = tmp_path / "s.csv"
+    path.write_text("te,tp\n" + "".join(f"{a},{b}\n" for a, b in zip(te, tp, strict=True)))
+    args = ["tune", str(path), "--event-time", "te", "--arrival-time", "tp", "--window-ms", "1000"]
+    args += ["--target-late-pct", "0.5", "--recent-fraction", "1", "--strategies", "periodic"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "choice      periodic --set delay_ms=1250 --set period_ms=200" in text
+    assert "late        0.300 % (target 0.5 %)" in text
+    margin = "with a margin: periodic --set delay_ms=850 --set period_ms=200 is faster (989.6 ms) at 0.500 %"
+    assert margin in text and "by less than a standard error of its late count" in text
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["margin_over"]["params"] == {"delay_ms": 850, "period_ms": 200} and out["dropped_pct"] == 0.3
