@@ -251,7 +251,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from watermark.tune import margin_over, plot, tune
+    from watermark.tune import plot, tune
     from watermark.windowspec import WindowSpec
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
@@ -283,14 +283,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             if c.dropped_pct > args.target_late_pct and c.rest_late_pct is not None
             else ""
         )
-        over = margin_over(result.candidates, args.target_late_pct)
+        over = out["margin_over"]  # the faster setting the margin turned down (TuneResult.as_dict)
         if over is not None:
             burst += (
-                f"\n            with a margin: {over.strategy} "
-                + " ".join(f"--set {k}={v}" for k, v in over.params.items())
-                + ("" if over.partition_mode is None else f" --partition-mode {over.partition_mode}")
-                + f" is faster ({over.mean_latency_ms:,.1f} ms) at {over.dropped_pct:.3f} % late, within the "
-                "target by less than a standard error of its late count (likely over it on the next period)"
+                f"\n            with a margin: {over['strategy']} "
+                + " ".join(f"--set {k}={v}" for k, v in over["params"].items())
+                + ("" if over["partition_mode"] is None else f" --partition-mode {over['partition_mode']}")
+                + f" is faster ({over['emit_latency_ms']['mean']:,.1f} ms)"
+                + f" at {over['dropped_pct']:.3f} % late, within the target by less than a standard error"
+                " of its late count (likely over it on the next period)"
             )
         print(
             f"choice      {c.strategy} {settings}{mode}\n"
