@@ -1,6 +1,7 @@
 """Throughput of every watermark strategy through ``process`` on a synthetic 8-partition stream.
 
     python benchmarks/watermark_throughput.py --events 5000000 --json
+    python benchmarks/watermark_throughput.py --strategies fleet --params '{"fleet": {"surge": 4, "lead": 4}}'
 
 Prints ``{"events": N, "strategies": {name: events_per_s}, "adwin_bare_loop": events_per_s, ...}``:
 
@@ -60,7 +61,12 @@ def main() -> None:
         "--strategies", default=",".join(STRATEGIES), help="comma-separated names (default: all)"
     )
     parser.add_argument("--mode", default="min", choices=("min", "scoped"), help="partition combination mode")
+    parser.add_argument(
+        "--params", default="{}", help="JSON: settings added to strategies', by name (see the docstring)"
+    )
     args = parser.parse_args()
+    for name, settings in json.loads(args.params).items():
+        PARAMS[name] = PARAMS[name] | settings
     names = [name.strip() for name in args.strategies.split(",") if name.strip()]
 
     stream = generate(events=args.events, partitions=8, seed=args.seed)

@@ -80,6 +80,7 @@ PARAMS = {
             "step_run": st.integers(1, 6),
             "lead": st.sampled_from([0.0, 1.0, 2.0, 10.0]),
             "follow_clock": st.sampled_from([0, 1]),
+            "surge": st.sampled_from([0.0, 2.0, 5.0]),
         }
     ),
 }

@@ -93,7 +93,21 @@ H_TOTAL: Final = 1
 H_CONGESTION: Final = 2  # the congestion delay in force (ms), added to every key's delay
 H_LAMBDA: Final = 3  # the Lagrange multiplier of the last allocation (diagnostics)
 H_LEVEL: Final = 4  # the congestion delay of a raised transit level (ms), added to live keys' delays
-N_FFLOATS: Final = 5
+# The surge (``surge > 0``): the transits above their keys' baselines of the fleet's last arrivals from live
+# keys (a ring of SURGE_RING, one per key), the instant until which the fleet
+# surges, its threshold and cover, and the decayed histogram of the calm arrivals' transits above their keys'
+# baselines (behind the scalars).
+H_RING: Final = 5
+SURGE_RING: Final = 3
+H_RING_KEY: Final = H_RING + SURGE_RING  # one more than the key slot of each transit in the ring (0: none)
+H_RING_N: Final = H_RING_KEY + SURGE_RING  # transits put in the ring so far
+H_SURGE_UNTIL: Final = H_RING_N + 1  # the fleet surges while its clock is before this (ms)
+H_SURGE_AT: Final = H_SURGE_UNTIL + 1  # the surge's threshold: SURGE_FACTOR calm medians (ms; 0: not yet)
+H_SURGE_COVER: Final = H_SURGE_UNTIL + 2  # the live keys' delay while surging (ms)
+H_CALM_INC: Final = H_SURGE_UNTIL + 3
+H_CALM_TOTAL: Final = H_SURGE_UNTIL + 4
+H_CALM_HIST: Final = H_SURGE_UNTIL + 5
+N_FFLOATS: Final = H_CALM_HIST + N_BINS
 
 # -- parameters ---------------------------------------------------------------------------------------------
 P_PERIOD: Final = 0
@@ -108,7 +122,8 @@ P_PRIOR: Final = 1  # pseudo-arrivals of the fleet's lag distribution in each ke
 P_CONGESTION: Final = 2  # weight of the fleet's excess transit in every key's delay (0: none)
 P_LEAD: Final = 3  # how many event-time gaps the frontier may run ahead of the reference (0: never)
 P_FOLLOW: Final = 4  # 1: between arrivals a live key's frontier follows the ingestion clock
-N_FPARAMS: Final = 5
+P_SURGE: Final = 5  # the live keys' delay while the fleet surges, in the surge's medians (0: no surge)
+N_FPARAMS: Final = 6
 
 #: Longest run of large lags a clock step is detected after (the pending buffer's width).
 MAX_STEP_RUN: Final = 16
@@ -122,6 +137,12 @@ RATE_WEIGHT: Final = 0.25
 GAP_ARRIVALS: Final = 16
 #: Arrivals the recent transit level averages over.
 SHORT: Final = 4
+#: The surge's threshold, in calm medians of the transit above the baseline.
+SURGE_FACTOR: Final = 4.0
+#: Detections over which the surge's cover averages (an exponential average, restarted at each surge).
+SURGE_AVERAGE: Final = 4.0
+#: A live key's least delay while the fleet is calm (``surge > 0``), in surge thresholds.
+SURGE_FLOOR: Final = 2.5
 #: A key counts in the congestion median after this many arrivals.
 MIN_CONGESTION_ARRIVALS: Final = 20
 #: Ingestion time over which a key's transit peak decays by 1/e.
@@ -191,6 +212,35 @@ def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
     ffloats[H_INC] = inc
 
 
+@_inlined
+def _add_calm(ffloats: Any, lag: int, memory: int) -> None:
+    """Add a calm arrival's transit above its key's baseline to the fleet's decayed calm histogram."""
+    inc = ffloats[H_CALM_INC]
+    if inc == 0.0:
+        inc = 1.0
+    ffloats[H_CALM_HIST + bin_of(lag)] += inc
+    ffloats[H_CALM_TOTAL] += inc
+    inc *= 1.0 + 1.0 / memory
+    if inc > 1e100:
+        for b in range(N_BINS):
+            ffloats[H_CALM_HIST + b] /= inc
+        ffloats[H_CALM_TOTAL] /= inc
+        inc = 1.0
+    ffloats[H_CALM_INC] = inc
+
+
+@_inlined
+def _calm_median(ffloats: Any) -> float:
+    """The calm histogram's median (the largest transit of the bin holding it; 0 while it is empty)."""
+    half = 0.5 * ffloats[H_CALM_TOTAL]
+    acc = 0.0
+    for b in range(N_BINS):
+        acc += ffloats[H_CALM_HIST + b]
+        if acc >= half and acc > 0.0:
+            return float(_EDGES[b])
+    return 0.0
+
+
 @_compiled
 def allocate(
     kints: Any, kfloats: Any, hist: Any, fints: Any, ffloats: Any, fhist: Any, iparams: Any, fparams: Any
@@ -236,6 +286,8 @@ def allocate(
     if n_fleet < WARMUP:
         floor = math.ceil(iparams[P_INITIAL] * (1.0 - n_fleet / WARMUP))
     fints[G_NEW_DELAY] = max(floor, new_delay) if ftotal > 0.0 else iparams[P_INITIAL]
+    if fparams[P_SURGE] > 0.0:  # the surge's threshold: SURGE_FACTOR calm medians
+        ffloats[H_SURGE_AT] = SURGE_FACTOR * _calm_median(ffloats)
     # Per key: rate, top bin; the congestion ratios.
     top = np.zeros(nk, np.int64)
     rate = np.zeros(nk, np.float64)
@@ -308,9 +360,11 @@ def allocate(
     start = math.log(ffloats[H_LAMBDA]) if ffloats[H_LAMBDA] > 0.0 else math.nan
     best, hi = choose_bins(rate, surv, top, budget * total_rate, start)
     ffloats[H_LAMBDA] = math.exp(hi)
+    active = 0
     for s in range(nk):
         if rate[s] > 0.0:
             kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
+            active += 1
 
 
 @_inlined
@@ -526,6 +580,7 @@ def run(
     step_run = iparams[P_STEP_RUN]
     step_min = iparams[P_STEP_MIN]
     guard_min = iparams[P_GUARD_MIN]
+    surge = fparams[P_SURGE] > 0.0
     for i in range(te.shape[0]):
         s = slots[i]
         e = te[i]
@@ -572,7 +627,10 @@ def run(
             lag = max(0, front - e)
             congested = math.ceil(ffloats[H_CONGESTION])
             if kints[s, K_LIVE]:
-                congested += math.ceil(ffloats[H_LEVEL])
+                level = ffloats[H_LEVEL]
+                if surge and t < ffloats[H_SURGE_UNTIL]:
+                    level = max(level, ffloats[H_SURGE_COVER])
+                congested += math.ceil(level)
             if lag > max(step_min, 4 * kints[s, K_DELAY]):
                 # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
                 # back. Held pending; a run of them is a step: the reference moves back to the new clock.
@@ -646,6 +704,39 @@ def run(
                 # one, so a fresh record right behind it is a frontier jump and guards the backlog.
                 kfloats[s, F_SHORT] = max(kfloats[s, F_SHORT], v)
             kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
+            if surge:
+                # The surge: the median of the fleet's last few transits above their keys' baselines, past
+                # SURGE_FACTOR calm medians, is a regime whose transits are longer, on every key at once.
+                # Only live keys count: a key far behind the clock (a backlog, a clock stepped back that
+                # was not re-based yet) is no regime of the fleet's.
+                live = lead > 0.0 and t - kints[s, K_REF] <= math.ceil(base) + _ahead(kfloats, s, lead)
+                if live:
+                    # The last live arrivals of SURGE_RING different keys: one key whose transit jumped alone
+                    # (its clock stepped back) is no regime of the fleet's (nor is a fleet of fewer keys one).
+                    nf = int(ffloats[H_RING_N])
+                    pos = nf % SURGE_RING
+                    for j in range(SURGE_RING):
+                        if ffloats[H_RING_KEY + j] == s + 1:
+                            pos = j
+                            nf -= 1  # (a key's newer transit in its place: no new entry)
+                            break
+                    nf += 1
+                    ffloats[H_RING_N] = nf
+                    ffloats[H_RING + pos] = excess
+                    ffloats[H_RING_KEY + pos] = s + 1
+                    at = ffloats[H_SURGE_AT]
+                    x0, x1, x2 = ffloats[H_RING], ffloats[H_RING + 1], ffloats[H_RING + 2]
+                    med = max(min(x0, x1), min(max(x0, x1), x2))
+                    if nf >= SURGE_RING and at > 0.0 and med > at:
+                        # Its cover: ``surge`` of its medians, averaged over its detections; it lasts as long
+                        # after the last one (what it held back arrives behind fresh records for that long).
+                        cover = fparams[P_SURGE] * med
+                        if t < ffloats[H_SURGE_UNTIL]:
+                            cover = ffloats[H_SURGE_COVER] + (cover - ffloats[H_SURGE_COVER]) / SURGE_AVERAGE
+                        ffloats[H_SURGE_COVER] = cover
+                        ffloats[H_SURGE_UNTIL] = t + cover
+                    elif t >= ffloats[H_SURGE_UNTIL]:
+                        _add_calm(ffloats, math.ceil(excess), fleet_memory)
             v = math.log1p(abs(offset - kfloats[s, F_PREV]))
             kfloats[s, F_SPREAD_SHORT] += (v - kfloats[s, F_SPREAD_SHORT]) / min(seen, SHORT)
             kfloats[s, F_SPREAD_LONG] += (v - kfloats[s, F_SPREAD_LONG]) / min(seen, memory)
@@ -656,6 +747,11 @@ def run(
         delay = kints[s, K_DELAY] + math.ceil(ffloats[H_CONGESTION])
         if kints[s, K_LIVE]:
             delay += math.ceil(ffloats[H_LEVEL])
+            if surge:  # surging: the surge's cover; calm: at least the floor
+                if t < ffloats[H_SURGE_UNTIL]:
+                    delay = max(delay, math.ceil(ffloats[H_SURGE_COVER]))
+                else:
+                    delay = max(delay, math.ceil(SURGE_FLOOR * ffloats[H_SURGE_AT]))
         proposal = _frontier(kints, kfloats, s, lead, t) - delay
         kints[s, K_OFF] = math.ceil(kfloats[s, F_BASE]) + delay
         if kints[s, K_GUARD_END] != _NO_WM:

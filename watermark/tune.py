@@ -144,8 +144,15 @@ SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
         {"late_threshold": lt, "heartbeat_ms": hb} for lt in (1.0, 0.1, 0.01) for hb in (100, 200, 1_000)
     ],
     # the per-key estimator with one shared late budget (its target: SLO_SHARES): its defaults, its frontier
-    # following the ingestion clock between arrivals, and never running ahead of a key's largest event time
-    "fleet": [{}, {"follow_clock": 1}, {"lead": 0.0}],
+    # following the ingestion clock between arrivals, never running ahead of a key's largest event time, and
+    # with the surge (a regime of longer transits on several keys at once) and a frontier 4 gaps ahead
+    "fleet": [
+        {},
+        {"follow_clock": 1},
+        {"lead": 0.0},
+        {"surge": 4.0, "lead": 4.0},
+        {"surge": 5.0, "lead": 4.0},
+    ],
 }
 
 #: Strategies that take the late-share target as a parameter (``late_slo_pct``).

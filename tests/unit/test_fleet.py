@@ -226,7 +226,7 @@ def test_a_version_1_snapshot_loads_with_no_guard_in_force():
     assert b.delays_ms() == a.delays_ms()
     run_keys(b, keys[600:], te[600:], tp[600:])  # and it runs on
     with pytest.raises(ValueError, match="fleet snapshot"):
-        b.load(snap | {"version": 4})
+        b.load(snap | {"version": 5})
 
 
 def test_fleet_snapshot_round_trips_through_json_and_continues_identically():
@@ -266,7 +266,7 @@ print(json.dumps({"out": [a.tolist() for a in out], "snapshot": f.snapshot()}))
 
 def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     # A stream with disorder, a clock step, a congestion and a late key, under NUMBA_DISABLE_JIT=1 (the
-    # pure-Python reference) and compiled.
+    # pure-Python reference) and compiled, with the surge on.
     rng = np.random.default_rng(6)
     n = 1_500
     tp = T0 + np.cumsum(rng.integers(0, 40, n)).astype(np.int64)
@@ -277,7 +277,8 @@ def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     tp[900:1_000] += 3_000
     tp = np.maximum.accumulate(tp)
     keys, te, tp = held_back(keys, te, tp, tp[300], tp[500], seed=6)  # a congestion: its end is guarded
-    params = {"late_slo_pct": 2.0, "period_ms": 700, "step_min_ms": 500, "follow_clock": 1, "lead": 2.0}
+    params = {"late_slo_pct": 2.0, "period_ms": 700, "step_min_ms": 500, "follow_clock": 1, "lead": 2.0,
+              "surge": 4.0}  # fmt: skip
     payload = json.dumps({"params": params, "keys": keys.tolist(), "te": te.tolist(), "tp": tp.tolist()})
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(ROOT))
     done = subprocess.run(
@@ -286,14 +287,16 @@ def test_the_compiled_kernel_equals_the_same_rule_run_by_the_interpreter():
     reference = json.loads(done.stdout)
     f = Fleet(FleetWatermark(**params).params)
     slots = np.array([f.slot(k) for k in keys.tolist()], np.int64)
-    out, guarded = [], 0
+    out, guarded, surged = [], 0, False
     for i in range(n):  # (one arrival at a time: the same as the whole batch, and the guards show)
         out.append(f.run(slots[i : i + 1], te[i : i + 1], tp[i : i + 1]))
         guarded = max(guarded, len(f.guarded()))
+        surged = surged or f.surge_ms > 0
     assert [np.concatenate(a).tolist() for a in zip(*out, strict=True)] == reference["out"]
     assert f.snapshot() == reference["snapshot"]
     assert sum(f.steps().values()) >= 1 and f.snapshot()["fints"][5] > 10  # steps and allocations happened
     assert guarded >= 2 and f.level_ms > 0  # guards and a congestion delay happened
+    assert surged  # and a surge
 
 
 def full_scan_bins(rate, surv, top, allowed_late):
@@ -444,3 +447,77 @@ def test_a_warm_start_from_any_multiplier_chooses_what_the_cold_bisection_choose
     cold, cold_hi = fk.choose_bins(rate, surv, top, allowed, math.nan)
     assert warm.tolist() == cold.tolist()
     assert abs(hi - cold_hi) <= fk.LOG_LAMBDA_TOL  # (the same multiplier, to the precision)
+
+
+CALM_BUSY_CALM = ((0, 70_000, 0), (70_000, 100_000, 1), (100_000, 170_000, 0))
+
+
+def regimes(seed, keys=8, per_key_s=2.0, calm_ms=40.0, busy_ms=400.0, spans=CALM_BUSY_CALM):
+    """A sparse fleet (``per_key_s`` records a second a key) whose transits are lognormal around ``calm_ms``,
+    then ``busy_ms`` (every key at once), then ``calm_ms`` again, by event time; in arrival order."""
+    rng = np.random.default_rng(seed)
+    span = spans[-1][1]
+    n = int(keys * per_key_s * span / 1_000)
+    te = T0 + np.sort(rng.integers(0, span, n)).astype(np.int64)
+    key = rng.integers(0, keys, n)
+    busy = np.zeros(n, bool)
+    for lo, hi, b in spans:
+        if b:
+            busy |= (te - T0 >= lo) & (te - T0 < hi)
+    tp = te + (np.where(busy, busy_ms, calm_ms) * np.exp(0.5 * rng.standard_normal(n))).astype(np.int64)
+    order = np.argsort(tp, kind="stable")
+    return key[order], te[order], tp[order], busy[order]
+
+
+def test_a_surge_of_every_keys_transits_moves_the_live_keys_delays_within_a_few_arrivals():
+    keys, te, tp, busy = regimes(seed=3)
+    f = fleet(late_slo_pct=0.5, lead=4.0, surge=4.0)
+    slots = np.array([f.slot(k) for k in keys.tolist()], np.int64)
+    onset = int(np.flatnonzero(busy)[0])
+    f.run(slots[:onset], te[:onset], tp[:onset])
+    assert f.surge_ms == 0 and f.diagnostics()["surge_ms"] == 0  # calm: no surge
+    threshold = f._ffloats[fk.H_SURGE_AT]
+    assert 50 <= threshold <= 300  # four calm medians of the transit above the keys' baselines (about 40 ms)
+    # Within the first 20 records of the regime (about a second of the fleet's), the fleet surges: the live
+    # keys' least delay is four of its medians (about 400 ms above the baselines).
+    seen = []
+    for i in range(onset, onset + 20):
+        f.run(slots[i : i + 1], te[i : i + 1], tp[i : i + 1])
+        seen.append(f.surge_ms)
+    assert max(seen) >= 1_000
+    end = int(np.flatnonzero(busy)[-1])
+    f.run(slots[onset + 20 : end], te[onset + 20 : end], tp[onset + 20 : end])
+    assert 600 <= f.surge_ms <= 3_000  # it lasts the whole regime
+    f.run(slots[end:], te[end:], tp[end:])
+    assert f.surge_ms == 0  # and ends after it
+
+
+def test_a_surge_makes_fewer_late_records_at_less_latency_than_the_same_fleet_without_it():
+    # Per key, scoped: the fleet without a surge either covers the busy regime all along or learns it late.
+    keys, te, tp, _ = regimes(seed=4)
+    window = WindowSpec(1_000)
+    from watermark.evaluate import replay
+
+    out = {}
+    for surge in (0.0, 4.0):
+        params = {"late_slo_pct": 0.5, "lead": 4.0, "surge": surge}
+        r = replay(te, tp, strategy="fleet", params=params, window=window, key=keys, partition=keys,
+                   partition_mode="scoped", idle_timeout_ms=30_000)  # fmt: skip
+        s = r.summary()
+        out[surge] = (s["dropped_pct"], s["emit_latency_charged_ms"]["mean"])
+    assert out[4.0][0] < out[0.0][0] and out[4.0][1] < out[0.0][1], out
+
+
+def test_a_key_far_behind_the_clock_starts_no_surge():
+    # One key of eight steps its clock back 6 s for good (its arrivals are not live until it is re-based),
+    # and its arrivals come in runs: the others' transits stay calm, so the fleet does not surge.
+    keys, te, tp, _ = regimes(seed=5, spans=((0, 60_000, 0),))
+    late_key = (keys == 3) & (te - T0 > 20_000)
+    te = np.where(late_key, te - 6_000, te)
+    f = fleet(late_slo_pct=0.5, lead=4.0, surge=4.0)
+    slots = np.array([f.slot(k) for k in keys.tolist()], np.int64)
+    surged = 0
+    for lo in range(0, te.size, 10):
+        f.run(slots[lo : lo + 10], te[lo : lo + 10], tp[lo : lo + 10])
+        surged += f.surge_ms > 0
+    assert surged == 0
