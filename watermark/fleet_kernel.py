@@ -94,9 +94,9 @@ H_CONGESTION: Final = 2  # the congestion delay in force (ms), added to every ke
 H_LAMBDA: Final = 3  # the Lagrange multiplier of the last allocation (diagnostics)
 H_LEVEL: Final = 4  # the congestion delay of a raised transit level (ms), added to live keys' delays
 # The surge (``surge > 0``): the transits above their keys' baselines of the fleet's last arrivals from live
-# keys (a ring of SURGE_RING, one per key), the instant until which the fleet
-# surges, its threshold and cover, and the decayed histogram of the calm arrivals' transits above their keys'
-# baselines (behind the scalars).
+# keys (a ring of SURGE_RING, one per key), the instant until which the fleet surges, its threshold and
+# cover, and the decayed histogram of the calm arrivals' transits above their keys' baselines (behind the
+# scalars; its weight and mass just before it, as H_INC and H_TOTAL are for the fleet histogram).
 H_RING: Final = 5
 SURGE_RING: Final = 3
 H_RING_KEY: Final = H_RING + SURGE_RING  # one more than the key slot of each transit in the ring (0: none)
@@ -185,48 +185,40 @@ def bin_of(lag: int) -> int:
 
 
 @_inlined
-def _add(hist: Any, kfloats: Any, s: int, lag: int, memory: int) -> None:
-    inc = kfloats[s, F_INC]
-    hist[s, bin_of(lag)] += inc
-    kfloats[s, F_TOTAL] += inc
+def _add_decayed(hist: Any, floats: Any, inc_at: int, lag: int, memory: int) -> None:
+    """Add ``lag`` to a decayed histogram: its weight at ``floats[inc_at]``, its mass at ``inc_at + 1``.
+
+    Each addition weighs ``1 + 1 / memory`` times the one before (older ones decay relatively); a weight of
+    0 (a histogram not used yet) starts at 1.
+    """
+    inc = floats[inc_at]
+    if inc == 0.0:
+        inc = 1.0
+    hist[bin_of(lag)] += inc
+    floats[inc_at + 1] += inc
     inc *= 1.0 + 1.0 / memory
     if inc > 1e100:  # rescale: only ratios matter
         for b in range(N_BINS):
-            hist[s, b] /= inc
-        kfloats[s, F_TOTAL] /= inc
+            hist[b] /= inc
+        floats[inc_at + 1] /= inc
         inc = 1.0
-    kfloats[s, F_INC] = inc
+    floats[inc_at] = inc
+
+
+@_inlined
+def _add(hist: Any, kfloats: Any, s: int, lag: int, memory: int) -> None:
+    _add_decayed(hist[s], kfloats[s], F_INC, lag, memory)
 
 
 @_inlined
 def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
-    inc = ffloats[H_INC]
-    fhist[bin_of(lag)] += inc
-    ffloats[H_TOTAL] += inc
-    inc *= 1.0 + 1.0 / memory
-    if inc > 1e100:
-        for b in range(N_BINS):
-            fhist[b] /= inc
-        ffloats[H_TOTAL] /= inc
-        inc = 1.0
-    ffloats[H_INC] = inc
+    _add_decayed(fhist, ffloats, H_INC, lag, memory)
 
 
 @_inlined
 def _add_calm(ffloats: Any, lag: int, memory: int) -> None:
     """Add a calm arrival's transit above its key's baseline to the fleet's decayed calm histogram."""
-    inc = ffloats[H_CALM_INC]
-    if inc == 0.0:
-        inc = 1.0
-    ffloats[H_CALM_HIST + bin_of(lag)] += inc
-    ffloats[H_CALM_TOTAL] += inc
-    inc *= 1.0 + 1.0 / memory
-    if inc > 1e100:
-        for b in range(N_BINS):
-            ffloats[H_CALM_HIST + b] /= inc
-        ffloats[H_CALM_TOTAL] /= inc
-        inc = 1.0
-    ffloats[H_CALM_INC] = inc
+    _add_decayed(ffloats[H_CALM_HIST : H_CALM_HIST + N_BINS], ffloats, H_CALM_INC, lag, memory)
 
 
 @_inlined
@@ -360,11 +352,9 @@ def allocate(
     start = math.log(ffloats[H_LAMBDA]) if ffloats[H_LAMBDA] > 0.0 else math.nan
     best, hi = choose_bins(rate, surv, top, budget * total_rate, start)
     ffloats[H_LAMBDA] = math.exp(hi)
-    active = 0
     for s in range(nk):
         if rate[s] > 0.0:
             kints[s, K_DELAY] = max(floor, _EDGES[best[s]])
-            active += 1
 
 
 @_inlined
