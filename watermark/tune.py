@@ -33,12 +33,15 @@ taken only when it is more than :data:`SAFETY_COST` (2) times faster than the ch
    once, so the next period does not need the fixed delay of seconds that would hide it. (The run is
    found wherever it falls: a step across the boundary of two sub-periods puts the target over on both,
    and was not forgiven when the burst had to fit one sub-period.)
-4. a choice in ``global`` mode gives way to the fastest setting firing per key (``scoped``, ``keyed``;
-   stable first) meeting the target pooled when that one is at most :data:`EXPOSURE_COST` (1.5) times
-   slower. One watermark over every partition is exposed to each device: one whose clock jumps ahead moves
-   it past every other device's records, which are then all late, and the history shows it only once it
-   happened (20 design seeds: a choice at 33 % late on the next period went to 1.2 %, the ``retransmits``
-   late median from 0.64 % to 0.58 %, every family's median ratio the same).
+4. a choice in ``global`` or ``min`` mode gives way to the fastest setting firing per key (``scoped``,
+   ``keyed``; stable first) meeting the target pooled when that one is at most :data:`EXPOSURE_COST` (1.5)
+   times slower. One watermark over every partition is exposed to each device, and the history shows it
+   only once it happened: under ``global`` one whose clock jumps ahead moves it past every other device's
+   records, which are then all late (20 design seeds: a choice at 33 % late on the next period went to
+   1.2 %, the ``retransmits`` late median from 0.64 % to 0.58 %, every family's median ratio the same);
+   under ``min`` one whose clock steps back, or that stops, holds every key's windows for the step or the
+   idle timeout (20 design seeds: ``fleet``'s ``min``-mode choices at 3.1 and 3.4 times the hindsight fixed
+   delay on the next period went to 1.5 and 1.0, every family's median ratio the same).
 
 When no setting keeps the target pooled there is no choice (:class:`TuneError`), a burst included. The
 factor 2 is what the carry-over benchmark supports (``benchmarks/tuner_quality.py``, design seeds): the
@@ -171,13 +174,17 @@ SUBPERIODS = 4
 #: a stable one over a clear one (a standard error of the late count to spare).
 SAFETY_COST = 2.0
 
-#: A choice in ``global`` mode (one watermark over every partition) gives way to the fastest per-key one
+#: A choice in ``global`` or ``min`` mode (:data:`EXPOSED_MODES`) gives way to the fastest per-key one
 #: (``scoped``, ``keyed``; stable first) meeting the target when that one is at most this many times slower:
-#: one device whose clock jumps ahead moves a global watermark past every other device's records.
+#: one device whose clock jumps ahead moves a global watermark past every other device's records, and one
+#: whose clock steps back, or that stops, holds a ``min`` watermark for every key.
 EXPOSURE_COST = 1.5
 
 #: Partition modes that fire each key by its own watermark (a key is exposed to no other key's clock).
 PER_KEY_MODES = ("scoped", "keyed")
+
+#: Partition modes with one watermark that every partition moves or holds (:data:`EXPOSURE_COST`).
+EXPOSED_MODES = ("global", "min")
 
 #: A one-off burst (:func:`one_off_burst`): pooled late share at most this many times the target...
 BURST_POOLED = 2.0
@@ -995,8 +1002,8 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     the fastest meeting it pooled instead when that one is more than :data:`SAFETY_COST` times faster or
     none is stable; then the fastest :func:`one_off_burst` instead when it is more than :data:`SAFETY_COST`
     times faster than that. A stable choice gives way to the fastest :meth:`~Candidate.clear` one (in the
-    same modes) unless it is more than :data:`SAFETY_COST` times faster than that. A ``global``-mode choice
-    then gives way to the fastest per-key one meeting the target (stable first) that is at most
+    same modes) unless it is more than :data:`SAFETY_COST` times faster than that. A ``global``- or
+    ``min``-mode choice then gives way to the fastest per-key one meeting the target (stable first) that is at most
     :data:`EXPOSURE_COST` times slower.
     """
     return _rule(candidates, target_late_pct)[0]
@@ -1045,7 +1052,7 @@ def _rule(
         clear = next((c for c in meeting if c.partition_mode in allowed and c.clear(target_late_pct)), None)
         if clear is not None and stable.mean_latency_ms * SAFETY_COST >= clear.mean_latency_ms:
             choice, over = clear, (None if clear is stable else stable)
-    if choice.partition_mode == "global":  # exposed to every device's clock: firing per key, if not too slow
+    if choice.partition_mode in EXPOSED_MODES:  # exposed to every device: firing per key, if not too slow
         per_key = [c for c in meeting if c.partition_mode in PER_KEY_MODES]
         safer = next((c for c in per_key if c.stable(target_late_pct)), per_key[0] if per_key else None)
         if safer is not None and safer.mean_latency_ms <= EXPOSURE_COST * choice.mean_latency_ms:
