@@ -81,6 +81,8 @@ class Adaptive(WatermarkGenerator):
     """
 
     name = "adaptive"
+    #: (``benchmarks/small_batches.py``; its vectorised core walks the heartbeats between arrivals)
+    SCALAR_RUN_MAX = 64
     param_types: ClassVar[Mapping[str, Any]] = {
         "late_threshold": float,
         "sensitivity_change": float,

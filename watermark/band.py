@@ -58,6 +58,8 @@ class Band(WatermarkGenerator):
     """
 
     name = "band"
+    #: (``benchmarks/small_batches.py``)
+    SCALAR_RUN_MAX = 64
     param_types: ClassVar[Mapping[str, Any]] = {"band_ms": int, "idle_ms": int}
 
     def __init__(self, band_ms: int = 10_000, idle_ms: int = 120_000) -> None:

@@ -176,6 +176,11 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
     name: ClassVar[str]
     #: Parameter names and the callable that converts a ``name=value`` string to the parameter's type.
     param_types: ClassVar[Mapping[str, Any]]
+    #: :meth:`process_trace` runs at most this many arrivals as the ``update`` loop (the same watermarks and
+    #: state): below it the vectorised core's fixed cost (tens of microseconds of numpy calls) exceeds the
+    #: loop's, as on a sparse fleet's short runs between idle spells (``benchmarks/small_batches.py``).
+    #: Strategies with their own timed core (``_run_timed``) always run it.
+    SCALAR_RUN_MAX: ClassVar[int] = 16
 
     def __init__(self) -> None:
         self._reset()
@@ -292,8 +297,18 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
             return Trace(empty, empty.copy(), Timeline(empty, empty, empty, self._wm, ()))
         tp_a = self._clamp_clock(tp_a)
         before = self._wm
-        pre, post, rise, offset = self._run_timed(te_a, tp_a, None)
-        self._finish_batch(te_a, pre, None)
+        if te_a.size <= self.SCALAR_RUN_MAX and type(self)._run_timed is WatermarkGenerator._run_timed:
+            rise, offset = self._timers(tp_a, None)
+            at, after = [], []
+            for a, b in zip(te_a.tolist(), tp_a.tolist(), strict=True):
+                self.update(a, b)
+                at.append(self._wm_at_arrival)
+                after.append(self._wm)
+            pre = np.array(at, np.int64)
+            post = np.array(after, np.int64)
+        else:
+            pre, post, rise, offset = self._run_timed(te_a, tp_a, None)
+            self._finish_batch(te_a, pre, None)
         part = Component(before, pre, post, rise, offset)
         return Trace(pre, post, Timeline(tp_a, pre, post, before, (part,)))
 

@@ -82,6 +82,8 @@ class Sliding(WatermarkGenerator):
     """
 
     name = "sliding"
+    #: (``benchmarks/small_batches.py``)
+    SCALAR_RUN_MAX = 48
     param_types: ClassVar[Mapping[str, Any]] = {
         "initial_delay_ms": int,
         "change_rate": float,

@@ -1003,8 +1003,8 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     none is stable; then the fastest :func:`one_off_burst` instead when it is more than :data:`SAFETY_COST`
     times faster than that. A stable choice gives way to the fastest :meth:`~Candidate.clear` one (in the
     same modes) unless it is more than :data:`SAFETY_COST` times faster than that. A ``global``- or
-    ``min``-mode choice then gives way to the fastest per-key one meeting the target (stable first) that is at most
-    :data:`EXPOSURE_COST` times slower.
+    ``min``-mode choice then gives way to the fastest per-key one meeting the target (stable first) that
+    is at most :data:`EXPOSURE_COST` times slower.
     """
     return _rule(candidates, target_late_pct)[0]
 

@@ -1,6 +1,7 @@
 """The generator contract, checked on every strategy with property tests on random streams."""
 
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -46,11 +47,15 @@ def test_process_equals_update_loop_exactly(name, data):
     params = data.draw(PARAMS[name])
     te, tp = data.draw(streams())
     cuts = sorted(data.draw(st.lists(st.integers(0, te.size), max_size=3)))
+    # short runs take the update loop (SCALAR_RUN_MAX): the vectorised core is drawn for every length too
+    vectorised = data.draw(st.booleans())
     ref = make(name, params)
     at_ref, after_ref = update_loop(ref, te, tp)
 
     vec = make(name, params)
-    parts = [vec.process_trace(te[a:b], tp[a:b]) for a, b in zip([0, *cuts], [*cuts, te.size], strict=True)]
+    bounds = zip([0, *cuts], [*cuts, te.size], strict=True)
+    with mock.patch.object(type(vec), "SCALAR_RUN_MAX", 0 if vectorised else type(vec).SCALAR_RUN_MAX):
+        parts = [vec.process_trace(te[a:b], tp[a:b]) for a, b in bounds]
     at = np.concatenate([p.at_arrival for p in parts]) if parts else np.empty(0, np.int64)
     after = np.concatenate([p.after_arrival for p in parts]) if parts else np.empty(0, np.int64)
 
@@ -59,6 +64,28 @@ def test_process_equals_update_loop_exactly(name, data):
     assert vec.watermark_ms == ref.watermark_ms
     assert vec.n_late == ref.n_late
     assert state_of(vec) == state_of(ref)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_short_runs_through_the_update_loop_trace_what_the_vectorised_core_traces(name, data):
+    # SCALAR_RUN_MAX: the watermarks, the timeline between arrivals (timers, ramps) and the state alike
+    params = data.draw(PARAMS[name])
+    te, tp = data.draw(streams(max_size=60))
+    cuts = sorted(data.draw(st.lists(st.integers(0, te.size), max_size=6)))
+    bounds = list(zip([0, *cuts], [*cuts, te.size], strict=True))
+    loop, core = make(name, params), make(name, params)
+    with mock.patch.object(type(loop), "SCALAR_RUN_MAX", 10**9):
+        by_loop = [loop.process_trace(te[a:b], tp[a:b]) for a, b in bounds]
+    with mock.patch.object(type(core), "SCALAR_RUN_MAX", 0):
+        by_core = [core.process_trace(te[a:b], tp[a:b]) for a, b in bounds]
+    for x, y in zip(by_loop, by_core, strict=True):
+        np.testing.assert_array_equal(x.at_arrival, y.at_arrival)
+        np.testing.assert_array_equal(x.after_arrival, y.after_arrival)
+        ends = np.unique(np.concatenate([x.at_arrival, x.after_arrival, te, te + 50])) if te.size else te
+        for got, want in zip(x.timeline.fire(ends), y.timeline.fire(ends), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert state_of(loop) == state_of(core)
 
 
 @pytest.mark.parametrize("name", NAMES)

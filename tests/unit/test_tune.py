@@ -223,7 +223,6 @@ def test_a_global_choice_gives_way_to_firing_per_key_unless_that_is_over_one_and
     assert stable_choice([fast, drifting], 0.5) is drifting
 
 
-
 def test_a_min_mode_choice_gives_way_to_firing_per_key_as_a_global_one_does():
     # One watermark held by the slowest partition: one device whose clock steps back, or that stops, holds
     # every key's windows for the step or the idle timeout, which the history shows only once it happened.
