@@ -204,38 +204,37 @@ def test_stability_is_not_bought_by_moving_to_another_partition_mode():
     assert stable_choice([fast_min, moded("g", 120.0, 0.1, [0.1] * 4, "global"), held], 0.5) is held
 
 
-def test_a_global_choice_gives_way_to_firing_per_key_unless_that_is_over_one_and_a_half_times_slower():
-    # One watermark over every partition: one device whose clock jumps ahead makes every other device's
-    # records late. The fastest is global; a stable scoped setting 1.4 times slower is chosen instead, a
-    # keyed one too, but not one 1.6 times slower, nor one that misses the target; a stable per-key one
-    # comes before a faster per-key one that drifts.
+@pytest.mark.parametrize(
+    ("mode", "other_exposed"),
+    [
+        # one watermark over every partition: one device whose clock jumps ahead makes every other
+        # device's records late
+        ("global", "min"),
+        # one watermark held by the slowest partition: one device whose clock steps back, or that stops,
+        # holds every key's windows for the step or the idle timeout
+        ("min", "global"),
+    ],
+)
+def test_a_global_or_min_choice_gives_way_to_firing_per_key_unless_that_is_over_one_and_a_half_times_slower(
+    mode, other_exposed
+):
+    # The history shows either exposure only once it happened. The fastest is in ``mode``; a stable scoped
+    # setting 1.4 times slower is chosen instead, a keyed one too, but not one 1.6 times slower, nor one that
+    # misses the target, nor one of the other exposed mode; a stable per-key one comes before a faster
+    # per-key one that drifts.
     def moded(name, latency_ms, pooled, by_period, mode):
         return Candidate(name, {}, pooled, {"mean": latency_ms}, 10, mode, tuple(by_period))
 
-    fast = moded("global", 100.0, 0.3, [0.3] * 4, "global")
+    fast = moded(mode, 100.0, 0.3, [0.3] * 4, mode)
     assert stable_choice([fast, moded("scoped", 140.0, 0.3, [0.3] * 4, "scoped")], 0.5).strategy == "scoped"
     assert stable_choice([fast, moded("keyed", 150.0, 0.3, [0.3] * 4, "keyed")], 0.5).strategy == "keyed"
     assert stable_choice([fast, moded("scoped", 160.0, 0.3, [0.3] * 4, "scoped")], 0.5) is fast
     assert stable_choice([fast, moded("scoped", 110.0, 0.7, [0.7] * 4, "scoped")], 0.5) is fast
+    assert stable_choice([fast, moded("other", 105.0, 0.3, [0.3] * 4, other_exposed)], 0.5) is fast
     drifting = moded("drifting", 110.0, 0.4, [0.9, 0.3, 0.2, 0.2], "scoped")
     steady = moded("steady", 130.0, 0.3, [0.3] * 4, "scoped")
     assert stable_choice([fast, drifting, steady], 0.5) is steady
     assert stable_choice([fast, drifting], 0.5) is drifting
-
-
-def test_a_min_mode_choice_gives_way_to_firing_per_key_as_a_global_one_does():
-    # One watermark held by the slowest partition: one device whose clock steps back, or that stops, holds
-    # every key's windows for the step or the idle timeout, which the history shows only once it happened.
-    def moded(name, latency_ms, pooled, by_period, mode):
-        return Candidate(name, {}, pooled, {"mean": latency_ms}, 10, mode, tuple(by_period))
-
-    fast = moded("min", 100.0, 0.3, [0.3] * 4, "min")
-    assert stable_choice([fast, moded("scoped", 140.0, 0.3, [0.3] * 4, "scoped")], 0.5).strategy == "scoped"
-    assert stable_choice([fast, moded("keyed", 150.0, 0.3, [0.3] * 4, "keyed")], 0.5).strategy == "keyed"
-    assert stable_choice([fast, moded("scoped", 160.0, 0.3, [0.3] * 4, "scoped")], 0.5) is fast
-    assert stable_choice([fast, moded("scoped", 110.0, 0.7, [0.7] * 4, "scoped")], 0.5) is fast
-    # not toward another mode exposed alike: a global setting never displaces it
-    assert stable_choice([fast, moded("global", 105.0, 0.3, [0.3] * 4, "global")], 0.5) is fast
 
 
 def test_a_sub_periods_late_share_is_counted_in_whole_tuples():
