@@ -18,11 +18,14 @@ taken only when it is more than :data:`SAFETY_COST` (2) times faster than the ch
    times the hindsight fixed delay on the next period (20 design seeds: the tuner's ``clock-steps``
    measured in true time went from 0.80 to 0.67, the other families' medians the same);
    that setting gives way to the fastest **clear** one (:meth:`Candidate.clear`: stable, and its pooled
-   late count at most ``m - sqrt(m)``, ``m`` the target's share of the rows) when it is not more than twice
-   as fast: the tuning period's late count is a sample, and the fastest setting just within the target is
-   most often one that drew fewer late tuples than its rate, over the target on the next period (the
-   winner's curse; 20 design seeds: the ``retransmits`` late median went from 0.58 % to 0.36 %, every
-   family's median ratio within 0.01);
+   late count at most ``m - sqrt(m)``, ``m`` the target's share of the rows) when it is not more than
+   :data:`MARGIN_COST` (1.5) times as fast: the tuning period's late count is a sample, and the fastest
+   setting just within the target is most often one that drew fewer late tuples than its rate, over the
+   target on the next period (the winner's curse; 20 design seeds: the ``retransmits`` late median went
+   from 0.58 % to 0.36 %, every family's median ratio within 0.01). At twice (the first factor) the margin
+   passed over settings that carried over better than the clear ones taken (20 design seeds: all 27 cases
+   that 1.5 changed went down, 1.30 to 0.75 times the hindsight fixed delay for one, the late medians the
+   same);
 2. take the fastest keeping it on the pooled history instead (its late share drifts above the target on a
    sub-period) when it is more than twice as fast, or when none is stable: a drifting setting is passed
    over for a stable one, but not at any price;
@@ -170,9 +173,13 @@ MONOTONE: dict[str, str] = {"periodic": "delay_ms", "ingestion": "max_event_time
 SUBPERIODS = 4
 
 #: How many times faster a less safe setting must be to be chosen over a safer one (:func:`stable_choice`):
-#: one late above the target on a sub-period over a stable one, a one-off burst over one meeting the target,
-#: a stable one over a clear one (a standard error of the late count to spare).
+#: one late above the target on a sub-period over a stable one, a one-off burst over one meeting the target
+#: (a stable one over a clear one: :data:`MARGIN_COST`).
 SAFETY_COST = 2.0
+
+#: How many times faster a stable setting must be to be kept over a clear one (a standard error of the late
+#: count to spare, :meth:`Candidate.clear`).
+MARGIN_COST = 1.5
 
 #: A choice in ``global`` or ``min`` mode (:data:`EXPOSED_MODES`) gives way to the fastest per-key one
 #: (``scoped``, ``keyed``; stable first) meeting the target when that one is at most this many times slower:
@@ -1002,7 +1009,7 @@ def stable_choice(candidates: Sequence[Candidate], target_late_pct: float) -> Ca
     the fastest meeting it pooled instead when that one is more than :data:`SAFETY_COST` times faster or
     none is stable; then the fastest :func:`one_off_burst` instead when it is more than :data:`SAFETY_COST`
     times faster than that. A stable choice gives way to the fastest :meth:`~Candidate.clear` one (in the
-    same modes) unless it is more than :data:`SAFETY_COST` times faster than that. A ``global``- or
+    same modes) unless it is more than :data:`MARGIN_COST` times faster than that. A ``global``- or
     ``min``-mode choice then gives way to the fastest per-key one meeting the target (stable first) that
     is at most :data:`EXPOSURE_COST` times slower.
     """
@@ -1018,7 +1025,7 @@ def margin_over(candidates: Sequence[Candidate], target_late_pct: float) -> Cand
     >>> def c(name, latency_ms, late):
     ...     share = round(100.0 * late / 1_600, 4)
     ...     return Candidate(name, {}, share, {"mean": latency_ms}, 10, "scoped", (share,) * 4, (400,) * 4)
-    >>> margin_over([c("fast", 100.0, 7), c("margin", 180.0, 5)], 0.5).strategy
+    >>> margin_over([c("fast", 100.0, 7), c("margin", 140.0, 5)], 0.5).strategy
     'fast'
     >>> margin_over([c("fast", 100.0, 5), c("slow", 180.0, 3)], 0.5) is None
     True
@@ -1048,9 +1055,9 @@ def _rule(
         if faster is not None and faster.mean_latency_ms * SAFETY_COST < choice.mean_latency_ms:
             choice = faster
     over = None
-    if stable is not None and choice is stable:  # a margin, unless the stable choice is twice as fast
+    if stable is not None and choice is stable:  # a margin, unless the stable choice is far faster
         clear = next((c for c in meeting if c.partition_mode in allowed and c.clear(target_late_pct)), None)
-        if clear is not None and stable.mean_latency_ms * SAFETY_COST >= clear.mean_latency_ms:
+        if clear is not None and stable.mean_latency_ms * MARGIN_COST >= clear.mean_latency_ms:
             choice, over = clear, (None if clear is stable else stable)
     if choice.partition_mode in EXPOSED_MODES:  # exposed to every device: firing per key, if not too slow
         per_key = [c for c in meeting if c.partition_mode in PER_KEY_MODES]
