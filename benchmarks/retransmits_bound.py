@@ -109,14 +109,14 @@ def later_share(wait_ms: np.ndarray) -> np.ndarray:
 def oracle(
     te: np.ndarray, tp: np.ndarray, key: np.ndarray, copied_tp: np.ndarray, copied_te: np.ndarray,
     copied_key: np.ndarray, target_pct: float,
-) -> tuple[float, float, int]:  # fmt: skip
-    """The oracle on one period: (realised late %, mean latency in ms, windows).
+) -> tuple[float, float]:  # fmt: skip
+    """The oracle on one period: (realised late %, mean latency in ms).
 
     ``te, tp, key``: the period's originals (every row that is not a copy made from one of them); the
     copies of its originals that arrive in it are ``copied_*`` (those of earlier originals are among the
     originals: the oracle is given them).
     """
-    codes, inv = np.unique(np.concatenate([key, copied_key]), return_inverse=True)
+    _, inv = np.unique(np.concatenate([key, copied_key]), return_inverse=True)
     k_o, k_c = inv[: key.size], inv[key.size :]
     _, s_o = WINDOW.assign(te)
     _, s_c = WINDOW.assign(copied_te)
@@ -153,7 +153,7 @@ def oracle(
     # charged as the replay charges it: a window not fired by the period's last arrival counts until then
     last = max(int(tp.max()), int(copied_tp.max()) if copied_tp.size else int(tp.max()))
     latency = np.maximum(np.minimum(fire, last) - end, 0)
-    return 100.0 * late / rows, float(latency.mean()), int(n_windows)
+    return 100.0 * late / rows, float(latency.mean())
 
 
 def main() -> None:
@@ -190,7 +190,7 @@ def main() -> None:
             # copies of this period's originals; a copy of an earlier original is given to the oracle
             fresh = is_copy[ev] & (copied_from_tp[ev] >= start)
             o, c = ev[~fresh], ev[fresh]
-            late, latency, _ = oracle(all_te[o], all_tp[o], all_key[o], all_tp[c], all_te[c], all_key[c],
+            late, latency = oracle(all_te[o], all_tp[o], all_key[o], all_tp[c], all_te[c], all_key[c],
                                       args.target_late_pct)  # fmt: skip
             e_te, e_tp, e_key = all_te[ev], all_tp[ev], all_key[ev]
             hindsight = Hindsight(e_te, e_tp, e_key, window=WINDOW, periods_ms=BASELINE_PERIODS_MS,
