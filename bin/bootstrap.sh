@@ -70,3 +70,15 @@ if [ "$(cat "$JVM_STAMP_FILE" 2>/dev/null)" != "$JVM_STAMP" ]; then
     echo "$JVM_STAMP" > "$JVM_STAMP_FILE"
 fi
 export AWM_JARS_DIR="${AWM_JARS_DIR:-$ROOT/.jvm/spark}"
+
+# Built once, not during a run (tools/local/prebuild.py): the class archive of Spark's driver classes that the
+# test suite's JVMs map instead of loading them (out/jvm-cds/), and numba's watermark kernels compiled into
+# watermark/__pycache__. Again only when the virtualenv, the jars, the kernels or the maker changed.
+PREBUILD_STAMP_FILE=out/prebuild.stamp
+PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/*_kernel.py tools/local/prebuild.py | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ]; then
+    say "building the class archive of Spark's classes and numba's kernels once (about a minute)"
+    mkdir -p out
+    python -m tools.local.prebuild
+    echo "$PREBUILD_STAMP" > "$PREBUILD_STAMP_FILE"
+fi

@@ -27,6 +27,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest.register_assert_rewrite("tests.suite_costs")
+from tests import suite_costs  # noqa: E402
+from tools.local.prebuild import C1_ONLY, ready_class_archive  # noqa: E402
+
+#: What each test costs (wall, CPU of the process tree, JVMs, job runs) and the budget: tests/suite_costs.py.
+pytest_plugins = ["tests.suite_costs"]
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -44,8 +51,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # job on the rate source used 66-72 s of CPU instead of 99-134 s, four test_stream tests 231 s instead of 275.
 # Spark's launcher adds SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the
 # code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
-# a class-data archive of Spark's classes to these options (spark_class_archive).
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+# a class-data archive of Spark's classes to these options (made by bin/bootstrap.sh: tools/local/prebuild.py).
 # The same JVMs evaluate Spark's expressions interpreted (spark.sql.codegen.factoryMode, the mode Spark's own
 # test suites run beside codegen, computing the same rows): on the suite's tiny batches generating the code
 # cost more than running it. Each idempotent Delta append rebuilds the table's state in Spark jobs whose tasks
@@ -59,39 +65,12 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{C1_ONLY} {INTERPRETED}")
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 
-#: Test files that take minutes on the two-core machine (SIGKILL loops, DAG runs through spark-submit, the
-#: day-long re-tuning, Kafka streams, backfill races), largest first (a file's total: its tests and its module
-#: fixtures, from a full run's timeline under load), relative to tests/. They are collected first, so that
-#: bin/test's three workers (``--dist loadfile``) start them first and the suite does not end on one of them
-#: alone: xdist gives each worker a file, and the next one in this order as soon as the worker has two tests
-#: or fewer left to run.
-SLOW_FILES = (
-    "integration/spark/test_maintenance.py",  # ~810 s in a run under load 8-12
-    "integration/kafka/test_stream_kafka.py",  # ~570 s
-    "integration/spark/test_backfill_races.py",  # ~520 s
-    "integration/airflow/test_dags_retuning_day.py",  # ~500 s
-    "system/test_three_loops.py",  # ~480 s
-    "integration/airflow/test_dags.py",  # ~390 s
-    "integration/s3/test_pipeline_on_s3.py",
-    "integration/spark/test_deferred.py",
-    "integration/spark/test_backfill.py",
-    "system/test_stream_exactly_once_kafka.py",
-    "integration/kafka/test_kafka_security.py",
-    "system/test_cluster.py",
-    "system/test_stream_s3.py",
-    "integration/s3/test_spark_s3.py",
-    "integration/spark/test_backfill_twice.py",
-    "system/test_stream_exactly_once.py",
-    "integration/spark/test_backfill_scoped.py",
-    "system/test_stream_chaos.py",
-    "system/test_airflow_scheduler.py",
-    "integration/kafka/test_record_bounds_kafka.py",
-    "integration/airflow/test_settings.py",
-    "integration/spark/test_metrics.py",
-    "integration/prometheus/test_monitoring_live.py",
-    "integration/s3/test_job_refusals_on_s3.py",
-    "unit/test_retune.py",
-)
+#: The test files handed out first, longest first (relative to tests/): from the last whole-suite report
+#: (out/suite-costs.json), else from the per-file budget of tests/budget.toml (a fresh clone). They are
+#: collected first, so that bin/test's workers (``--dist loadfile``) start them first and the suite does not
+#: end on one of them alone: xdist gives each worker a file, and the next one in this order as soon as the
+#: worker has two tests or fewer left to run.
+SLOW_FILES = tuple(suite_costs.schedule())
 
 #: Fixture -> the marker every test using it (directly or through another fixture) gets. A test that starts
 #: a JVM, broker or server without ``spark``, ``kafka_broker`` or ``airflow_home`` requests ``jvm_process``
@@ -146,7 +125,7 @@ def pytest_configure(config):
             settings.load_profile("fast")
     elif _OWN_SPARK_SUBMIT_OPTS and "PYTEST_XDIST_WORKER" not in os.environ:
         # (xdist's workers inherit the options from the controller's environment)
-        archive = spark_class_archive()
+        archive = ready_class_archive()  # bin/bootstrap.sh makes it (tools/local/prebuild.py)
         if archive is not None:
             os.environ["SPARK_SUBMIT_OPTS"] = (
                 f"{C1_ONLY} {INTERPRETED} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
@@ -257,87 +236,6 @@ def _guard_processes(shims: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 # Spark
 
-#: Where spark_class_archive keeps its archives (git-ignored, like the jars of .jvm/).
-CLASS_ARCHIVES = ROOT / "out" / "jvm-cds"
-
-
-def spark_class_archive() -> Path | None:
-    """A class-data-sharing archive of the Spark driver's classes for this JDK and PySpark's jars, or None.
-
-    A Spark JVM spends seconds of CPU loading and verifying the same thousands of classes of PySpark's jars
-    (Spark, Scala, Hadoop); with ``-XX:SharedArchiveFile`` it maps them from an archive made once by a JVM
-    that loaded them (``-XX:ArchiveClassesAtExit``: JDK 13 and later). A job of 8 micro-batches used 22 s of
-    CPU instead of 29. The archive is made in the background by the job on a few hundred records the first
-    time (about half a minute; the JVMs started meanwhile run without it), under ``out/jvm-cds/`` keyed by
-    the JDK and the jars' names, sizes and times, and replaced when they change. A JVM whose class path
-    differs (the cluster's executors, the Kafka broker) or a stale archive is ignored by the JVM, silently
-    (``-Xlog:cds*=off``); classes of ``spark.jars`` (Delta, the Kafka source) are never archived.
-    """
-    import hashlib
-    import time
-
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    java_home = os.environ.get("JAVA_HOME")  # the java Spark's launcher runs (bin/spark-class)
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if java is None or not Path(java).exists():
-        return None
-    jvm = Path(os.path.realpath(java)).parents[1] / "lib" / "server" / "libjvm.so"
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    if not jars or not jvm.exists():
-        return None
-    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in [jvm, *jars]]
-    key = hashlib.sha256(repr((str(jvm), stats)).encode()).hexdigest()[:16]
-    archive = CLASS_ARCHIVES / f"spark-{key}.jsa"
-    if archive.exists():
-        return archive
-    CLASS_ARCHIVES.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in CLASS_ARCHIVES.glob("spark-*"):
-        if old.suffix == ".jsa" or now - old.stat().st_mtime > 3_600:  # stale archives, abandoned partials
-            old.unlink(missing_ok=True)
-    if any(CLASS_ARCHIVES.glob(f"{archive.stem}.*.partial")):  # another run is making it
-        return archive
-    partial = archive.with_name(f"{archive.stem}.{os.getpid()}.partial")
-    subprocess.Popen(
-        [sys.executable, "-c", _MAKE_CLASS_ARCHIVE, str(partial), str(archive)],
-        cwd=ROOT,
-        env=_process_environment() | {"SPARK_SUBMIT_OPTS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial}"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    return archive
-
-
-#: spark_class_archive's background process: the job on a few files (its JVM writes the archive as it
-#: exits), then the archive renamed into place if the job succeeded.
-_MAKE_CLASS_ARCHIVE = """
-import os, shutil, sys, tempfile
-from pyspark import SparkContext
-from jobs.stream.cli import main
-from tools.feed import feed, records_from_synthetic
-partial, archive = sys.argv[1:]
-work = tempfile.mkdtemp(prefix="awm-cds-")
-try:
-    feed(records_from_synthetic(600), os.path.join(work, "in"), rows_per_file=200)
-    flags = ["--input", os.path.join(work, "in"), "--max-files-per-trigger", "1", "--flush-at-end"]
-    flags += ["--output", os.path.join(work, "out"), "--checkpoint", os.path.join(work, "ck")]
-    status = main([*flags, "--metrics-port", "0"])
-    jvm = SparkContext._gateway.proc  # spark-submit exec'd java: closing its input ends it, and it writes
-    jvm.stdin.close()
-    jvm.wait(timeout=600)
-    if status == 0 and os.path.getsize(partial) > 0:
-        os.replace(partial, archive)
-finally:
-    shutil.rmtree(work, ignore_errors=True)
-    if os.path.exists(partial):
-        os.remove(partial)
-"""
-
 
 class SparkSessions:
     """The worker's local Spark session: built when first needed, built again when found dead.
@@ -364,7 +262,8 @@ class SparkSessions:
         if self.session is None:
             from jobs.common.session import build_session
 
-            self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
+            with suite_costs.shared_setup("spark session"):
+                self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
         return self.session
 
     @staticmethod
