@@ -51,7 +51,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # job on the rate source used 66-72 s of CPU instead of 99-134 s, four test_stream tests 231 s instead of 275.
 # Spark's launcher adds SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the
 # code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
-# a class-data archive of Spark's classes to these options (made by bin/bootstrap.sh: tools/local/prebuild.py).
+# a class-data archive of Spark's classes to these options (bin/bootstrap.sh makes it: prebuild.py).
 # The same JVMs evaluate Spark's expressions interpreted (spark.sql.codegen.factoryMode, the mode Spark's own
 # test suites run beside codegen, computing the same rows): on the suite's tiny batches generating the code
 # cost more than running it. Each idempotent Delta append rebuilds the table's state in Spark jobs whose tasks
