@@ -106,6 +106,8 @@ GUARDED_PROGRAMS = (
 
 #: The Spark scratch folder this run made (pytest_configure), removed at its end.
 _SPARK_SCRATCH = pytest.StashKey[str]()
+#: The run's folder of shared servers this controller made (pytest_configure), stopped and removed at its end.
+_RUN_DIR = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser):
@@ -137,6 +139,10 @@ def pytest_configure(config):
         scratch = tempfile.mkdtemp(prefix="awm-test-spark-scratch-")
         os.environ["SPARK_LOCAL_DIRS"] = scratch
         config.stash[_SPARK_SCRATCH] = scratch
+    if "PYTEST_XDIST_WORKER" not in os.environ and RUN_DIR_ENV not in os.environ:
+        # the servers the workers share (shared_server) live here; the workers inherit the variable
+        os.environ[RUN_DIR_ENV] = tempfile.mkdtemp(prefix="awm-test-run-")
+        config.stash[_RUN_DIR] = os.environ[RUN_DIR_ENV]
     # xdist's --dist loadfile hands out the files with the most tests first unless told not to reorder: the
     # collection order (SLOW_FILES first, pytest_collection_modifyitems) is the order the workers get them.
     if hasattr(config.option, "loadscopereorder"):
@@ -144,6 +150,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    if config.stash.get(_RUN_DIR, None) is not None:  # the run's controller: the shared servers stop
+        _stop_shared_servers()
     scratch = config.stash.get(_SPARK_SCRATCH, None)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -474,22 +482,63 @@ def airflow_environment(home, root) -> dict:
     }
 
 
+#: The servers one run shares between its workers (name -> the class that runs one in a directory).
+SHARED_SERVERS = {"kafka": ("tools.local.kafka", "LocalKafka"), "s3": ("tools.local.s3", "LocalS3")}
+#: The run's folder for what its workers share (the servers' directories and locks), set by the controller.
+RUN_DIR_ENV = "AWM_TEST_RUN_DIR"
+
+
+def _server_class(name: str):
+    import importlib
+
+    module, cls = SHARED_SERVERS[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def shared_server(name: str, start_timeout: float = 600):
+    """The run's one server ``name`` (:data:`SHARED_SERVERS`), started by the first worker that needs it.
+
+    Each server class keeps a state file in its directory, so a second object on the same directory finds
+    the running server (its address) instead of starting another. A lock in the run's folder makes the
+    first worker start it while the others wait; the controller stops it at the end of the run
+    (:func:`pytest_unconfigure`), not a worker, which may finish first. Each test uses its own topic or
+    bucket on it. Up to ``start_timeout`` s to start: the suite keeps both cores busy (a CI run once saw a
+    broker's start take over 30 s); how long it takes is no test's subject.
+    """
+    import fcntl
+
+    folder = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="awm-test-run-"))
+    os.environ.setdefault(RUN_DIR_ENV, str(folder))
+    with (folder / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = _server_class(name)(port=free_port(), dir=folder / name, start_timeout=start_timeout)
+        if not server.status()["running"]:
+            server.start()
+    return server
+
+
+def _stop_shared_servers() -> None:
+    folder = os.environ.get(RUN_DIR_ENV)
+    if not folder:
+        return
+    for name in SHARED_SERVERS:
+        if (Path(folder) / name).is_dir():
+            try:
+                _server_class(name)(dir=Path(folder) / name).stop()
+            except Exception as error:  # a server that will not stop must not fail the run's end
+                print(f"suite: could not stop the shared {name} server: {error}", file=sys.stderr)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory):
-    """One local Kafka broker (KRaft, jars from .jvm/kafka) on a free port for the run, stopped at the end.
+def kafka_broker():
+    """The run's local Kafka broker (KRaft, jars from .jvm/kafka), shared by the workers (each test its own
+    topic), stopped at the run's end (:func:`shared_server`).
 
     ``kafka_broker.bootstrap_servers`` is its address; ``kafka_broker.create_topic(name, partitions)`` makes a
     topic. A missing jar set fails the test with a message naming bin/bootstrap.sh (it is never skipped).
-
-    It may take up to 600 s to answer (bin/kafka-local: 30): the suite's other workers keep both cores busy
-    with Spark JVMs, and a CI run once saw a start pass 30 s there; how long it takes is no test's subject.
     """
-    from tools.local.kafka import LocalKafka
-
-    broker = LocalKafka(port=free_port(), dir=tmp_path_factory.mktemp("kafka"), start_timeout=600)
-    broker.start()
-    yield broker
-    broker.stop()
+    return shared_server("kafka")
 
 
 #: The AWS variables that would point a client elsewhere than the local S3 server: unset while it runs.
@@ -497,23 +546,20 @@ AWS_OVERRIDES = ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """One local S3-compatible server (moto, ``tools/local/s3.py``) on a free port for the run; marks its
-    tests ``server``.
+def s3_server():
+    """The run's local S3-compatible server (moto, ``tools/local/s3.py``), shared by the workers and stopped
+    at the run's end (:func:`shared_server`); marks its tests ``server``.
 
-    While it runs, the process's environment points the standard AWS clients at it (``s3_server.env()``:
-    ``AWS_ENDPOINT_URL``, the key pair, ``AWS_REGION``; the other AWS variables of :data:`AWS_OVERRIDES`
-    unset), so Spark sessions built from then on (:func:`jobs.common.session.build_session`), delta-rs
+    While a worker uses it, the worker's environment points the standard AWS clients at it
+    (``s3_server.env()``: ``AWS_ENDPOINT_URL``, the key pair, ``AWS_REGION``; the other AWS variables of
+    :data:`AWS_OVERRIDES` unset), so Spark sessions built from then on
+    (:func:`jobs.common.session.build_session`), delta-rs
     (``jobs.common.object_store.deltalake_storage_options``) and boto3 reach it; a Spark session built
     before it gets the settings from ``jobs.common.object_store.apply_s3a_settings``.
     ``s3_server.new_bucket()`` makes a fresh bucket (each test its own: objects live in the server's memory
-    until the run ends). At the end the environment is restored and the server stopped. Up to 600 s to
-    start, as the Kafka broker: the suite keeps the cores busy.
+    until the run ends). At the worker's end its environment is restored.
     """
-    from tools.local.s3 import LocalS3
-
-    server = LocalS3(port=free_port(), dir=tmp_path_factory.mktemp("s3"), start_timeout=600)
-    server.start()
+    server = shared_server("s3")
     saved = {name: os.environ.get(name) for name in (*server.env(), *AWS_OVERRIDES)}
     for name in AWS_OVERRIDES:
         os.environ.pop(name, None)
@@ -526,7 +572,6 @@ def s3_server(tmp_path_factory):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        server.stop()
 
 
 @pytest.fixture(scope="session")
