@@ -99,9 +99,10 @@ def classify(name: str, cmdline: list[str]) -> str | None:
     """
     if name == "java":
         return "jvm"
-    words = cmdline[:4]
-    if any(w == "-m" for w in words) and any(w.startswith("jobs.") for w in cmdline[1:4]):
-        return "job"
+    words = cmdline[:6]
+    for i, word in enumerate(words[:-1]):
+        if word == "-m" and words[i + 1].startswith("jobs."):
+            return "job"
     if any(os.path.basename(w) == "awm" for w in words[:2]):
         return "job"
     return None
@@ -460,16 +461,19 @@ def _commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def read_report(path: Path = REPORT) -> dict | None:
+def read_report(path: Path | None = None) -> dict | None:
+    """A report written by a run, or None."""
+    path = REPORT if path is None else path
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def read_budget(path: Path = BUDGET) -> dict:
+def read_budget(path: Path | None = None) -> dict:
     """``tests/budget.toml``: ``total_cpu_s``, ``[tiers]`` (CPU s per tier), ``[files]`` (CPU s per file) and
     ``[defaults]`` (the budget of a file not listed, per tier)."""
+    path = BUDGET if path is None else path
     try:
         return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):
@@ -565,7 +569,7 @@ def growth(report: dict, previous: dict | None) -> list[str]:
 def schedule(default: tuple[str, ...] = ()) -> list[str]:
     """The files to hand out first (relative to ``tests/``), costliest in wall time first: from the last
     whole-suite report, else from the per-file budget (a fresh clone), else ``default``."""
-    report = read_report(REPORT)
+    report = read_report()
     if report is not None and report.get("files"):
         ranked = {f: e["wall_s"] for f, e in report["files"].items() if not f.startswith("doctest:")}
     else:
@@ -586,8 +590,9 @@ def budget_from_report(report: dict, headroom: float = 1.3) -> dict[str, int]:
     return out
 
 
-def write_file_budgets(report: dict, path: Path = BUDGET) -> None:
+def write_file_budgets(report: dict, path: Path | None = None) -> None:
     """Rewrite the ``[files]`` table of the budget file from ``report`` (the rest of the file is kept)."""
+    path = BUDGET if path is None else path
     text = path.read_text() if path.exists() else ""
     head = text.split("\n[files]", 1)[0].rstrip() + "\n"
     body = "\n".join(f'"{f}" = {v}' for f, v in budget_from_report(report).items())
