@@ -226,14 +226,17 @@ def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None, base_env=
 
 @pytest.mark.slow
 @pytest.mark.timeout(2_400)  # about 4 minutes on a 2-core machine running the suite; far more on a loaded one
-def test_three_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path, jvm_process):
+def test_two_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path, jvm_process):
     # The suite's size (the full 300 x 5,000 rows/s and five kills are benchmarks/chaos_rss.py): Spark keeps
     # the offset and commit logs of the last `retain` batches, so the folder stops growing after that many;
-    # the deferred tables commit every 5 batches (at batches 4, 9 and 14), so the kills (inside batches 4, 7
-    # and 10: seed 10 draws 3, 6 and 9) fall around their commits, the first in the batch that creates them.
+    # the deferred tables commit every 5 batches (at batches 4, 9 and 14), so the two kills (inside batches 4
+    # and 10: seed 10 draws 3 and 9) fall at both sides of a commit: the first in the batch that creates and
+    # first commits them, the second in the batch after a commit, with its rows deferred in the checkpoint
+    # and a restarted run's commit behind it. (Each kill and restart is a JVM of its own to start, the
+    # suite's dearest step; a third kill, between two commits, is the same case as the second.)
     load = Load(batches=16, rows_per_second=2_000, batch_ms=200, retain=4, defer_batches=5, kill_margin=4)
-    out = chaos(tmp_path, load, kills=3, seed=10, base_env=jvm_process.env)
-    assert out["points"] == [3, 6, 9]
+    out = chaos(tmp_path, load, kills=2, seed=10, base_env=jvm_process.env)
+    assert out["points"] == [3, 9]
     assert out["up_to"] >= load.batches - 2 and out["rows"] >= (load.batches - 2) * load.rows_per_batch
     assert out["equal"] == dict.fromkeys(TABLES, True)
     assert out["quarantined"] == 0

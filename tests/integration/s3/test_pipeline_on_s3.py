@@ -1,7 +1,7 @@
 """The pipeline on object storage: landing files, tables, checkpoint, configuration and reports all on
 ``s3a://`` (a real S3 server, fixture s3_server). The job gives the tables of the same input on local disk;
 the backfill's MERGE, data quality, re-tuning and maintenance work on them; a new checkpoint against them is
-refused. (Three SIGKILLs of the job on S3: tests/system/test_stream_s3.py.)"""
+refused. (Two SIGKILLs of the job on S3: tests/system/test_stream_s3.py.)"""
 
 import json
 import os

@@ -1,10 +1,10 @@
 """The late-data backfill against a streaming job writing the same tables: both commit, nothing is lost.
 
-Apart from tests/integration/spark/test_backfill.py so that the test workers run these two long tests beside
-the others.
+Apart from tests/integration/spark/test_backfill.py so that the test workers run these long tests beside
+the others; the backfills looping beside the whole stream are ``test_backfill_races_loop.py``, apart from
+this one for the same reason.
 """
 
-import json
 import threading
 import time
 from dataclasses import replace
@@ -74,39 +74,4 @@ def test_a_backfill_racing_the_streaming_job_retries_its_conflict_and_loses_no_c
     app_id = (tmp_path / "ck" / "app-id").read_text().strip()
     assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
     backfill(spark, out, 0, FAR_FUTURE_MS)
-    assert table_aggregates(out) == batch_aggregation(spark, records)
-
-
-def merge_commits(table) -> list[dict]:
-    """The commitInfo of every MERGE in ``table``'s Delta log, with its version."""
-    out = []
-    for f in sorted((table / "_delta_log").glob("*.json")):
-        for line in f.read_text().splitlines():
-            info = json.loads(line).get("commitInfo")
-            if info and info.get("operation") == "MERGE":
-                out.append(info | {"version": int(f.stem)})
-    return out
-
-
-def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit(spark, tmp_path):
-    # 8 more batches of 250 rows after the first 1,000: the backfills loop beside the whole stream, each
-    # racing the batches that commit meanwhile (8 batches, not 12: the same races, a third less CPU).
-    records = one_partition(iot_records(3_000))
-    out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 1_000, 250)
-    worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
-    worker.start()
-    reports = []
-    while worker.is_alive():
-        reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
-    worker.join()
-    reports.append(backfill(spark, out, 0, FAR_FUTURE_MS))
-
-    # Every stream batch committed, every backfill committed its MERGEs, and nothing was lost.
-    stream_batches = sum(p.name.isdigit() for p in (tmp_path / "ck" / "query" / "commits").iterdir())
-    app_id = (tmp_path / "ck" / "app-id").read_text().strip()
-    assert DeltaTables(str(out), app_id).committed_version("aggregates") == stream_batches - 1
-    merges = merge_commits(out / "aggregates")
-    assert len(merges) >= 2 and sum(r.folded_events > 0 for r in reports) == len(merges)
-    assert all(json.loads(m["userMetadata"])["awm.backfill.interval"] for m in merges)
-    assert "Delta-Lake" in merges[0]["engineInfo"]
     assert table_aggregates(out) == batch_aggregation(spark, records)

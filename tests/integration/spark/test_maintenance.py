@@ -1,27 +1,23 @@
-"""Delta table maintenance: compaction and VACUUM change no row; arrivals past their retention go.
+"""Delta table maintenance on the job's own tables: compaction and VACUUM change no row.
 
-OPTIMIZE rewrites only the dates written since the last run; the arrivals retention drops whole dates from
-the log (no file rewritten); a table written before its date partition (the previous layout) still gets
-its retention, and ``--migrate-layout`` rewrites it partitioned.
+After many small micro-batches and a backfill's MERGE, one maintenance run compacts, Z-orders and vacuums
+every table changing no row, and a second with nothing new optimizes nothing. Maintenance on small
+tables written directly (which dates OPTIMIZE rewrites, the arrivals retention, the previous layout and its
+migration) is ``test_maintenance_dates.py``: apart, so that the suite's workers run the two at once.
 """
 
-import logging
-import re
 import shutil
 
-import pyarrow as pa
 import pytest
 
 from jobs.batch.maintenance import (
     MaintenanceOptions,
     data_files_on_disk,
     load_state,
-    migrate_layout,
     run_maintenance,
     table_layout,
 )
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
-from jobs.common.session import arrow_frame
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
@@ -94,151 +90,6 @@ def test_after_many_micro_batches_maintenance_compacts_and_vacuums_changing_no_r
         t: ([], 0) for t in TABLES
     }
     assert every_table(root) == before
-
-
-#: 2025-11-01 00:00 UTC: the first day of the synthetic tables below.
-DAY0_MS = 1_761_955_200_000
-
-
-def tiny_rows(table: str, day: int, batch: int, n: int = 5) -> pa.Table:
-    """``n`` rows of ``table``, every time on day ``day`` after :data:`DAY0_MS` (batch ``batch``)."""
-    start = DAY0_MS + day * DAY_MS + batch * 1_000
-    columns = {}
-    for f in TABLES[table]:
-        if f.name.endswith("_ms"):
-            columns[f.name] = pa.array([start + i for i in range(n)], f.type)
-        elif f.name == "batch_id":
-            columns[f.name] = pa.array([batch] * n, f.type)
-        elif pa.types.is_string(f.type):
-            columns[f.name] = pa.array([f"{f.name}-{batch}-{i}" for i in range(n)], f.type)
-        elif pa.types.is_boolean(f.type):
-            columns[f.name] = pa.array([False] * n, f.type)
-        else:
-            columns[f.name] = pa.array(list(range(n)), f.type)
-    return pa.table(columns)
-
-
-def files_by_date(spark, path: str, column: str) -> dict[str, set[str]]:
-    """The active data files of each date partition (their names)."""
-    files = (
-        spark.read.format("delta")
-        .load(path)
-        .selectExpr(f"CAST({column} AS STRING) AS d", "_metadata.file_name AS f")
-    )
-    out: dict[str, set[str]] = {}
-    for row in files.distinct().collect():
-        out.setdefault(row["d"], set()).add(row["f"])
-    return out
-
-
-def history(spark, path: str, operation: str) -> list:
-    rows = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
-    return [r for r in rows if r["operation"] == operation]
-
-
-def test_optimize_rewrites_only_the_dates_written_since_the_last_run(spark, tmp_path):
-    root = str(tmp_path / "tables")
-    sink = DeltaTables(root, "writer", spark)
-    batch = 0
-    for day in (0, 1, 2):
-        for _ in range(3):  # several small appends a day, as the stream commits them
-            sink.append("late_events", tiny_rows("late_events", day, batch), batch)
-            batch += 1
-    options = MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=None)
-    first = run_maintenance(spark, options)
-    assert first.tables["late_events"].optimized is None  # no state yet: every date
-    path = sink.path("late_events")
-    compacted = files_by_date(spark, path, "event_date")
-    assert {d: len(f) for d, f in compacted.items()} == {"2025-11-01": 1, "2025-11-02": 1, "2025-11-03": 1}
-    # a new day of appends, and one late row for day 1
-    for day in (3, 3, 3, 1):
-        sink.append("late_events", tiny_rows("late_events", day, batch), batch)
-        batch += 1
-    second = run_maintenance(spark, options)
-    tr = second.tables["late_events"]
-    # read: the 4 appends and the last run's own commits (OPTIMIZE, VACUUM START and END), which add no data
-    assert tr.optimized == ["2025-11-02", "2025-11-04"] and tr.versions_read == 4 + 3
-    newest = history(spark, path, "OPTIMIZE")[0]
-    predicate = newest["operationParameters"]["predicate"].replace(" ", "")
-    assert predicate == '["\'event_dateIN(2025-11-02,2025-11-04)"]'
-    assert newest["operationMetrics"]["numRemovedFiles"] == "5" == str(tr.files_rewritten)
-    now = files_by_date(spark, path, "event_date")
-    assert now["2025-11-01"] == compacted["2025-11-01"] and now["2025-11-03"] == compacted["2025-11-03"]
-    assert now["2025-11-02"] != compacted["2025-11-02"] and len(now["2025-11-04"]) == 1
-    assert tr.rows_after == tr.rows_before == 13 * 5
-
-
-def test_the_arrivals_retention_drops_whole_dates_without_rewriting_a_file(spark, tmp_path):
-    root = str(tmp_path / "tables")
-    sink = DeltaTables(root, "writer", spark)
-    for batch, day in enumerate((0, 0, 1, 1, 2, 2, 3, 4)):
-        sink.append("arrivals", tiny_rows("arrivals", day, batch), batch)
-    before = sink.read("arrivals").to_pylist()
-    now = DAY0_MS + 4 * DAY_MS + DAY_MS // 2  # day 4, noon: 2 days ago is day 2, noon
-    report = run_maintenance(
-        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
-    )
-    cutoff = DAY0_MS + 2 * DAY_MS  # the whole of day 2 stays (it ended less than 2 days ago)
-    assert report.arrivals_cutoff_ms == cutoff
-    kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
-    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 4 * 5
-    tr = report.tables["arrivals"]
-    assert (tr.retention, tr.rows_deleted, tr.retention_files_written) == ("dates", 4 * 5, 0)
-    delete = history(spark, sink.path("arrivals"), "DELETE")[0]
-    predicate = re.sub(r"#\d+", "", delete["operationParameters"]["predicate"])  # Spark's column ids
-    assert predicate == '["(arrival_date < 2025-11-03)"]'
-    metrics = delete["operationMetrics"]
-    assert (metrics["numCopiedRows"], metrics["numAddedFiles"], metrics["numRemovedFiles"]) == ("0", "0", "4")
-    # the next day's run finds nothing more that old: nothing deleted (not the earlier DELETE's figures)
-    again = run_maintenance(
-        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
-    )
-    assert (again.tables["arrivals"].rows_deleted, again.tables["arrivals"].rows_after) == (0, 4 * 5)
-
-
-def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retention_and_migrates(
-    spark, tmp_path, caplog
-):
-    root = str(tmp_path / "tables")
-    path = DeltaTables(root, "reader").path("arrivals")
-    for batch, day in enumerate((0, 1, 2, 3)):  # as the previous version wrote it: no partition column
-        (
-            arrow_frame(spark, tiny_rows("arrivals", day, batch))
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", "writer")
-            .option("txnVersion", str(batch))
-            .save(path)
-        )
-    assert table_layout(path, "arrivals") is None
-    sink = DeltaTables(root, "writer")
-    before = sink.read("arrivals").to_pylist()
-    now = DAY0_MS + 3 * DAY_MS + DAY_MS // 2
-    with caplog.at_level(logging.WARNING, logger="jobs.batch.maintenance"):
-        report = run_maintenance(
-            spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now
-        )
-    assert (
-        "--migrate-layout" in caplog.text and "arrivals was created before its date partition" in caplog.text
-    )
-    cutoff = DAY0_MS + 2 * DAY_MS
-    kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
-    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 2 * 5
-    tr = report.tables["arrivals"]
-    assert (tr.retention, tr.rows_deleted, tr.partition_column, tr.optimized) == ("rows", 2 * 5, None, None)
-
-    assert migrate_layout(spark, root) == ["arrivals"]
-    assert table_layout(path, "arrivals") == "arrival_date"
-    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept
-    assert sink.committed_version("arrivals") == 3  # the stream's idempotency survives the rewrite
-    assert migrate_layout(spark, root) == []  # nothing left to migrate
-    later = run_maintenance(
-        spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now + DAY_MS
-    )
-    assert later.tables["arrivals"].retention == "dates" and later.tables["arrivals"].rows_deleted == 5
-    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == [
-        r for r in kept if r["arrival_time_ms"] >= cutoff + DAY_MS
-    ]
 
 
 def test_the_change_data_feed_of_aggregates_shows_the_backfills_revisions(spark, streamed):
