@@ -11,6 +11,7 @@ and fails a test that starts a JVM, Spark, Prometheus or PostgreSQL anyway.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,10 +47,12 @@ settings.register_profile("thorough", parent=settings.get_profile("default"), ma
 settings.register_profile("fast", parent=settings.get_profile("default"), max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# Every Spark JVM of the suite (each worker's session, the jobs tests start as processes, spark-submit under
-# Airflow: they inherit the environment) compiles with C1 only, as the local Kafka broker does. The suite's
-# JVMs live seconds to minutes on tiny inputs, and C2's compiler threads took a third of their CPU: a 6-batch
-# job on the rate source used 66-72 s of CPU instead of 99-134 s, four test_stream tests 231 s instead of 275.
+# The Spark JVMs the tests start (the jobs run as processes, spark-submit under Airflow: they inherit the
+# environment) compile with C1 only, as the local Kafka broker does: they live seconds to minutes on tiny
+# inputs, and C2's compiler threads took a third of their CPU (a 6-batch job on the rate source used 66-72 s
+# of CPU instead of 99-134 s). Each worker's own session is the exception (SESSION_JIT, SparkSessions.get): it
+# lives as long as the run and does most of its Spark work, which C2's code does with less CPU than C1's
+# (test_stream.py, both at once under the same load: 546 CPU s in 18:03 with C2, 605 in 21:53 with C1).
 # Spark's launcher adds SPARK_SUBMIT_OPTS to the driver's java command (local mode: the only JVM); what the
 # code computes is the same. Set SPARK_SUBMIT_OPTS (even empty) to run them otherwise. pytest_configure adds
 # a class-data archive of Spark's classes to these options (bin/bootstrap.sh makes it: prebuild.py).
@@ -245,6 +249,26 @@ def _guard_processes(shims: Path) -> None:
 # Spark
 
 
+#: How the worker's own session compiles: "c2" (C1 and C2, the JVM's default tiers) or "c1" (C1 only, as the
+#: JVMs the tests start). The session lives as long as the run and does most of its Spark work.
+SESSION_JIT = os.environ.get("AWM_TEST_SESSION_JIT", "c2")
+
+
+@contextlib.contextmanager
+def _session_jvm_options() -> Iterator[None]:
+    """While a worker's session is built: the suite's JVM options without :data:`C1_ONLY` (unless
+    :data:`SESSION_JIT` is ``c1``); the JVMs the tests start keep C1 only. Options the caller set are kept."""
+    options = os.environ.get("SPARK_SUBMIT_OPTS")
+    if SESSION_JIT == "c1" or options is None or not options.startswith(f"{C1_ONLY} {INTERPRETED}"):
+        yield
+        return
+    os.environ["SPARK_SUBMIT_OPTS"] = options.removeprefix(C1_ONLY).lstrip()
+    try:
+        yield
+    finally:
+        os.environ["SPARK_SUBMIT_OPTS"] = options
+
+
 class SparkSessions:
     """The worker's local Spark session: built when first needed, built again when found dead.
 
@@ -270,7 +294,7 @@ class SparkSessions:
         if self.session is None:
             from jobs.common.session import build_session
 
-            with suite_costs.shared_setup("spark session"):
+            with suite_costs.shared_setup("spark session"), _session_jvm_options():
                 self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
         return self.session
 
