@@ -174,8 +174,9 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     Each kill and restart is a JVM of its own to start, the suite's dearest step: every variant (landing
     files here, Kafka and S3 beside it: what differs is the source and the store, not the restart logic)
     kills twice, at the same points: after batch 0 (the first batch's state) and after batch 3 (a warm run
-    that was itself restarted); a third kill would be a restart of a restarted run again. ``records``: how many records ``inp`` holds (the first
-    of :func:`iot_records`; at least 5 batches of ``PER_BATCH``, so that the last kill leaves a batch)."""
+    that was itself restarted); a third kill would be a restart of a restarted run again. ``records``: how
+    many records ``inp`` holds (the first of :func:`iot_records`; at least 5 batches of ``PER_BATCH``, so
+    that the last kill leaves a batch)."""
     LOGS[:] = [tmp_path / "job-stderr.log"]
     reference = tmp_path / "reference"
     assert run_in_process(spark, reference, inp)[: records // PER_BATCH] == list(range(records // PER_BATCH))

@@ -43,7 +43,7 @@ def test_the_sessions_jvm_compiles_with_c2_while_the_jvms_tests_start_keep_c1_on
     c1_only = "-XX:TieredStopAtLevel=1"
     options = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if not options.startswith(c1_only) or os.environ.get("AWM_TEST_SESSION_JIT", "c2") != "c2":
-        pytest.skip("SPARK_SUBMIT_OPTS or AWM_TEST_SESSION_JIT set by the caller: not the suite's own options")
+        pytest.skip("SPARK_SUBMIT_OPTS or AWM_TEST_SESSION_JIT set by the caller: not the suite's options")
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
     assert c1_only not in arguments
