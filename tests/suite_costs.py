@@ -290,7 +290,7 @@ def tier_of(file: str) -> str:
 
 
 def pytest_configure(config):
-    if config.pluginmanager.hasplugin("dsession") and not hasattr(config, "workerinput"):
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         return  # the xdist controller runs no test: it gathers the workers' records
     RECORDER.sampler = Sampler()
     RECORDER.cpu_at_start = tree_cpu_s()
