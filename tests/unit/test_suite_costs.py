@@ -27,10 +27,10 @@ def test_the_tree_cpu_counts_a_live_child_and_then_what_it_left_once_reaped():
     )
     assert child.stdout.readline().strip() == "burnt"
     alive = suite_costs.tree_cpu_s()
-    assert alive - before >= 0.39  # the child's CPU, while it runs (to a clock tick)
+    assert alive - before >= 0.35  # the child's 0.4 s, while it runs (read in clock ticks)
     child.stdin.close()
     child.wait()
-    assert suite_costs.tree_cpu_s() - before >= 0.39  # reaped: it is in this process's children's times
+    assert suite_costs.tree_cpu_s() - before >= 0.35  # reaped: it is in this process's children's times
 
 
 #: A child that says it started, then waits for its standard input to close.
