@@ -77,7 +77,7 @@ export AWM_JARS_DIR="${AWM_JARS_DIR:-$ROOT/.jvm/spark}"
 PREBUILD_STAMP_FILE=out/prebuild.stamp
 PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/*_kernel.py tools/local/prebuild.py | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ]; then
-    say "building the class archive of Spark's classes and numba's kernels once (about a minute)"
+    say "building the class archive of Spark's classes and numba's kernels once (about two minutes)"
     mkdir -p out
     python -m tools.local.prebuild
     echo "$PREBUILD_STAMP" > "$PREBUILD_STAMP_FILE"

@@ -580,13 +580,24 @@ def schedule(default: tuple[str, ...] = ()) -> list[str]:
     return [f for f, cost in sorted(ranked.items(), key=lambda kv: -kv[1]) if cost >= SCHEDULE_MIN_S]
 
 
-def budget_from_report(report: dict, headroom: float = 1.3) -> dict[str, int]:
-    """Per-file budgets from a report: each file's CPU with ``headroom``, rounded up to 5 s (at least 10)."""
+def budget_from_report(report: dict, tiers: dict | None = None, headroom: float = 1.3) -> dict[str, int]:
+    """Per-file budgets from a report: each file's share of its tier's budget (its CPU times the tier's
+    budget over the tier's CPU, when the tier is over), else its CPU with ``headroom``; rounded up to 5 s,
+    at least 10. Files under 8 CPU s and doctests keep their tier's default."""
+    tiers = tiers or {}
+    spent: dict[str, float] = {}
+    for f, e in report["files"].items():
+        spent[tier_of(f)] = spent.get(tier_of(f), 0.0) + e["cpu_s"]
     out = {}
     for f, e in sorted(report["files"].items()):
         if f.startswith("doctest:") or e["cpu_s"] < 8:
             continue
-        out[f] = max(10, int(math.ceil(e["cpu_s"] * headroom / 5.0) * 5))
+        tier = tier_of(f)
+        if tier in tiers and spent[tier] > tiers[tier]:
+            share = e["cpu_s"] * tiers[tier] / spent[tier]
+        else:
+            share = e["cpu_s"] * headroom
+        out[f] = max(10, int(math.ceil(share / 5.0) * 5))
     return out
 
 
@@ -595,11 +606,12 @@ def write_file_budgets(report: dict, path: Path | None = None) -> None:
     path = BUDGET if path is None else path
     text = path.read_text() if path.exists() else ""
     head = text.split("\n[files]", 1)[0].rstrip() + "\n"
-    body = "\n".join(f'"{f}" = {v}' for f, v in budget_from_report(report).items())
+    tiers = tomllib.loads(text).get("tiers", {}) if text else {}
+    body = "\n".join(f'"{f}" = {v}' for f, v in budget_from_report(report, tiers).items())
     note = (
-        "\n[files]\n# CPU s per file: the last whole-suite report's with 30 % headroom "
-        f"(python -m tests.suite_costs --budget, from {report.get('commit')}).\n"
-        "# Files not listed: [defaults].\n"
+        "\n[files]\n# CPU s per file (python -m tests.suite_costs --budget, from the report at "
+        f"{report.get('commit')}): a file's share of its tier's\n# budget where the tier is over it, else "
+        "its CPU with 30 % headroom. Files not listed: [defaults].\n"
     )
     path.write_text(head + note + body + "\n")
 

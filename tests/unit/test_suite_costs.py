@@ -162,4 +162,7 @@ def test_the_file_budgets_are_written_from_a_report_and_the_hand_written_part_is
     assert read["total_cpu_s"] == 1500 and read["tiers"] == {"unit": 100}
     assert read["files"] == {"unit/test_a.py": 55}  # 40 s with 30 % headroom, rounded up to 5 s
     assert suite_costs.file_budget(read, "unit/test_a.py", "unit") == 55
+    # a tier over its budget: each file gets its share of the tier's budget
+    over = {"files": {"unit/test_a.py": {"cpu_s": 300.0}, "unit/test_b.py": {"cpu_s": 100.0}}}
+    assert suite_costs.budget_from_report(over, {"unit": 100}) == {"unit/test_a.py": 75, "unit/test_b.py": 25}
     assert suite_costs.file_budget(read, "unit/test_new.py", "unit") is None
