@@ -76,7 +76,9 @@ export AWM_JARS_DIR="${AWM_JARS_DIR:-$ROOT/.jvm/spark}"
 # watermark/__pycache__. Again only when the virtualenv, the jars, the kernels or the maker changed.
 PREBUILD_STAMP_FILE=out/prebuild.stamp
 PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/*_kernel.py tools/local/prebuild.py | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ]; then
+# Made again too when what it made is gone (out/jvm-cds/ or watermark/__pycache__ removed by hand or a clean).
+prebuilt() { ls out/jvm-cds/*.jsa watermark/__pycache__/*_kernel.*.nbi >/dev/null 2>&1; }
+if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ] || ! prebuilt; then
     say "building the class archive of Spark's classes and numba's kernels once (about two minutes)"
     mkdir -p out
     python -m tools.local.prebuild

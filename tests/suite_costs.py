@@ -6,7 +6,8 @@ teardown:
 - **wall** seconds;
 - **cpu** seconds of the worker process and of every process below it (the worker's Spark JVM, the jobs,
   brokers and servers its tests start, and the processes those start): user and system time of the live
-  processes plus what their exited children left in their ``cutime``/``cstime``, before and after;
+  processes plus what their exited children left in their ``cutime``/``cstime``, before and after (the
+  worker is its descendants' subreaper: the JVM of a job process a test SIGKILLs stays in the tree);
 - **jvms**: the Java processes that appeared below the worker while the test ran (a sampler thread looks
   every half second; a JVM lives seconds at least);
 - **jobs**: the job runs it made: streaming queries and backfills run in the test's process, and job
@@ -108,13 +109,36 @@ def classify(name: str, cmdline: list[str]) -> str | None:
     return None
 
 
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``): an orphan
+    below it is re-parented to it, not to init. Returns whether that was done (False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER = 36
+    except (OSError, AttributeError):
+        return False
+
+
 class Sampler:
     """A thread that reads the worker's process tree every :data:`SAMPLE_PERIOD_S` and counts the JVMs and
-    job processes that appear, into the counter in force (a test's, or a shared set-up's)."""
+    job processes that appear, into the counter in force (a test's, or a shared set-up's).
+
+    The worker is made its descendants' subreaper (:func:`become_subreaper`): a process whose parent dies
+    first (the JVM of a job process a test SIGKILLs) stays in the worker's tree instead of going to init,
+    so its CPU is counted. The sampler reaps such an adopted process when it exits (its CPU then goes to
+    the worker's children's time); a process first seen as the worker's own child is never reaped here:
+    whoever started it (``subprocess``, ``multiprocessing``) waits for it.
+    """
 
     def __init__(self) -> None:
         self.me = psutil.Process()
         self.seen: set[tuple[int, float]] = set()
+        #: every process seen below the worker -> whether its parent was then another process than the worker
+        self.adoptable: dict[tuple[int, float], bool] = {}
         self.counts: dict[str, int] | None = None
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -127,12 +151,24 @@ class Sampler:
         for proc in _children(self.me):
             try:
                 with proc.oneshot():
+                    key = (proc.pid, proc.create_time())
+                    ppid = proc.ppid()
+                    if key not in self.adoptable:
+                        self.adoptable[key] = ppid != self.me.pid
+                    if ppid == self.me.pid and self.adoptable[key] and proc.status() == psutil.STATUS_ZOMBIE:
+                        self._reap(proc.pid)
+                        continue
                     kind = classify(proc.name(), proc.cmdline())
                     if kind is not None:
-                        found[(proc.pid, proc.create_time())] = kind
+                        found[key] = kind
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         return found
+
+    @staticmethod
+    def _reap(pid: int) -> None:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
 
     def poll(self) -> None:
         tree = self._tree()
@@ -292,6 +328,7 @@ def tier_of(file: str) -> str:
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         return  # the xdist controller runs no test: it gathers the workers' records
+    become_subreaper()
     RECORDER.sampler = Sampler()
     RECORDER.cpu_at_start = tree_cpu_s()
     with contextlib.suppress(ImportError):

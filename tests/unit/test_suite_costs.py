@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 from tests import suite_costs
 
@@ -31,6 +32,43 @@ def test_the_tree_cpu_counts_a_live_child_and_then_what_it_left_once_reaped():
     child.stdin.close()
     child.wait()
     assert suite_costs.tree_cpu_s() - before >= 0.35  # reaped: it is in this process's children's times
+
+
+#: A child that starts a grandchild burning ``SECONDS`` of CPU, prints its pid, and exits when its
+#: standard input closes: the grandchild is then an orphan, as the JVM of a job process a test SIGKILLs.
+ORPHAN = textwrap.dedent(
+    """
+    import os, sys, time
+    pid = os.fork()
+    if pid == 0:
+        os.close(1)
+        while time.process_time() < float(sys.argv[1]):
+            pass
+        os._exit(0)
+    print(pid, flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_an_orphan_below_the_worker_is_adopted_and_its_cpu_counted_once_it_exits():
+    assert suite_costs.become_subreaper()
+    sampler = suite_costs.Sampler()
+    try:
+        before = suite_costs.tree_cpu_s()
+        parent = subprocess.Popen(
+            [sys.executable, "-c", ORPHAN, "0.4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        orphan = int(parent.stdout.readline())
+        sampler.poll()  # seen below its own parent
+        parent.stdin.close()
+        parent.wait()
+        while suite_costs.psutil.pid_exists(orphan):  # adopted; reaped by the sampler once it exits
+            sampler.poll()
+            time.sleep(0.05)
+        assert suite_costs.tree_cpu_s() - before >= 0.35  # the orphan's 0.4 s, in this process's children's
+    finally:
+        sampler.stop()
 
 
 #: A child that says it started, then waits for its standard input to close.

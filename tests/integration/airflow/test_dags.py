@@ -123,10 +123,13 @@ def stream_tables(spark_sessions, tmp_path_factory):
 
 
 def build_stream_tables(spark, tmp: Path):
-    """The job's tables of a run on 3,000 IoT records, and its configuration, in ``tmp``: (tmp, records)."""
+    """The job's tables of a run on 1,500 IoT records, and its configuration, in ``tmp``: (tmp, records).
+
+    Two micro-batches (three files of 500, two a trigger, and a bad line's file): late rows for the backfill
+    to fold, a quarantine, several files per table for the maintenance, a history too short to re-tune."""
     from jobs.stream.run import run_job
 
-    records = one_partition(iot_records(3_000))
+    records = one_partition(iot_records(1_500))
     feed(records, tmp / "in", rows_per_file=500)
     write_lines(tmp / "in" / "zz-bad.jsonl", ["not json"])
     opts = job(tmp, flush_at_end=True)
