@@ -605,12 +605,14 @@ def growth(report: dict, previous: dict | None) -> list[str]:
 
 def schedule(default: tuple[str, ...] = ()) -> list[str]:
     """The files to hand out first (relative to ``tests/``), costliest in wall time first: from the last
-    whole-suite report, else from the per-file budget (a fresh clone), else ``default``."""
+    whole-suite report, else from the budget file's ``[schedule]`` (wall seconds of the report it was
+    written from: a fresh clone), else its ``[files]`` (CPU), else ``default``."""
     report = read_report()
     if report is not None and report.get("files"):
         ranked = {f: e["wall_s"] for f, e in report["files"].items() if not f.startswith("doctest:")}
     else:
-        ranked = {f: float(v) for f, v in read_budget().get("files", {}).items()}
+        budget = read_budget()
+        ranked = {f: float(v) for f, v in (budget.get("schedule") or budget.get("files", {})).items()}
     if not ranked:
         return list(default)
     # files of a few seconds keep pytest's order after these
@@ -650,7 +652,17 @@ def write_file_budgets(report: dict, path: Path | None = None) -> None:
         f"{report.get('commit')}): a file's share of its tier's\n# budget where the tier is over it, else "
         "its CPU with 30 % headroom. Files not listed: [defaults].\n"
     )
-    path.write_text(head + note + body + "\n")
+    walls = {
+        f: round(e["wall_s"])
+        for f, e in sorted(report["files"].items(), key=lambda kv: -kv[1].get("wall_s", 0.0))
+        if not f.startswith("doctest:") and e.get("wall_s", 0.0) >= SCHEDULE_MIN_S
+    }
+    schedule = (
+        "\n\n[schedule]\n# Wall s per file in that report: the order a fresh clone's run hands the files out "
+        "(longest first;\n# a run with a report of its own uses that report's).\n"
+        + "\n".join(f'"{f}" = {v}' for f, v in walls.items())
+    )
+    path.write_text(head + note + body + (schedule if walls else "") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -182,6 +182,10 @@ def test_the_schedule_comes_from_the_last_report_else_from_the_budget(tmp_path, 
     }
     suite_costs.REPORT.write_text(json.dumps({"files": files}))
     assert suite_costs.schedule() == ["unit/test_b.py", "system/test_c.py"]  # the report's wall times
+    # a fresh clone whose budget file has the [schedule] of a report: its wall times, not [files]' CPU
+    suite_costs.REPORT.unlink()
+    budget.write_text(budget.read_text() + '[schedule]\n"unit/test_b.py" = 90\n"system/test_c.py" = 20\n')
+    assert suite_costs.schedule() == ["unit/test_b.py", "system/test_c.py"]
 
 
 def test_the_file_budgets_are_written_from_a_report_and_the_hand_written_part_is_kept(tmp_path):
@@ -190,15 +194,16 @@ def test_the_file_budgets_are_written_from_a_report_and_the_hand_written_part_is
     report = {
         "commit": "abc",
         "files": {
-            "unit/test_a.py": {"cpu_s": 40.0},
-            "unit/test_small.py": {"cpu_s": 2.0},
-            "doctest:watermark/tune.py": {"cpu_s": 20.0},
+            "unit/test_a.py": {"cpu_s": 40.0, "wall_s": 60.0},
+            "unit/test_small.py": {"cpu_s": 2.0, "wall_s": 3.0},
+            "doctest:watermark/tune.py": {"cpu_s": 20.0, "wall_s": 20.0},
         },
     }
     suite_costs.write_file_budgets(report, budget)
     read = suite_costs.read_budget(budget)
     assert read["total_cpu_s"] == 1500 and read["tiers"] == {"unit": 100}
     assert read["files"] == {"unit/test_a.py": 55}  # 40 s with 30 % headroom, rounded up to 5 s
+    assert read["schedule"] == {"unit/test_a.py": 60}  # the wall times a fresh clone's order comes from
     assert suite_costs.file_budget(read, "unit/test_a.py", "unit") == 55
     # a tier over its budget: each file gets its share of the tier's budget
     over = {"files": {"unit/test_a.py": {"cpu_s": 300.0}, "unit/test_b.py": {"cpu_s": 100.0}}}
