@@ -269,6 +269,62 @@ def _session_jvm_options() -> Iterator[None]:
         os.environ["SPARK_SUBMIT_OPTS"] = options
 
 
+#: The records of the warm-up job run (:func:`warm_up`): two micro-batches, late rows, a bad line.
+WARM_UP_LINES = 60
+
+
+def warm_up(session) -> None:
+    """Run the job once on two tiny landing files in a new session, before its first test: the JIT's
+    warm-up of the paths every job run takes (Spark's planning, the Delta appends and their state, the
+    stage) is then the shared set-up's, not the first Spark file's on the worker. A new session's first
+    small job run costs about 29 CPU s, the fourth about 4: without this a file's figure depended on
+    whether it was its worker's first (docs/development.md). Its folder is removed; nothing is asserted."""
+    import json
+
+    from jobs.stream.options import JobOptions
+    from jobs.stream.run import run_job
+    from watermark.config import PipelineConfig
+
+    folder = Path(tempfile.mkdtemp(prefix="awm-warm-up-"))
+    try:
+        base = 1_600_000_000_000
+        for f in range(2):
+            rows = [
+                json.dumps(
+                    {
+                        "event_id": f"{f}-{i}",
+                        "key": f"k{i % 3}",
+                        "partition": f"p{i % 2}",
+                        "event_time_ms": base + 1_000 * f + 20 * i - (700 if i % 7 == 0 else 0),
+                        "arrival_time_ms": base + 1_000 * f + 20 * i,
+                        "value": i / 4,
+                    }
+                )
+                for i in range(WARM_UP_LINES // 2)
+            ]
+            (folder / "in").mkdir(exist_ok=True)
+            (folder / "in" / f"{f}.json").write_text("\n".join([*rows, "{not json"]) + "\n")
+        config = PipelineConfig.from_dict(
+            {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}
+        )
+        options = JobOptions(
+            input=str(folder / "in"),
+            output=str(folder / "out"),
+            checkpoint=str(folder / "ck"),
+            config=config,
+            progress=False,
+            max_files_per_trigger=1,
+            flush_at_end=True,
+        )
+        jobs = suite_costs.RECORDER.in_process_jobs
+        try:
+            run_job(session, options)
+        finally:
+            suite_costs.RECORDER.in_process_jobs = jobs  # the test's job runs only
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class SparkSessions:
     """The worker's local Spark session: built when first needed, built again when found dead.
 
@@ -294,8 +350,10 @@ class SparkSessions:
         if self.session is None:
             from jobs.common.session import build_session
 
-            with suite_costs.shared_setup("spark session"), _session_jvm_options():
-                self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
+            with suite_costs.shared_setup("spark session"):
+                with _session_jvm_options():
+                    self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
+                warm_up(self.session)
         return self.session
 
     @staticmethod
