@@ -340,6 +340,7 @@ class SparkSessions:
     def __init__(self) -> None:
         self.session = None
         self.suspect = False
+        self.warmed = False
 
     def get(self):
         if self.suspect:
@@ -353,7 +354,9 @@ class SparkSessions:
             with suite_costs.shared_setup("spark session"):
                 with _session_jvm_options():
                     self.session = build_session("tests", master="local[2]", shuffle_partitions=2)
-                warm_up(self.session)
+                if not self.warmed:  # once a worker: a session built again mostly runs in the same JVM
+                    self.warmed = True
+                    warm_up(self.session)
         return self.session
 
     @staticmethod
