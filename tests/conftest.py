@@ -279,31 +279,27 @@ def warm_up(session) -> None:
     stage) is then the shared set-up's, not the first Spark file's on the worker. A new session's first
     small job run costs about 29 CPU s, the fourth about 4: without this a file's figure depended on
     whether it was its worker's first (docs/development.md). Its folder is removed; nothing is asserted."""
-    import json
-
     from jobs.stream.options import JobOptions
     from jobs.stream.run import run_job
+    from tests.integration.spark.test_stream import good, write_lines
     from watermark.config import PipelineConfig
 
     folder = Path(tempfile.mkdtemp(prefix="awm-warm-up-"))
     try:
         base = 1_600_000_000_000
         for f in range(2):
-            rows = [
-                json.dumps(
-                    {
-                        "event_id": f"{f}-{i}",
-                        "key": f"k{i % 3}",
-                        "partition": f"p{i % 2}",
-                        "event_time_ms": base + 1_000 * f + 20 * i - (700 if i % 7 == 0 else 0),
-                        "arrival_time_ms": base + 1_000 * f + 20 * i,
-                        "value": i / 4,
-                    }
+            lines = [
+                good(
+                    f"{f}-{i}",
+                    te=base + 1_000 * f + 20 * i - (700 if i % 7 == 0 else 0),
+                    tp=base + 1_000 * f + 20 * i,
+                    key=f"k{i % 3}",
+                    part=f"p{i % 2}",
+                    value=i / 4,
                 )
                 for i in range(WARM_UP_LINES // 2)
             ]
-            (folder / "in").mkdir(exist_ok=True)
-            (folder / "in" / f"{f}.json").write_text("\n".join([*rows, "{not json"]) + "\n")
+            write_lines(folder / "in" / f"{f}.json", [*lines, "{not json"])
         config = PipelineConfig.from_dict(
             {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}
         )
