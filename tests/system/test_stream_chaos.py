@@ -177,6 +177,41 @@ def run_job(
     return run
 
 
+def run_in_process(spark, tmp: Path, load: Load) -> Run:
+    """The uninterrupted run of :func:`command`'s flags, options and code in this process's Spark session
+    (``spark``), with Spark's log retention of the load set on it for the run: the same tables, and the
+    checkpoint folder read after each batch's commit, as a process's run gives, without a JVM of its own to
+    start (the kills and restarts are the processes' subject)."""
+    from prometheus_client import CollectorRegistry
+
+    from jobs.stream.cli import build_parser, options_from_args
+    from jobs.stream.run import run_job
+    from monitoring.metrics import BatchObservation, JobMetrics
+
+    run = Run()
+
+    class Watched(JobMetrics):
+        def batch_done(self, obs: BatchObservation) -> None:  # after the batch's commit, before the next
+            super().batch_done(obs)
+            run.last_batch = max(run.last_batch, obs.batch_id)
+            run.files[obs.batch_id], run.size[obs.batch_id] = folder_usage(tmp / "ck")
+            run.pending[obs.batch_id] = pending_batches(tmp / "ck")
+
+    options = options_from_args(build_parser().parse_args(command(tmp, load, load.batches)[3:]))
+    key = "spark.sql.streaming.minBatchesToRetain"
+    saved = spark.conf.get(key, None)
+    spark.conf.set(key, str(load.retain))
+    try:
+        run_job(spark, options, Watched(CollectorRegistry()))
+    finally:
+        if saved is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, saved)
+    run.returncode = 0
+    return run
+
+
 def comparable(sink: DeltaTables, table: str, up_to: int, drop: list[str], order: list[str]) -> pa.Table:
     data = sink.read(table)
     data = data.filter(pc.less_equal(data.column("batch_id"), up_to)).drop_columns(drop)
@@ -191,9 +226,17 @@ TABLES = {  # table -> (wall-clock columns dropped, sort order)
 }
 
 
-def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None, base_env=None) -> dict[str, object]:
-    """An uninterrupted run and a run killed ``kills`` times; what the test and the benchmark check."""
-    reference = run_job(tmp / "reference", load, load.batches, on_batch=on_batch, base_env=base_env)
+def chaos(
+    tmp: Path, load: Load, kills: int, seed: int, on_batch=None, base_env=None, spark=None
+) -> dict[str, object]:
+    """An uninterrupted run and a run killed ``kills`` times; what the test and the benchmark check.
+
+    The uninterrupted run is a process of its own (the benchmark samples its driver's memory), or, with
+    ``spark``, the same run in that session (:func:`run_in_process`)."""
+    if spark is not None:
+        reference = run_in_process(spark, tmp / "reference", load)
+    else:
+        reference = run_job(tmp / "reference", load, load.batches, on_batch=on_batch, base_env=base_env)
     assert reference.returncode == 0, "\n".join(reference.stderr_tail)
     rng = random.Random(seed)
     points = sorted(rng.sample(range(3, load.batches - load.kill_margin), kills))
@@ -226,16 +269,19 @@ def chaos(tmp: Path, load: Load, kills: int, seed: int, on_batch=None, base_env=
 
 @pytest.mark.slow
 @pytest.mark.timeout(2_400)  # about 4 minutes on a 2-core machine running the suite; far more on a loaded one
-def test_two_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(tmp_path, jvm_process):
+def test_two_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run(
+    spark, tmp_path, jvm_process
+):
     # The suite's size (the full 300 x 5,000 rows/s and five kills are benchmarks/chaos_rss.py): Spark keeps
     # the offset and commit logs of the last `retain` batches, so the folder stops growing after that many;
     # the deferred tables commit every 5 batches (at batches 4, 9 and 14), so the two kills (inside batches 4
     # and 10: seed 10 draws 3 and 9) fall at both sides of a commit: the first in the batch that creates and
     # first commits them, the second in the batch after a commit, with its rows deferred in the checkpoint
     # and a restarted run's commit behind it. (Each kill and restart is a JVM of its own to start, the
-    # suite's dearest step; a third kill, between two commits, is the same case as the second.)
+    # suite's dearest step; a third kill, between two commits, is the same case as the second. The
+    # uninterrupted run is this session's, not a process's.)
     load = Load(batches=16, rows_per_second=2_000, batch_ms=200, retain=4, defer_batches=5, kill_margin=4)
-    out = chaos(tmp_path, load, kills=2, seed=10, base_env=jvm_process.env)
+    out = chaos(tmp_path, load, kills=2, seed=10, base_env=jvm_process.env, spark=spark)
     assert out["points"] == [3, 9]
     assert out["up_to"] >= load.batches - 2 and out["rows"] >= (load.batches - 2) * load.rows_per_batch
     assert out["equal"] == dict.fromkeys(TABLES, True)

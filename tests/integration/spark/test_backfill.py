@@ -81,8 +81,9 @@ def backfill(spark, tables, start_ms, end_ms, **kw):
 
 
 def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_changes_nothing(spark, tmp_path):
-    records = one_partition(iot_records(6_000))
-    feed(records, tmp_path / "in", rows_per_file=1_000)
+    # 2,000 records in two batches of two files: late rows in both, so that each interval holds some
+    records = one_partition(iot_records(2_000))
+    feed(records, tmp_path / "in", rows_per_file=500)
     write_lines(tmp_path / "in" / "zz-bad.jsonl", ['{"event_id": "x", "key": "k"', "not json"])
     opts = job(tmp_path, flush_at_end=True)
     run_job(spark, opts)
