@@ -177,11 +177,12 @@ def run_job(
     return run
 
 
-def run_in_process(spark, tmp: Path, load: Load) -> Run:
-    """The uninterrupted run of :func:`command`'s flags, options and code in this process's Spark session
-    (``spark``), with Spark's log retention of the load set on it for the run: the same tables, and the
-    checkpoint folder read after each batch's commit, as a process's run gives, without a JVM of its own to
-    start (the kills and restarts are the processes' subject)."""
+def run_in_process(spark, tmp: Path, load: Load, max_batches: int | None = None) -> Run:
+    """A run of :func:`command`'s flags, options and code (``max_batches``: the load's) in this process's
+    Spark session (``spark``), with Spark's log retention of the load set on it for the run: the same
+    tables, and the checkpoint folder read after each batch's commit, as a process's run gives, without a
+    JVM of its own to start (the kills are the processes' subject). The uninterrupted run, and the restart
+    after the last kill."""
     from prometheus_client import CollectorRegistry
 
     from jobs.stream.cli import build_parser, options_from_args
@@ -197,7 +198,8 @@ def run_in_process(spark, tmp: Path, load: Load) -> Run:
             run.files[obs.batch_id], run.size[obs.batch_id] = folder_usage(tmp / "ck")
             run.pending[obs.batch_id] = pending_batches(tmp / "ck")
 
-    options = options_from_args(build_parser().parse_args(command(tmp, load, load.batches)[3:]))
+    batches = load.batches if max_batches is None else max_batches
+    options = options_from_args(build_parser().parse_args(command(tmp, load, batches)[3:]))
     key = "spark.sql.streaming.minBatchesToRetain"
     saved = spark.conf.get(key, None)
     spark.conf.set(key, str(load.retain))
@@ -231,8 +233,9 @@ def chaos(
 ) -> dict[str, object]:
     """An uninterrupted run and a run killed ``kills`` times; what the test and the benchmark check.
 
-    The uninterrupted run is a process of its own (the benchmark samples its driver's memory), or, with
-    ``spark``, the same run in that session (:func:`run_in_process`)."""
+    The uninterrupted run and the restart after the last kill are processes of their own (the benchmark
+    samples the driver's memory), or, with ``spark``, the same runs in that session
+    (:func:`run_in_process`); the killed runs are always processes."""
     if spark is not None:
         reference = run_in_process(spark, tmp / "reference", load)
     else:
@@ -247,7 +250,10 @@ def chaos(
         assert run.killed, "\n".join(run.stderr_tail)
         done = max(done, run.last_batch)
     # What is left, counting the batch a kill interrupted (replayed) among the rest.
-    final = run_job(crashed, load, load.batches - done, base_env=base_env)
+    if spark is not None:
+        final = run_in_process(spark, crashed, load, load.batches - done)
+    else:
+        final = run_job(crashed, load, load.batches - done, base_env=base_env)
     assert final.returncode == 0, "\n".join(final.stderr_tail)
     up_to = min(reference.last_batch, final.last_batch)
     want, got = DeltaTables(tmp / "reference" / "out", "r"), DeltaTables(crashed / "out", "r")
@@ -277,9 +283,9 @@ def test_two_sigkills_on_the_rate_source_give_the_tables_of_an_uninterrupted_run
     # the deferred tables commit every 5 batches (at batches 4, 9 and 14), so the two kills (inside batches 4
     # and 10: seed 10 draws 3 and 9) fall at both sides of a commit: the first in the batch that creates and
     # first commits them, the second in the batch after a commit, with its rows deferred in the checkpoint
-    # and a restarted run's commit behind it. (Each kill and restart is a JVM of its own to start, the
+    # and a restarted run's commit behind it. (Each killed run is a JVM of its own to start, the
     # suite's dearest step; a third kill, between two commits, is the same case as the second. The
-    # uninterrupted run is this session's, not a process's.)
+    # uninterrupted run and the last restart are this session's, not processes'.)
     load = Load(batches=16, rows_per_second=2_000, batch_ms=200, retain=4, defer_batches=5, kill_margin=4)
     out = chaos(tmp_path, load, kills=2, seed=10, base_env=jvm_process.env, spark=spark)
     assert out["points"] == [3, 9]

@@ -67,27 +67,19 @@ def keep_log(text: str) -> None:
             fh.write(text + "\n==== end of a run ====\n")
 
 
-def run_to_end(tmp: Path | str, inp: Path | str | list[str], env: dict[str, str]) -> list[int]:
-    """Run the job until its input is exhausted; the ids of the batches it ran."""
-    proc = subprocess.run(job_command(tmp, inp), env=env, capture_output=True, text=True, check=False)
-    keep_log(proc.stderr)
-    errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Exception" in line]
-    assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the command prints its summary
-    assert summary["events"] > 0 and set(summary["tables"]) >= {"aggregates", "late_events"}
-    return [batch_id(line) for line in proc.stderr.splitlines() if line.startswith("batch ")]
-
-
-def run_in_process(spark, tmp: Path, inp: Path | list[str]) -> list[int]:
+def run_in_process(spark, tmp: Path | str, inp: Path | str | list[str]) -> list[int]:
     """The job of :func:`job_command` (the same flags, options and code) run to the end of its input in this
-    process's Spark session, as the uninterrupted run the killed ones are compared with: its tables are
-    the command's, without a JVM of its own to start (the kills and restarts are the processes' subject).
-    The ids of the batches it ran."""
+    process's Spark session: the uninterrupted run the killed ones are compared with, and the restart
+    after the last kill, which resumes from the checkpoint the killed processes left. Its tables are the
+    command's, without a JVM of its own to start (the processes are the kills' subject: a SIGKILL takes a
+    driver of its own). The ids of the batches it ran."""
     from jobs.stream.cli import build_parser, options_from_args
     from jobs.stream.run import run_job
 
     options = options_from_args(build_parser().parse_args(job_command(tmp, inp)[3:]))
-    return [report.batch_id for report in run_job(spark, options)]
+    reports = run_job(spark, options)
+    assert sum(report.rows for report in reports) > 0
+    return [report.batch_id for report in reports]
 
 
 def batch_id(progress_line: str) -> int:
@@ -146,7 +138,7 @@ def batches_done(tmp: Path | str) -> int:
     return max(ids) + 1 if ids else 0
 
 
-# Four runs of the job, three in JVMs of their own: minutes, more on a busy machine.
+# Four runs of the job, the two killed ones in JVMs of their own: minutes, more on a busy machine.
 @pytest.mark.timeout(2_400)
 def test_sigkill_twice_then_restart_gives_identical_tables(spark, tmp_path, jvm_process):
     records = iot_records(RECORDS)
@@ -166,12 +158,13 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     records: int = RECORDS,
 ) -> None:
     """An uninterrupted run (in the session ``spark``: :func:`run_in_process`), then a run SIGKILLed inside
-    its batches ``kills`` times (3 or fewer) and restarted to the end (the job as a process with the
-    environment ``env``): every table holds the same rows. The killed run writes under ``crashed`` (default:
+    its batches ``kills`` times (3 or fewer: the job as a process with the environment ``env``) and
+    restarted to the end in the session ``spark`` (a new driver on the killed one's checkpoint and
+    tables): every table holds the same rows. The killed run writes under ``crashed`` (default:
     a folder of ``tmp_path``; a URI puts its tables and checkpoint on an object store) and reads
     ``crashed_input`` (default: ``inp``; the same files elsewhere).
 
-    Each kill and restart is a JVM of its own to start, the suite's dearest step. Landing files (here)
+    Each killed run is a JVM of its own to start, the suite's dearest step. Landing files (here)
     kill twice: after batch 0 (the first batch's state) and after batch 3 (a warm run that was itself
     restarted); a third kill would be a restart of a restarted run again. The Kafka and S3 variants beside
     it (``kills=1``) kill once, after batch 3 of a warm first run: what differs there is the source's
@@ -199,7 +192,7 @@ def killed_and_restarted_gives_the_tables_of_one_run(
         assert done[0] >= previous and done[-1] >= point, (done, previous, point)
         assert batches_done(crashed) >= before  # progress survives the kill
         previous = done[-1]
-    assert run_to_end(crashed, inp, env)[0] >= previous
+    assert run_in_process(spark, crashed, inp)[0] >= previous
 
     want, got = DeltaTables(reference / "out", "r"), DeltaTables(f"{crashed}/out", "r")
     aggregates = stable(want.read("aggregates"), ["window_start_ms", "key", "flushed"])

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 RECORDS = 1_500
 
 
-# Three runs of the job, two in JVMs of their own: minutes, more on a busy machine.
+# Three runs of the job, the killed one in a JVM of its own: minutes, more on a busy machine.
 @pytest.mark.timeout(2_400)
 def test_a_sigkill_on_a_kafka_topic_then_restart_gives_identical_tables(
     spark, tmp_path, kafka_broker, jvm_process
