@@ -4,7 +4,7 @@
 (:func:`importlib.import_module`) only when its subcommand runs, so ``awm --help`` imports none of them and
 ``awm stream --help`` imports the streaming job's command line, not Spark. The subcommand's parser takes
 every argument after its name and shows ``awm COMMAND`` as its program name
-(:func:`watermark.clilog.command_prog`). ``--log-level`` and ``--log-format`` given before the subcommand are
+(:func:`watermark.cli.log.command_prog`). ``--log-level`` and ``--log-format`` given before the subcommand are
 handed on to it; ``--version`` prints ``awm <version>``, as it does after every subcommand.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watermark import cli as watermark_cli
-from watermark.clilog import add_logging_flags, command_prog, logging_argv
+from watermark.cli import main as watermark_cli
+from watermark.cli.log import add_logging_flags, command_prog, logging_argv
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -35,7 +35,9 @@ class Command:
 
 #: Subcommand -> what runs it, in the order ``awm --help`` lists them.
 COMMANDS: dict[str, Command] = {
-    **{name: Command("watermark.cli", text, named=True) for name, text in watermark_cli.COMMANDS.items()},
+    **{
+        name: Command("watermark.cli.main", text, named=True) for name, text in watermark_cli.COMMANDS.items()
+    },
     "stream": Command(
         "jobs.stream.cli", "the streaming job: windowed aggregates through the adaptive watermark into Delta"
     ),

@@ -6,12 +6,12 @@
 an allocation costs each key's survival function and a bisection over the multiplier, so its cost grows
 with the keys, and on a sparse fleet (fewer arrivals than periods) one runs at nearly every arrival. The
 throughput benchmark (``watermark_throughput.py``) has 8 partitions on a dense stream and does not show
-either. For each case, a synthetic stream (:func:`watermark.synthetic.generate`, every key its own partition)
-of ``EVENTS`` arrivals over ``SPAN_S`` seconds of arrival time runs through one
-:class:`watermark.fleet.Fleet` in one call of its kernel (after a first call that loads the compiled code);
-the figure is arrivals per CPU second of this process (``time.process_time``), the steadier figure on a
-shared machine. Default cases: 64 keys sending once a minute each (the re-tuning's sparse day), 64 keys
-at 2 arrivals/s each, and 10,000 keys at a third of an arrival per second each.
+either. For each case, a synthetic stream (:func:`watermark.streams.synthetic.generate`, every key its own
+partition) of ``EVENTS`` arrivals over ``SPAN_S`` seconds of arrival time runs through one
+:class:`watermark.strategies.fleet.Fleet` in one call of its kernel (after a first call that loads the
+compiled code); the figure is arrivals per CPU second of this process (``time.process_time``), the steadier
+figure on a shared machine. Default cases: 64 keys sending once a minute each (the re-tuning's sparse day), 64
+keys at 2 arrivals/s each, and 10,000 keys at a third of an arrival per second each.
 
 The benchmark asserts nothing.
 """
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from watermark import fleet_kernel as fk  # noqa: E402
-from watermark.fleet import Fleet, FleetWatermark  # noqa: E402
-from watermark.synthetic import generate  # noqa: E402
+from watermark.strategies import fleet_kernel as fk  # noqa: E402
+from watermark.strategies.fleet import Fleet, FleetWatermark  # noqa: E402
+from watermark.streams.synthetic import generate  # noqa: E402
 
 START_MS = 1_800_000_000_000
 CASES = ((64, 50_000, 43_200), (64, 500_000, 3_900), (10_000, 2_000_000, 600))

@@ -55,8 +55,8 @@ from jobs.stream.stage.executors import _stage_plan  # noqa: E402
 from jobs.stream.stage.scoped import OWNERS_SCHEMA  # noqa: E402
 from jobs.stream.stage.states import StageStart  # noqa: E402
 from jobs.stream.workers.executor_stage import StagePlan  # noqa: E402
-from watermark.combine import PartitionedWatermark  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
+from watermark.partitions.combine import PartitionedWatermark  # noqa: E402
 from watermark.timeutil import NO_WATERMARK  # noqa: E402
 
 BATCH_MS = 10_000

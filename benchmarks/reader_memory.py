@@ -50,7 +50,7 @@ READERS = {
     "backfill": (
         "from deltalake import DeltaTable\n"
         "from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, read_inputs\n"
-        "from watermark.evaluate import WindowSpec\n"
+        "from watermark.evaluation.replay import WindowSpec\n"
         "options = BackfillOptions(TABLES, END - 3_600_000, END, WindowSpec(1_000))\n"
         "agg, late = TABLES + '/aggregates', TABLES + '/late_events'\n"
         "got = read_inputs(options, DeltaTable(agg), agg, DeltaTable(late), late, BackfillReport(0, 1))\n"

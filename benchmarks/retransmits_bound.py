@@ -72,8 +72,8 @@ from tuner_quality import (  # noqa: E402
     periods,
 )
 
-from watermark import perturb  # noqa: E402
-from watermark.baseline import Hindsight, latency_floor  # noqa: E402
+from watermark.evaluation.baseline import Hindsight, latency_floor  # noqa: E402
+from watermark.streams import perturb  # noqa: E402
 
 #: The family as ``tuner_quality.FAMILIES["retransmits"]`` makes it.
 SHARE, RETRY_MS = 0.03, (1_000, 5_000)

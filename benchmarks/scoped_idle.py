@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from watermark.combine import PartitionedWatermark  # noqa: E402
-from watermark.evaluate import WindowSpec, replay  # noqa: E402
-from watermark.io import read_stream  # noqa: E402
+from watermark.evaluation.replay import WindowSpec, replay  # noqa: E402
+from watermark.partitions.combine import PartitionedWatermark  # noqa: E402
+from watermark.streams.recorded import read_stream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = {

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from watermark.base import WatermarkGenerator  # noqa: E402
-from watermark.registry import make  # noqa: E402
+from watermark.strategies.registry import make  # noqa: E402
 
-#: One setting of the tuner's search space per strategy (``watermark.tune.SEARCH_SPACE``).
+#: One setting of the tuner's search space per strategy (``watermark.tuning.tune.SEARCH_SPACE``).
 SETTINGS: dict[str, dict[str, Any]] = {
     "periodic": {"delay_ms": 500, "period_ms": 10},
     "adaptive": {"late_threshold": 0.1, "heartbeat_ms": 100},

@@ -6,21 +6,23 @@
 The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
 
 * **Streams.** Base streams are the bundled IoT recordings (``samples/ooo-iot-d1.csv``, ``d2``: 8 devices,
-  about 10 minutes each) and synthetic streams of 8 devices (:mod:`watermark.synthetic`, 9,600 events at
-  16 events/s, lognormal delays whose median alternates between a calm 40 ms and a congested 400 ms regime);
-  seed ``s`` takes base ``s mod 3`` (d1, d2, synthetic with seed ``s``). The device is the aggregation key
-  and, except in the ``many-keys`` family, the source partition.
-* **Families** (:mod:`watermark.perturb`, each seeded with ``s``): ``clean`` (the base as recorded, for
+  about 10 minutes each) and synthetic streams of 8 devices (:mod:`watermark.streams.synthetic`, 9,600 events
+  at 16 events/s, lognormal delays whose median alternates between a calm 40 ms and a congested 400 ms
+  regime); seed ``s`` takes base ``s mod 3`` (d1, d2, synthetic with seed ``s``). The device is the
+  aggregation key and, except in the ``many-keys`` family, the source partition.
+* **Families** (:mod:`watermark.streams.perturb`, each seeded with ``s``): ``clean`` (the base as recorded,
+for
   reference), ``clock-steps`` (a quarter of the devices' clocks jump 1-10 s back or forward at a random
   instant), ``retransmits`` (3 % of the records sent again 1-5 s later), ``offline-flush`` (two episodes of a
   device offline for 1-2 minutes, flushing its backlog on return), ``congestion`` (episodes of 20-60 s, on
   average one every 2 minutes, holding every arrival back 1.5 s + U[0, 0.3] s), ``keys-stop`` (a quarter of
   the devices stop for good between 20 % and 80 % of the stream), ``many-keys`` (4 devices per partition).
 * **Rolling splits.** The stream is cut into three periods of equal arrival-time length; the tuner
-  (:func:`watermark.tune.tune`, target late share 0.5 %, 1 s windows, idle timeout 30 s, partition and key
-  as above, its other defaults) tunes on period ``i`` and every candidate is replayed on period ``i + 1``,
+  (:func:`watermark.tuning.tune.tune`, target late share 0.5 %, 1 s windows, idle timeout 30 s, partition and
+  key as above, its other defaults) tunes on period ``i`` and every candidate is replayed on period ``i + 1``,
   for ``i = 0, 1``: two tune/evaluate cases per seed. Each replay starts cold at the period's start.
-* **Candidates.** The tuner's choice, and for every strategy registered in :data:`watermark.registry.
+* **Candidates.** The tuner's choice, and for every strategy registered in
+:data:`watermark.strategies.registry.
   STRATEGIES` at run time the tuner's choice among that strategy's settings (``best <strategy>``: its rule,
   :func:`per_strategy`), and ``fastest fleet``: ``fleet``'s fastest setting meeting the target on the
   tuning period (else its least late one), the rule of every row before the tuner's rule weighed safety.
@@ -29,19 +31,19 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   is ``<= r``, found by binary search (the late share falls as the delay grows), as one generator for the
   whole stream (**global**) and as one per key (**per key**: partition = key, partition-scoped firing), each
   with an emission period of 10, 50 or 200 ms; of these six the one with the lowest charged latency is the
-  baseline (:class:`watermark.baseline.Hindsight`).
+  baseline (:class:`watermark.evaluation.baseline.Hindsight`).
 * **Latency** is the mean emit latency charged for stuck windows (``emit_latency_charged_ms`` of
-  :meth:`watermark.evaluate.ReplayResult.summary`): a window not fired before the end of the evaluation
-  period counts as fired at its last arrival, each window at least 0 (a clock ahead of the ingestion clock
-  fires windows "before" their end), on both sides. Stuck windows are counted per side, and those of
-  keys silent for at least the idle timeout at the end of the period apart (``stuck idle``: the acceptance
-  wants none).
+  :meth:`watermark.evaluation.replay.ReplayResult.summary`): a window not fired before the end of the
+  evaluation period counts as fired at its last arrival, each window at least 0 (a clock ahead of the
+  ingestion clock fires windows "before" their end), on both sides. Stuck windows are counted per side, and
+  those of keys silent for at least the idle timeout at the end of the period apart (``stuck idle``: the
+  acceptance wants none).
 * **True time** (``clock-steps``, :data:`CLOCK_FAMILIES`). The latency above runs from the window's end in
   the device's clock, so a clock stepped back by ``s`` adds ``s`` to every later window of that key, on both
   sides, and a clock stepped forward takes it off (down to 0): a clock error no watermark can take back,
   which pins ratios toward 1. The benchmark knows each row's offset (stepped minus recorded event time), so
   it also measures every latency, on both sides and in the floor, from the true instant at which the key's
-  clock reached the window's end (:meth:`watermark.evaluate.ReplayResult.charged_latency_ms` with
+  clock reached the window's end (:meth:`watermark.evaluation.replay.ReplayResult.charged_latency_ms` with
   ``clock_offset_ms``; the baseline re-chosen on it: ``Hindsight.best(..., true_clock=True)``), and reports
   those ratios beside the device-clock ones. The late shares are the same.
 * **Figures.** Per family and candidate: the median over seeds of the latency ratio (candidate / baseline;
@@ -52,11 +54,11 @@ The protocol of issue 30 (item 1), built so that nothing flatters a candidate:
   A case where the tuner raises (no setting meets the target on the tuning period) has no candidate: it
   counts as missing for every row and is reported.
 * **Floor.** Beside each ratio, the lowest ratio *any* watermark could reach at the candidate's late share,
-  even a clairvoyant one (:func:`watermark.baseline.latency_floor`: a window fires at best at the arrival of
-  the last record it keeps, the late budget spent on the records that buy the most latency; a Lagrangian
-  bound, so a true floor). It ignores causality, so it is far below reach where lateness is unpredictable;
-  where it is above 0.8 the family's 0.8x is out of reach for every strategy: the latency is in the
-  arrivals themselves (a device's buffered backlog arrives minutes after its windows end, on both sides).
+  even a clairvoyant one (:func:`watermark.evaluation.baseline.latency_floor`: a window fires at best at the
+  arrival of the last record it keeps, the late budget spent on the records that buy the most latency; a
+  Lagrangian bound, so a true floor). It ignores causality, so it is far below reach where lateness is
+  unpredictable; where it is above 0.8 the family's 0.8x is out of reach for every strategy: the latency is in
+  the arrivals themselves (a device's buffered backlog arrives minutes after its windows end, on both sides).
 * **Seeds.** Design seeds 0, 1, ... (``--design``) are for developing strategies and this benchmark; the
   reported table uses the evaluation seeds 1000, 1001, ...; the output says which.
 
@@ -83,13 +85,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from watermark import perturb  # noqa: E402
-from watermark.baseline import Hindsight, latency_floor  # noqa: E402
-from watermark.evaluate import WindowSpec, replay  # noqa: E402
-from watermark.io import read_stream  # noqa: E402
-from watermark.registry import STRATEGIES, required_params  # noqa: E402
-from watermark.synthetic import generate  # noqa: E402
-from watermark.tune import (  # noqa: E402
+from watermark.evaluation.baseline import Hindsight, latency_floor  # noqa: E402
+from watermark.evaluation.replay import WindowSpec, replay  # noqa: E402
+from watermark.strategies.registry import STRATEGIES, required_params  # noqa: E402
+from watermark.streams import perturb  # noqa: E402
+from watermark.streams.recorded import read_stream  # noqa: E402
+from watermark.streams.synthetic import generate  # noqa: E402
+from watermark.tuning.tune import (  # noqa: E402
     SEARCH_SPACE,
     SLO_SHARES,
     Candidate,
@@ -141,7 +143,8 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
 
     A registered strategy missing from it gets its settings in the tuner's default space (thinned to
     :data:`OTHER_SETTINGS` unless ``full``) or its defaults; a required ``*_pct`` parameter (a late budget)
-    is set to each :data:`~watermark.tune.SLO_SHARES` fraction of the target, as the tuner does for ``slo``.
+    is set to each :data:`~watermark.tuning.tune.SLO_SHARES` fraction of the target, as the tuner does for
+    ``slo``.
     """
     chosen = SEARCH_SPACE if full else SPACE
     space = {name: list(settings) for name, settings in chosen.items() if name in STRATEGIES}
@@ -270,10 +273,11 @@ def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Ca
     """Each strategy's choice by the tuner's own rule among its candidates.
 
     The row of a strategy is what the tuner would choose were it the only strategy searched
-    (:func:`watermark.tune.stable_choice`: safety weighed against latency), not its fastest setting on the
-    tuning period, which would credit it with a choice the tuner does not make. When none of its settings
+    (:func:`watermark.tuning.tune.stable_choice`: safety weighed against latency), not its fastest setting on
+    the tuning period, which would credit it with a choice the tuner does not make. When none of its settings
     meets the target pooled (a clock step's records late for every setting but multi-second delays): its
-    fastest :func:`~watermark.tune.one_off_burst`, which the rule forgives, else its least late setting.
+    fastest :func:`~watermark.tuning.tune.one_off_burst`, which the rule forgives, else its least late
+    setting.
     """
     out: dict[str, Candidate] = {}
     for name in dict.fromkeys(c.strategy for c in candidates):

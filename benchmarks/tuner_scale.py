@@ -3,10 +3,10 @@
     python benchmarks/tuner_scale.py [--rows 100000 1000000 10000000] [--devices 64] [--json]
 
 For each size, a day (86,400 s of arrival time) of synthetic out-of-order arrivals from ``--devices``
-devices (:func:`watermark.synthetic.generate`: Poisson arrivals at a rate that changes twice, log-normal
-delays whose median drifts, stragglers, bursts, a device silent for 15 % of the day; one device = one
-partition) is written to a real Delta ``arrivals`` table (the streaming job's columns, a batch every 10 s),
-and a fresh process runs the re-tuning job as the DAG runs it (``jobs.batch.retune.retune``: the read of
+devices (:func:`watermark.streams.synthetic.generate`: Poisson arrivals at a rate that changes twice,
+log-normal delays whose median drifts, stragglers, bursts, a device silent for 15 % of the day; one device =
+one partition) is written to a real Delta ``arrivals`` table (the streaming job's columns, a batch every 10
+s), and a fresh process runs the re-tuning job as the DAG runs it (``jobs.batch.retune.retune``: the read of
 the history, the running setting's replay, the tuner on every strategy of the search space in the three
 partition modes, the held-out evaluation, the report and the plot; nothing published is asserted). It
 prints, per size:
@@ -79,7 +79,7 @@ def write_day(folder: Path, rows: int, devices: int, seed: int = 0) -> int:
     from deltalake import write_deltalake
 
     from jobs.common.schemas import ARRIVALS_SCHEMA
-    from watermark.synthetic import generate
+    from watermark.streams.synthetic import generate
 
     # The default rate schedule (x1, x3, x0.5 over 35/35/30 % of the events) spans n / rate * 1.067 s.
     rate = max(rows, 1) * (0.35 + 0.35 / 3 + 0.3 / 0.5) / (DAY_MS / 1000)

@@ -6,7 +6,7 @@
 Prints ``{"events": N, "strategies": {name: events_per_s}, "adwin_bare_loop": events_per_s, ...}``:
 
 * ``strategies``: the realistic path, one generator per source partition combined into the global watermark
-  (:meth:`watermark.combine.PartitionedWatermark.process`), in batches of ``--batch`` arrivals as a
+  (:meth:`watermark.partitions.combine.PartitionedWatermark.process`), in batches of ``--batch`` arrivals as a
   micro-batch job feeds it;
 * ``single_generator``: one generator's ``process`` over the whole stream in arrival order;
 * ``adwin_bare_loop``: a plain Python loop calling ``river.drift.ADWIN().update`` once per event, on the same
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from river.drift import ADWIN  # noqa: E402
 
-from watermark.combine import PartitionedWatermark  # noqa: E402
-from watermark.registry import STRATEGIES, make  # noqa: E402
-from watermark.synthetic import describe, generate  # noqa: E402
+from watermark.partitions.combine import PartitionedWatermark  # noqa: E402
+from watermark.strategies.registry import STRATEGIES, make  # noqa: E402
+from watermark.streams.synthetic import describe, generate  # noqa: E402
 
 # Settings on the scale of the synthetic stream's delays (median 40-250 ms).
 PARAMS = {

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner_quality import FAMILIES, IDLE_TIMEOUT_MS, WINDOW, base  # noqa: E402
 
-from watermark.evaluate import replay  # noqa: E402
+from watermark.evaluation.replay import replay  # noqa: E402
 
 #: (strategy, parameters, partition mode) replayed on each stream.
 RUNS = (

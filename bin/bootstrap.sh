@@ -73,11 +73,11 @@ export AWM_JARS_DIR="${AWM_JARS_DIR:-$ROOT/.jvm/spark}"
 
 # Built once, not during a run (tools/local/prebuild.py): the class archive of Spark's driver classes that the
 # test suite's JVMs map instead of loading them (out/jvm-cds/), and numba's watermark kernels compiled into
-# watermark/__pycache__. Again only when the virtualenv, the jars, the kernels or the maker changed.
+# watermark/strategies/__pycache__. Again only when the virtualenv, the jars, the kernels or the maker changed.
 PREBUILD_STAMP_FILE=out/prebuild.stamp
-PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/*_kernel.py tools/local/prebuild.py | sha256sum | cut -d' ' -f1)"
-# Made again too when what it made is gone (out/jvm-cds/ or watermark/__pycache__ removed by hand or a clean).
-prebuilt() { ls out/jvm-cds/*.jsa watermark/__pycache__/*_kernel.*.nbi >/dev/null 2>&1; }
+PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/strategies/*_kernel.py tools/local/prebuild.py | sha256sum | cut -d' ' -f1)"
+# Made again too when what it made is gone (out/jvm-cds/ or watermark/strategies/__pycache__ removed by hand or a clean).
+prebuilt() { ls out/jvm-cds/*.jsa watermark/strategies/__pycache__/*_kernel.*.nbi >/dev/null 2>&1; }
 if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ] || ! prebuilt; then
     say "building the class archive of Spark's classes and numba's kernels once (about two minutes)"
     mkdir -p out

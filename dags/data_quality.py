@@ -121,7 +121,7 @@ def checked_interval(context: Any) -> tuple[tuple[int, int] | None, str | None]:
     """The interval to check (epoch ms; None: whole tables) and the tables the Asset events name."""
     from datetime import datetime, timedelta
 
-    from watermark.timeparse import instant_ms
+    from watermark.streams.timeparse import instant_ms
 
     params = context["params"]
     if params.get("whole_tables"):

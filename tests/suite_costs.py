@@ -296,8 +296,8 @@ def file_of(nodeid: str) -> str:
 
     >>> file_of("tests/unit/test_tune.py::test_a[x]")
     'unit/test_tune.py'
-    >>> file_of("watermark/tune.py::watermark.tune.choose")
-    'doctest:watermark/tune.py'
+    >>> file_of("watermark/tuning/tune.py::watermark.tuning.tune.choose")
+    'doctest:watermark/tuning/tune.py'
     """
     path = nodeid.split("::", 1)[0]
     if path.startswith("tests/"):
@@ -310,7 +310,7 @@ def tier_of(file: str) -> str:
 
     >>> [tier_of(f) for f in ("unit/test_a.py", "integration/kafka/test_b.py", "system/test_c.py")]
     ['unit', 'integration/kafka', 'system']
-    >>> tier_of("doctest:watermark/tune.py")
+    >>> tier_of("doctest:watermark/tuning/tune.py")
     'doctest'
     """
     if file.startswith("doctest:"):

@@ -1,10 +1,11 @@
 r"""Feed a recorded stream into landing files or a Kafka topic, in arrival order, for a live run of the job.
 
 ``python -m tools.feed`` reads a recorded stream (a CSV or Parquet file, through
-:func:`watermark.io.read_stream`) or generates a synthetic one (:func:`watermark.synthetic.generate`),
-sorts it by arrival time and writes it as numbered landing files (``--out DIR``) or produces it into a Kafka
-topic (``--kafka-bootstrap-servers HOST:PORT --topic NAME [--partitions N]``), either as fast as possible or
-paced in (scaled) real time, so that the job's source picks the records up as they would have arrived.
+:func:`watermark.streams.recorded.read_stream`) or generates a synthetic one
+(:func:`watermark.streams.synthetic.generate`), sorts it by arrival time and writes it as numbered landing
+files (``--out DIR``) or produces it into a Kafka topic (``--kafka-bootstrap-servers HOST:PORT --topic NAME
+[--partitions N]``), either as fast as possible or paced in (scaled) real time, so that the job's source picks
+the records up as they would have arrived.
 
 Records carry the job's default input fields, in this order:
 
@@ -106,8 +107,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from watermark import storage
-from watermark.cli import EXIT_BAD_INPUT, OneLineParser, delimiter_arg
-from watermark.clilog import CliError, entry_prog, plain_text, run_main
+from watermark.cli.log import CliError, entry_prog, plain_text, run_main
+from watermark.cli.main import EXIT_BAD_INPUT, OneLineParser, delimiter_arg
 from watermark.progress import Progress, ProgressReporter, progress_line
 from watermark.storage import Location
 
@@ -184,7 +185,7 @@ def records_from_file(
     Parameters
     ----------
     path : str or os.PathLike
-        A CSV or Parquet file, as for :func:`watermark.io.read_stream`.
+        A CSV or Parquet file, as for :func:`watermark.streams.recorded.read_stream`.
     event_time, arrival_time : str
         The event-time and arrival-time columns (names, or 0-based indices with ``header=False``).
     partition : str, optional
@@ -198,7 +199,7 @@ def records_from_file(
     header : bool, default True
         Whether the first CSV row holds column names.
     time_format : {"epoch_ms", "epoch_s", "iso"}, default "epoch_ms"
-        How time text is written (see :func:`watermark.io.read_stream`).
+        How time text is written (see :func:`watermark.streams.recorded.read_stream`).
 
     Returns
     -------
@@ -208,11 +209,11 @@ def records_from_file(
 
     Raises
     ------
-    watermark.io.InputError
+    watermark.streams.recorded.InputError
         If the file cannot be read or holds a bad time, label or value; the message is one line.
 
     """
-    from watermark.io import read_stream
+    from watermark.streams.recorded import read_stream
 
     stream = read_stream(
         path,
@@ -246,7 +247,7 @@ def records_from_synthetic(events: int, *, seed: int = 0, partitions: int = 8, k
     events : int
         Number of records, >= 1.
     seed : int, default 0
-        Seed of :func:`watermark.synthetic.generate`.
+        Seed of :func:`watermark.streams.synthetic.generate`.
     partitions : int, default 8
         Number of source partitions; ``partition`` is the partition code as text (``"0"``, ``"1"``, ...).
     keys : int, default 1000
@@ -270,7 +271,7 @@ def records_from_synthetic(events: int, *, seed: int = 0, partitions: int = 8, k
     (100, ['event_id', 'key', 'partition', 'event_time_ms', 'arrival_time_ms', 'value'])
 
     """
-    from watermark.synthetic import generate
+    from watermark.streams.synthetic import generate
 
     stream = generate(events=events, seed=seed, partitions=partitions, keys=keys)
     return _records(
@@ -1045,7 +1046,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         130 when interrupted.
 
     """
-    from watermark.io import InputError
+    from watermark.streams.recorded import InputError
 
     parser = build_parser()
     return run_main(

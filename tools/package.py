@@ -28,8 +28,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from watermark.cli import EXIT_BAD_INPUT, OneLineParser
-from watermark.clilog import entry_prog, plain_text, run_main
+from watermark.cli.log import entry_prog, plain_text, run_main
+from watermark.cli.main import EXIT_BAD_INPUT, OneLineParser
 
 __all__ = ["DEFAULT_OUT", "build", "main"]
 

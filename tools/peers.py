@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the peers (and the job, given its arguments after ``--``); print the comparison."""
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     argv = list(sys.argv[1:] if argv is None else argv)
     job_argv = argv[argv.index("--") + 1 :] if "--" in argv else None
@@ -367,7 +367,7 @@ def _run(args: argparse.Namespace, job_argv: list[str] | None) -> int:
     from jobs.stream import build_parser as job_parser
     from jobs.stream import options_from_args, summarize
     from jobs.stream.checkpoint.state import CheckpointError
-    from watermark.clilog import CliError, usage_errors
+    from watermark.cli.log import CliError, usage_errors
     from watermark.config import ConfigError
 
     problem = usage_problem(args, job_argv)

@@ -1,8 +1,8 @@
-"""``python -m watermark``: see :mod:`watermark.cli`."""
+"""``python -m watermark``: see :mod:`watermark.cli.main`."""
 
 import sys
 
-from watermark.cli import main
+from watermark.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

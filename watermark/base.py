@@ -18,7 +18,7 @@ The contract, identical for all strategies:
   arrival; ``process_trace`` also returns the watermark right after each arrival. Both continue from, and
   leave behind, exactly the state the ``update`` loop would.
 * The watermark is monotonic: a lower proposal is ignored. ``snapshot()`` returns JSON-serialisable state;
-  :func:`watermark.registry.restore` rebuilds a generator that continues identically.
+  :func:`watermark.strategies.registry.restore` rebuilds a generator that continues identically.
 * The ingestion clock never runs backwards: an arrival whose ``tp`` is below the latest ``tp`` seen is treated
   as arriving at the clock (replays sort by arrival time first, so this only matters for raw callers).
 """
@@ -209,7 +209,7 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
         """The largest event time observed (``None`` before the first arrival).
 
         What a combination needs to close a silent partition's own windows and no more
-        (:class:`~watermark.combine.PartitionedWatermark`, idleness in scoped mode).
+        (:class:`~watermark.partitions.combine.PartitionedWatermark`, idleness in scoped mode).
         """
         return self._seen_max_te
 
@@ -248,7 +248,7 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
 
         Examples
         --------
-        >>> from watermark.registry import make
+        >>> from watermark.strategies.registry import make
         >>> gen = make("periodic", {"delay_ms": 500}).hold_floor(10_000)
         >>> gen.watermark_ms, gen.process([2_000, 20_000], [2_000, 20_000]).tolist()
         (10000, [10000, 10000])
@@ -382,7 +382,7 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """JSON-serialisable state; :func:`watermark.registry.restore` continues from it identically."""
+        """JSON-serialisable state; :func:`watermark.strategies.registry.restore` continues from it."""
         return {
             "strategy": self.name,
             "version": 1,

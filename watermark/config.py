@@ -3,11 +3,11 @@
 One document says which strategy and parameters the watermark stage runs, the window, the late-rate
 SLO and the partition idleness timeout (absent: :func:`default_idle_timeout_ms`, max(10 windows, 60 s);
 ``null``: partitions never go idle; ``"auto"``, partition-scoped mode only: learned per partition from its
-own gaps, :mod:`watermark.idle`). With a strategy whose target is a late share (``"slo"``, ``"fleet"``)
-and no ``late_slo_pct`` among the params, its target is the document's ``late_slo_pct``.
+own gaps, :mod:`watermark.partitions.idle`). With a strategy whose target is a late share (``"slo"``,
+``"fleet"``) and no ``late_slo_pct`` among the params, its target is the document's ``late_slo_pct``.
 ``partition_mode`` (``"min"``, the default, ``"global"``, ``"scoped"`` or ``"keyed"``: each key fires its
 own windows, the job judging each record by its key's generator) says how partitions make the watermark
-(:class:`~watermark.combine.PartitionedWatermark`). The streaming job re-reads it at
+(:class:`~watermark.partitions.combine.PartitionedWatermark`). The streaming job re-reads it at
 batch boundaries (:class:`ConfigWatcher`); the re-tuning DAG publishes new versions with
 :func:`write_config`. A new version applies only if it is valid and its ``version`` is higher than the
 running one; anything else is refused with a reason and the running configuration is kept. The window,
@@ -41,10 +41,10 @@ from typing import Any
 
 from watermark import storage
 from watermark.base import check_float, check_int
-from watermark.combine import AUTO, COMBINATION_MODES, SCOPED_MODES
-from watermark.evaluate import DEFAULT_STRAGGLER_MS
-from watermark.idle import IdleLearning
-from watermark.registry import make, required_params, strategy_class
+from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS
+from watermark.partitions.combine import AUTO, COMBINATION_MODES, SCOPED_MODES
+from watermark.partitions.idle import IdleLearning
+from watermark.strategies.registry import make, required_params, strategy_class
 from watermark.windowspec import WindowSpec
 
 _FIELDS = (
@@ -92,8 +92,8 @@ def default_partition_retention_ms(window: WindowSpec, idle_timeout_ms: int | st
 
     max(the idleness timeout, 100 windows, 1 hour): a partition (and, in partition-scoped mode, the keys it
     owns) without an arrival for that long, and without an open window, is forgotten
-    (:meth:`watermark.combine.PartitionedWatermark.evict`), so the stage's state and the cost of a batch
-    follow the partitions alive.
+    (:meth:`watermark.partitions.combine.PartitionedWatermark.evict`), so the stage's state and the cost of a
+    batch follow the partitions alive.
 
     >>> default_partition_retention_ms(WindowSpec(1_000), 60_000)
     3600000
@@ -129,12 +129,13 @@ class PipelineConfig:
     params: Mapping[str, Any]
     window: WindowSpec
     late_slo_pct: float = 1.0
-    #: Milliseconds, ``"auto"`` (learned per partition, partition-scoped mode: :mod:`watermark.idle`) or None.
+    #: Milliseconds, ``"auto"`` (learned per partition, partition-scoped mode:
+    #: :mod:`watermark.partitions.idle`) or None.
     idle_timeout_ms: int | str | None = None
     straggler_ms: int = DEFAULT_STRAGGLER_MS
     note: str | None = None
     source: str | None = field(default=None, compare=False)
-    #: How partitions make the watermark (:data:`watermark.combine.COMBINATION_MODES`).
+    #: How partitions make the watermark (:data:`watermark.partitions.combine.COMBINATION_MODES`).
     partition_mode: str = "min"
     #: Silence after which a partition without an open window is forgotten (None: never; a document
     #: without the field: :func:`default_partition_retention_ms`).

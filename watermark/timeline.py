@@ -126,7 +126,7 @@ class Timeline:
         instant 1_400, before the arrival at 1_420 that would have been credited with it:
 
         >>> import numpy as np
-        >>> from watermark.periodic import Periodic
+        >>> from watermark.strategies.periodic import Periodic
         >>> trace = Periodic(delay_ms=100, period_ms=100).process_trace([0, 1_300, 1_400], [0, 1_310, 1_420])
         >>> fired, t, w = trace.timeline.fire(np.array([1_000, 5_000]))
         >>> fired.tolist(), int(t[0]), int(w[0])

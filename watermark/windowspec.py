@@ -1,9 +1,9 @@
 """Event-time windows as Spark's ``window()`` makes them: the one specification every path derives from.
 
-The replay (:mod:`watermark.evaluate`), the job's Spark path (:func:`jobs.common.windows.assign_windows`) and
-its Arrow path (:mod:`jobs.stream.workers.arrow_path`, in Spark's Python workers) share :class:`WindowSpec`.
-It lives apart from the replay so that the workers import numpy for it, not the watermark strategies (numba,
-river).
+The replay (:mod:`watermark.evaluation.replay`), the job's Spark path
+(:func:`jobs.common.windows.assign_windows`) and its Arrow path (:mod:`jobs.stream.workers.arrow_path`, in
+Spark's Python workers) share :class:`WindowSpec`. It lives apart from the replay so that the workers import
+numpy for it, not the watermark strategies (numba, river).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ one application only); docs/deployment.md.
 Run it with ``spark-submit jobs/batch/backfill.py --tables DIR --interval-start ISO --interval-end ISO`` or
 ``python -m jobs.batch.backfill ...`` (local Spark); it prints its report as JSON (``--report FILE`` keeps
 it). The interval's ends are epoch milliseconds or ISO-8601, a time without a zone being UTC
-(:func:`watermark.timeparse.instant_ms`, the streaming job's own rule).
+(:func:`watermark.streams.timeparse.instant_ms`, the streaming job's own rule).
 
 This module runs a backfill and is its command line; the reads and the classification are
 :mod:`jobs.batch.backfill_plan`, the two MERGEs :mod:`jobs.batch.backfill_commit`.
@@ -81,7 +81,7 @@ from jobs.common.reads import table_path  # noqa: E402
 from jobs.common.retry import RetryPolicy, first_line  # noqa: E402
 from watermark import storage  # noqa: E402
 from watermark.config import ConfigError, load_config  # noqa: E402
-from watermark.timeparse import instant_ms  # noqa: E402
+from watermark.streams.timeparse import instant_ms  # noqa: E402
 from watermark.windowspec import WindowSpec  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -175,8 +175,8 @@ def run_backfill(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``jobs/batch/backfill.py`` argument parser."""
-    from watermark.cli import OneLineParser
-    from watermark.clilog import entry_prog
+    from watermark.cli.log import entry_prog
+    from watermark.cli.main import OneLineParser
 
     p = OneLineParser(prog=entry_prog("jobs/batch/backfill.py"), description=__doc__.split("\n", 1)[0])
     p.add_argument("--tables", required=True, help="the streaming job's --output (Delta tables)")
@@ -212,14 +212,14 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``spark-submit jobs/batch/backfill.py`` or ``python -m jobs.batch.backfill``)."""
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     return run_main(build_parser(), _run, argv, errors={BackfillError: 1})
 
 
 def _run(args: argparse.Namespace) -> int:
     from jobs.common.session import run_reporting
-    from watermark.clilog import usage_errors
+    from watermark.cli.log import usage_errors
 
     with usage_errors(ConfigError, ValueError):
         options = options_from_args(args)

@@ -529,7 +529,7 @@ def migrate_layout(spark: Any, root: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``jobs/batch/maintenance.py`` argument parser."""
-    from watermark.cli import OneLineParser
+    from watermark.cli.main import OneLineParser
 
     p = OneLineParser(prog="jobs/batch/maintenance.py", description=__doc__.split("\n", 1)[0])
     p.add_argument("--tables", required=True, help="the streaming job's --output (Delta tables)")
@@ -556,14 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``spark-submit jobs/batch/maintenance.py`` or ``python -m jobs.batch.maintenance``)."""
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     return run_main(build_parser(), _run, argv)
 
 
 def _run(args: argparse.Namespace) -> int:
     from jobs.common.session import run_reporting
-    from watermark.clilog import usage_errors
+    from watermark.cli.log import usage_errors
 
     with usage_errors(ValueError):
         options = MaintenanceOptions(

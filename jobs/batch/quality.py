@@ -521,8 +521,8 @@ def _at_least_one(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.batch.quality`` argument parser."""
-    from watermark.cli import OneLineParser
-    from watermark.clilog import entry_prog, plain_text
+    from watermark.cli.log import entry_prog, plain_text
+    from watermark.cli.main import OneLineParser
 
     p = OneLineParser(
         prog=entry_prog("python -m jobs.batch.quality"), description=plain_text(__doc__.split("\n")[0])
@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ``--history N`` lists the stored results of the last N runs instead (exit 0).
     """
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     def run(args: argparse.Namespace) -> int:
         tables = storage.checked(args.tables, "--tables")

@@ -10,7 +10,7 @@ Run daily by ``dags/watermark_retuning.py`` (or ``python -m jobs.batch.retune``)
    table has one), partitions as integer codes: numpy int64 arrays, no Python objects per row. When the
    recent part is replayed whole (at most ``max_rows``), as many rows again before it are read too: the
    tuner's warm-up, replayed first and not measured, so that a strategy that learns is measured warm.
-2. Run the tuner (:func:`watermark.tune.tune`) on it, at the late-rate target (by default the running
+2. Run the tuner (:func:`watermark.tuning.tune.tune`) on it, at the late-rate target (by default the running
    configuration's ``late_slo_pct``), keeping the running window, straggler band and idleness timeout.
    The latest ``evaluation_fraction`` (0.2) is held out; the choice is made on the earlier part, cut into
    ``subperiods`` sub-periods on each of which it should keep the target, each candidate replayed on at
@@ -48,7 +48,16 @@ from jobs.common.reads import TableReader
 from watermark import storage
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.storage import Location
-from watermark.tune import MAX_ROWS, SUBPERIODS, Candidate, PeriodReport, TuneError, TuneResult, plot, tune
+from watermark.tuning.tune import (
+    MAX_ROWS,
+    SUBPERIODS,
+    Candidate,
+    PeriodReport,
+    TuneError,
+    TuneResult,
+    plot,
+    tune,
+)
 
 DAY_MS = 86_400_000
 
@@ -91,7 +100,8 @@ class RetuneOutcome:
     #: The tuner's choice when it runs another partition mode than the job (which cannot change it).
     other_mode: dict[str, Any] | None = None
     #: The chosen setting on the tuning period and on the held-out slice (late share, latency, ratio to the
-    #: best fixed delay there: :class:`watermark.tune.PeriodReport`); the running setting's held-out figures.
+    #: best fixed delay there: :class:`watermark.tuning.tune.PeriodReport`); the running setting's held-out
+    #: figures.
     tuning: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
     running_evaluation: dict[str, Any] | None = None
@@ -130,7 +140,7 @@ def read_history(
 
     The latest ``recent_fraction`` by arrival (rows tied with the cut's arrival time all kept). When that
     is at most ``warm_up_to`` rows, as many rows again before it are read as well, for the tuner's warm-up
-    (:func:`watermark.tune.tune`: replayed first, not measured); ``recent`` holds how many rows are the
+    (:func:`watermark.tuning.tune.tune`: replayed first, not measured); ``recent`` holds how many rows are the
     recent part (the latest ones).
 
     ``partition`` holds int32 codes into ``partitions`` (the names, an object array of the distinct values):
@@ -390,7 +400,7 @@ def _keep_report(outcome: RetuneOutcome, options: RetuneOptions, result: TuneRes
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m jobs.batch.retune``: prints the outcome as JSON."""
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     return run_main(
         build_parser(), _run, argv, errors={(ConfigError, ValueError, FileNotFoundError, RetuneError): 2}
@@ -399,8 +409,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.batch.retune`` argument parser."""
-    from watermark.cli import OneLineParser
-    from watermark.clilog import entry_prog, plain_text
+    from watermark.cli.log import entry_prog, plain_text
+    from watermark.cli.main import OneLineParser
 
     p = OneLineParser(
         prog=entry_prog("python -m jobs.batch.retune"), description=plain_text(__doc__.split("\n", 1)[0])
@@ -417,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from watermark.timeparse import instant_ms
+    from watermark.streams.timeparse import instant_ms
 
     options = RetuneOptions(
         tables=storage.checked(args.tables, "--tables"),

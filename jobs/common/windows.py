@@ -5,7 +5,7 @@ min, max), by Spark (:func:`window_partials`) or, on the Arrow path, by pyarrow 
 (:func:`table_partials`); both assign windows with :meth:`watermark.windowspec.WindowSpec.start_range`, the
 replay's own definition. The driver merges the partials into the open windows (pure pyarrow/numpy) and
 fires every window whose end the watermark has reached. A window fires at the first arrival after which
-``W >= end`` (the same rule as the replay evaluation, :mod:`watermark.evaluate`), so its trigger
+``W >= end`` (the same rule as the replay evaluation, :mod:`watermark.evaluation.replay`), so its trigger
 watermark and emit latency do not depend on how the input was cut into micro-batches. The backfill puts
 late rows in their windows with the same :func:`assign_windows`.
 """
@@ -176,7 +176,7 @@ def credit_timeline(fired: pa.Table, timeline: Timeline) -> pa.Table:
     Examples
     --------
     >>> import numpy as np, pyarrow as pa
-    >>> from watermark.periodic import Periodic
+    >>> from watermark.strategies.periodic import Periodic
     >>> trace = Periodic(delay_ms=100, period_ms=100).process_trace([0, 1_300, 1_400], [0, 1_310, 1_420])
     >>> w = pa.Table.from_pylist([{"key": "k", "window_start_ms": 0, "window_end_ms": 1_000, "count": 1,
     ...                            "sum": 1.0, "min": 1.0, "max": 1.0}], schema=PARTIAL_SCHEMA)

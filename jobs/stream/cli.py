@@ -91,8 +91,8 @@ def idle_timeout_summary(config: PipelineConfig) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m jobs.stream`` argument parser."""
     import jobs.stream as package
-    from watermark.cli import OneLineParser
-    from watermark.clilog import entry_prog, plain_text
+    from watermark.cli.log import entry_prog, plain_text
+    from watermark.cli.main import OneLineParser
 
     p = OneLineParser(
         prog=entry_prog("python -m jobs.stream"), description=plain_text(package.__doc__.splitlines()[0])
@@ -370,7 +370,7 @@ def locations(args: argparse.Namespace) -> dict[str, str]:
 def options_from_args(args: argparse.Namespace) -> JobOptions:
     """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
     from jobs.stream.options import parse_key_values
-    from watermark.registry import parse_settings
+    from watermark.strategies.registry import parse_settings
 
     # Bounds that Spark and the readers take as they are: checked before anything is read or written.
     for flag, (low, high) in (
@@ -501,7 +501,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; prints the run's summary as JSON."""
-    from watermark.clilog import run_main
+    from watermark.cli.log import run_main
 
     return run_main(build_parser(), _run, argv, errors={})
 
@@ -525,7 +525,7 @@ def kafka_failure(exc: BaseException, kafka: KafkaOptions) -> None:
     import re
 
     from jobs.stream.options import redact_text
-    from watermark.clilog import CliError
+    from watermark.cli.log import CliError
 
     text = str(exc)
     secrets = kafka.secrets()
@@ -546,7 +546,7 @@ def kafka_failure(exc: BaseException, kafka: KafkaOptions) -> None:
 def _run(args: argparse.Namespace) -> int:
     from jobs.common.session import build_session
     from monitoring.server import MetricsPortBusy
-    from watermark.clilog import usage_errors
+    from watermark.cli.log import usage_errors
 
     with usage_errors(ConfigError, ValueError, CheckpointError, OSError):  # OSError: storage failing
         options = options_from_args(args)

@@ -29,8 +29,8 @@ from jobs.stream.sources.spark_rows import SparkRows
 from jobs.stream.stage.executors import read_open_windows
 from jobs.stream.stage.states import StageStart, StageStates
 from monitoring.metrics import JobMetrics
-from watermark.combine import SCOPED_MODES
-from watermark.registry import strategy_class
+from watermark.partitions.combine import SCOPED_MODES
+from watermark.strategies.registry import strategy_class
 
 
 class BatchLimitReached(RuntimeError):

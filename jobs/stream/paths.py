@@ -47,7 +47,7 @@ from jobs.stream.stage.executors import release, run_in_executors
 from jobs.stream.stage.scoped import claim, claims_of, fire_scoped, open_owners, row_floors
 from jobs.stream.stage.states import StageStart
 from monitoring.metrics import BatchObservation
-from watermark.combine import SCOPED_MODES, PartitionedWatermark
+from watermark.partitions.combine import SCOPED_MODES, PartitionedWatermark
 from watermark.timeline import Timeline
 
 log = logging.getLogger("jobs.stream")

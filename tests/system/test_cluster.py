@@ -52,7 +52,7 @@ from pyspark.sql import SparkSession
 def where(_):
     import jobs, watermark
     from jobs.stream.workers import arrow_path, executor_stage
-    from watermark import slo_kernel  # numba's cached functions, from a module in a zip
+    from watermark.strategies import slo_kernel  # numba's cached functions, from a module in a zip
     modules = {m.__name__: os.path.abspath(m.__file__) for m in (jobs, watermark, arrow_path, executor_stage,
         slo_kernel)}
     finders = [type(f).__module__ + "." + type(f).__qualname__ for f in sys.meta_path]

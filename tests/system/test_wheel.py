@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from watermark.registry import STRATEGIES
+from watermark.strategies.registry import STRATEGIES
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from watermark.adaptive import MIN_SENSITIVITY, Adaptive
-from watermark.registry import make, restore
+from watermark.strategies.adaptive import MIN_SENSITIVITY, Adaptive
+from watermark.strategies.registry import make, restore
 
 
 def regime_stream(n=40_000, seed=11):

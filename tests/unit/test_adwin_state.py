@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from river.drift import ADWIN
 
-from watermark.adwin_state import adwin_state, restore_adwin
-from watermark.registry import make, restore
+from watermark.strategies.adwin_state import adwin_state, restore_adwin
+from watermark.strategies.registry import make, restore
 
 
 def fed(values, **params):
@@ -96,7 +96,7 @@ def test_a_sensitivity_changed_at_a_drift_survives_a_snapshot_taken_before_the_n
     while not a.drift_detected:
         a.update(values[fed])
         fed += 1
-    a.delta = 0.5  # what watermark.adaptive does at a drift
+    a.delta = 0.5  # what watermark.strategies.adaptive does at a drift
     b = restore_adwin(adwin_state(a))
     assert b.delta == 0.5
     for x in values[fed:]:

@@ -25,8 +25,8 @@ from jobs.stream.workers.arrow_path import (
     parse_clean,
     read_split,
 )
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import WindowSpec
+from watermark.evaluation.replay import WindowSpec
+from watermark.partitions.combine import PartitionedWatermark
 
 INGEST = 1_700_000_100_000
 CHECKS = RecordChecks(

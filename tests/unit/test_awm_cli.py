@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import watermark.cli
+import watermark.cli.main
 from awm.cli import COMMANDS, main
-from watermark import clilog
+from watermark.cli import log as clilog
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -32,7 +32,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_table_has_every_command_and_each_module_has_a_main():
     assert list(COMMANDS) == [
-        *watermark.cli.COMMANDS,
+        *watermark.cli.main.COMMANDS,
         "stream",
         "feed",
         "backfill",
@@ -40,11 +40,11 @@ def test_the_table_has_every_command_and_each_module_has_a_main():
         "quality",
         "maintain",
     ]
-    assert list(watermark.cli.COMMANDS) == ["replay", "compare", "tune", "synth", "strategies"]
-    assert {name for name, c in COMMANDS.items() if c.named} == set(watermark.cli.COMMANDS)
+    assert list(watermark.cli.main.COMMANDS) == ["replay", "compare", "tune", "synth", "strategies"]
+    assert {name for name, c in COMMANDS.items() if c.named} == set(watermark.cli.main.COMMANDS)
     modules = {c.module for c in COMMANDS.values()}
     assert modules == {
-        "watermark.cli",
+        "watermark.cli.main",
         "jobs.stream.cli",
         "tools.feed",
         "jobs.batch.backfill",
@@ -68,7 +68,7 @@ for argv in [["--help"], *([name, "--help"] for name in COMMANDS)]:
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
         main(argv)
     loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}) | {{
-        c.module for c in COMMANDS.values() if c.module in sys.modules and c.module != "watermark.cli"}})
+        c.module for c in COMMANDS.values() if c.module in sys.modules and c.module != "watermark.cli.main"}})
     seen[" ".join(argv)] = [out.getvalue().splitlines()[0], loaded]
 print(json.dumps(seen))
 """

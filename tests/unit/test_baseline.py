@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.baseline import Hindsight, latency_floor
-from watermark.evaluate import replay
+from watermark.evaluation.baseline import Hindsight, latency_floor
+from watermark.evaluation.replay import replay
 from watermark.windowspec import WindowSpec
 
 W = WindowSpec(1_000)

@@ -10,9 +10,9 @@ import pytest
 
 from jobs.common.windows import empty_partials
 from jobs.stream.checkpoint.state import MANIFEST, CheckpointError, StageStore, _sha256
-from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig, write_config
-from watermark.registry import make
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.strategies.registry import make
 
 V1 = PipelineConfig.from_dict(
     {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from watermark.cli import main
+from watermark.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
-from watermark.registry import make
+from watermark.partitions.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
+from watermark.strategies.registry import make
 from watermark.timeutil import NO_WATERMARK
 
 LAG0 = {"max_event_time_lag_ms": 0, "max_watermark_lag_ms": 10**9}
@@ -153,7 +153,7 @@ def test_single_partition_combination_matches_its_generator_without_idleness():
     rng = np.random.default_rng(4)
     tp = np.cumsum(rng.integers(0, 40, 2_000)) + 10_000
     te = tp - rng.integers(0, 300, 2_000)
-    from watermark.registry import make
+    from watermark.strategies.registry import make
 
     alone = make("periodic", {"delay_ms": 120, "period_ms": 50}).process(te, tp)
     combined = PartitionedWatermark("periodic", {"delay_ms": 120, "period_ms": 50}).process(
@@ -265,7 +265,7 @@ def test_scoped_mode_reports_the_minimum_and_no_partition_waits_for_another():
 
 @pytest.mark.parametrize("name", ["slo", "periodic", "fleet"])
 def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(name, monkeypatch):
-    import watermark.combine as combine
+    import watermark.partitions.combine as combine
 
     rng = np.random.default_rng(7)
     n = 40_000  # x 8 partitions: above the threaded size

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import WindowSpec, replay
-from watermark.idle import IdleLearning
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.partitions.idle import IdleLearning
 from watermark.timeutil import NO_WATERMARK
 
 LAG0 = {"max_event_time_lag_ms": 0, "max_watermark_lag_ms": 10**9}  # W = last arrival - 1

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigError, ConfigWatcher, PipelineConfig, load_config, write_config
+from watermark.partitions.combine import PartitionedWatermark
 
 BASE = {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1000}
 
@@ -27,7 +27,7 @@ def test_a_valid_document_is_normalised_with_defaults_and_typed_params():
 
 def test_the_idle_timeout_defaults_to_ten_windows_and_at_least_a_minute_and_null_turns_it_off():
     from watermark.config import default_idle_timeout_ms
-    from watermark.evaluate import WindowSpec
+    from watermark.evaluation.replay import WindowSpec
 
     assert PipelineConfig.from_dict(BASE | {"window_ms": 30_000}).idle_timeout_ms == 300_000
     assert default_idle_timeout_ms(WindowSpec(100)) == 60_000
@@ -124,7 +124,7 @@ def test_reconfiguring_the_combination_never_regresses_the_watermark():
 @pytest.mark.parametrize("huge", [2**70, 1e308, float("inf"), float("nan"), -(2**70)])
 def test_every_numeric_setting_out_of_its_real_range_is_refused(huge):
     # 2**70 ms passed validation once and overflowed int64 in the next batch, for good.
-    from watermark.registry import STRATEGIES, make
+    from watermark.strategies.registry import STRATEGIES, make
 
     for name in STRATEGIES:
         required = {"late_slo_pct": 1.0} if name in ("slo", "fleet") else {}
@@ -168,7 +168,7 @@ def test_an_oversized_or_non_utf8_configuration_is_refused_with_its_reason(tmp_p
 
 
 def test_by_default_a_silent_partition_stops_stalling_the_watermark_after_the_idle_timeout():
-    from watermark.combine import PartitionedWatermark
+    from watermark.partitions.combine import PartitionedWatermark
 
     cfg = PipelineConfig.from_dict({"version": 1, "strategy": "ingestion", "window_ms": 1_000})
     pw = PartitionedWatermark(

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import BASE_MS, NAMES, PARAMS, streams
-from watermark.registry import STRATEGIES, make, restore
+from watermark.strategies.registry import STRATEGIES, make, restore
 from watermark.timeutil import NO_WATERMARK
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from awm.cli import COMMANDS
-from watermark.clilog import (
+from watermark.cli.log import (
     CliError,
     add_logging_flags,
     command_prog,
@@ -137,8 +137,8 @@ def test_python_m_watermark_help_lists_tune_in_plain_text():
 
 
 def test_plain_text_strips_rst():
-    assert plain_text("see ``python -m tools.feed`` and :func:`watermark.io.read_stream`") == (
-        "see python -m tools.feed and watermark.io.read_stream"
+    assert plain_text("see ``python -m tools.feed`` and :func:`watermark.streams.recorded.read_stream`") == (
+        "see python -m tools.feed and watermark.streams.recorded.read_stream"
     )
 
 
@@ -264,7 +264,7 @@ def test_the_compare_command_logs_json_progress_and_keeps_its_table_on_stdout(tm
 
 
 def test_the_subcommand_accepts_the_logging_flags_after_its_name(capsys):
-    from watermark.cli import main
+    from watermark.cli.main import main
 
     assert main(["strategies", "--log-format", "json", "--log-level", "WARNING"]) == 0
     assert "periodic" in capsys.readouterr().out

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watermark.evaluate import LATE, STRAGGLER, WindowSpec, classify, replay
+from watermark.evaluation.replay import LATE, STRAGGLER, WindowSpec, classify, replay
 
 
 def test_tumbling_windows_align_to_epoch_zero_like_spark_including_before_1970():

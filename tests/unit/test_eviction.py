@@ -24,9 +24,9 @@ from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from jobs.stream.stage.states import StageStart
 from jobs.stream.stage.summaries import settle
 from jobs.stream.workers.executor_stage import ROW_COLUMNS, judge_partition
-from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig, default_partition_retention_ms
-from watermark.evaluate import LATE, WindowSpec
+from watermark.evaluation.replay import LATE, WindowSpec
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.timeutil import NO_WATERMARK
 
 PARAMS = {"max_event_time_lag_ms": 300, "max_watermark_lag_ms": 1_000}

@@ -13,8 +13,8 @@ from jobs.stream.stage.driver import arrival_order, run_stage
 from jobs.stream.stage.scoped import OWNERS_SCHEMA, claim
 from jobs.stream.stage.summaries import settle
 from jobs.stream.workers.executor_stage import ROW_COLUMNS, StagePlan, fire_segments, judge_partition
-from watermark.combine import PartitionedWatermark
-from watermark.registry import make
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.strategies.registry import make
 from watermark.timeutil import NO_WATERMARK
 
 

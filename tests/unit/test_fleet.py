@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import PARAMS, streams
-from watermark import fleet_kernel as fk
-from watermark.combine import PartitionedWatermark
-from watermark.fleet import Fleet, FleetWatermark
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.strategies import fleet_kernel as fk
+from watermark.strategies.fleet import Fleet, FleetWatermark
 from watermark.timeutil import NO_WATERMARK
 from watermark.windowspec import WindowSpec
 
@@ -242,7 +242,7 @@ def test_fleet_snapshot_round_trips_through_json_and_continues_identically():
 
 
 def test_a_lone_generators_snapshot_restores_its_own_fleet():
-    from watermark.registry import restore
+    from watermark.strategies.registry import restore
 
     keys, te, tp = stationary(n_keys=1, per_key=3_000, seed=5)
     gen = FleetWatermark(late_slo_pct=0.5, follow_clock=1)
@@ -254,8 +254,8 @@ def test_a_lone_generators_snapshot_restores_its_own_fleet():
 _REFERENCE = """
 import json, sys
 import numpy as np
-from watermark import fleet_kernel as fk
-from watermark.fleet import Fleet, FleetWatermark
+from watermark.strategies import fleet_kernel as fk
+from watermark.strategies.fleet import Fleet, FleetWatermark
 data = json.load(sys.stdin)
 f = Fleet(FleetWatermark(**data["params"]).params)
 slots = np.array([f.slot(k) for k in data["keys"]], np.int64)
@@ -496,7 +496,7 @@ def test_a_surge_makes_fewer_late_records_at_less_latency_than_the_same_fleet_wi
     # Per key, scoped: the fleet without a surge either covers the busy regime all along or learns it late.
     keys, te, tp, _ = regimes(seed=4)
     window = WindowSpec(1_000)
-    from watermark.evaluate import replay
+    from watermark.evaluation.replay import replay
 
     out = {}
     for surge in (0.0, 4.0):

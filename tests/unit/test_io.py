@@ -1,4 +1,4 @@
-"""Tests for watermark.io: reading recorded streams from CSV and Parquet."""
+"""Tests for watermark.streams.recorded: reading recorded streams from CSV and Parquet."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from watermark.io import TIME_FORMATS, InputError, RecordedStream, read_stream
+from watermark.streams.recorded import TIME_FORMATS, InputError, RecordedStream, read_stream
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 

@@ -24,7 +24,7 @@ from jobs.stream.options import (
     redact_text,
     secret_values,
 )
-from watermark.clilog import CliError
+from watermark.cli.log import CliError
 from watermark.config import PipelineConfig
 
 PASSWORD = "s3cr3t-Pa55word-Zq"

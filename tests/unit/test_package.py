@@ -34,7 +34,7 @@ def test_the_archive_holds_every_module_of_the_submitted_packages_and_the_same_s
     assert set(PACKAGES) <= set(SUBMIT_PACKAGES)  # what the executors import is in it
     assert {
         "jobs/stream/workers/executor_stage.py",
-        "watermark/slo_kernel.py",
+        "watermark/strategies/slo_kernel.py",
         "monitoring/metrics.py",
     } <= set(names)
 
@@ -42,11 +42,11 @@ def test_the_archive_holds_every_module_of_the_submitted_packages_and_the_same_s
 def test_the_executors_modules_import_from_the_archive_alone(tmp_path):
     archive = package.build(tmp_path / "awm-code.zip")
     # The archive first on sys.path, as PySpark puts a --py-files entry; numba's cached functions
-    # (watermark.slo_kernel) need a path that says .zip.
+    # (watermark.strategies.slo_kernel) need a path that says .zip.
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1])\n"
         "import jobs.stream.workers.executor_stage as e, jobs.stream.workers.arrow_path as a\n"
-        "import watermark.slo_kernel as k, monitoring.metrics as m\n"
+        "import watermark.strategies.slo_kernel as k, monitoring.metrics as m\n"
         "print(json.dumps([x.__file__ for x in (e, a, k, m)]))\n"
     )
     proc = subprocess.run(

@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from watermark.perturb import clock_steps, congestion, group_partitions, offline_flush, retransmits, stops
+from watermark.streams.perturb import (
+    clock_steps,
+    congestion,
+    group_partitions,
+    offline_flush,
+    retransmits,
+    stops,
+)
 
 TE = np.arange(0, 20_000, 1_000, dtype=np.int64)  # 20 records, one a second, alternating devices a and b
 TP = TE + 100

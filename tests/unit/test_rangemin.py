@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watermark.rangemin import range_min
+from watermark.strategies.rangemin import range_min
 
 
 @given(data=st.data())

@@ -19,9 +19,9 @@ from jobs.stream.sources.long_lines import LongLineScreen, long_lines, placehold
 from jobs.stream.workers.arrow_path import RecordTooLong, Split, collect_pass, has_long_line, read_split
 from tests.unit.test_arrow_path import CHECKS
 from watermark.config import PipelineConfig
-from watermark.io import read_stream
 from watermark.storage import Location
-from watermark.synthetic import generate
+from watermark.streams.recorded import read_stream
+from watermark.streams.synthetic import generate
 
 
 def test_event_time_ahead_of_arrival_is_a_quarantine_reason_after_the_arrival_time_checks():

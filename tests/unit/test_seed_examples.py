@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from watermark.adaptive import Adaptive
-from watermark.evaluate import classify
-from watermark.periodic import Periodic
-from watermark.sliding import Sliding
+from watermark.evaluation.replay import classify
+from watermark.strategies.adaptive import Adaptive
+from watermark.strategies.periodic import Periodic
+from watermark.strategies.sliding import Sliding
 from watermark.timeutil import NO_WATERMARK
 
 # Adaptive-watermarks paper, Figure 1: one arrival per second of ingestion time from tp = 100 to 110. The

@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watermark.evaluate import WindowSpec, replay
-from watermark.registry import make, restore
-from watermark.slo import LateRateSLO
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.strategies.registry import make, restore
+from watermark.strategies.slo import LateRateSLO
 from watermark.timeutil import NO_WATERMARK
 
 
@@ -209,7 +209,7 @@ def test_the_new_settings_are_in_the_snapshot():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), min_size=1, max_size=1_500))
 def test_the_samples_sorted_blocks_answer_like_a_sorted_list(ops):
-    from watermark import slo_kernel as k
+    from watermark.strategies import slo_kernel as k
 
     capacity = 600  # several blocks, splits, and compactions when the spare rows run out
     ints = np.zeros(k.N_INTS, np.int64)
@@ -232,7 +232,7 @@ def test_the_samples_sorted_blocks_answer_like_a_sorted_list(ops):
 
 
 def test_the_sorted_blocks_are_compacted_when_sparse_blocks_use_up_their_rows():
-    from watermark import slo_kernel as k
+    from watermark.strategies import slo_kernel as k
 
     ints = np.zeros(k.N_INTS, np.int64)
     rows = k.block_rows(600)

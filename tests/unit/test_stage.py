@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.stream.stage.driver import arrival_order, label_thresholds, run_stage
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.partitions.combine import PartitionedWatermark
 
 
 def narrow(partition, te, tp, file, line):
@@ -68,8 +68,8 @@ def test_thresholds_reproduce_every_label(data):
 def test_the_stage_store_keeps_a_bounded_number_of_files_however_many_batches_run(tmp_path):
     from jobs.common.windows import empty_partials
     from jobs.stream.checkpoint.state import StageStore
-    from watermark.combine import PartitionedWatermark
     from watermark.config import PipelineConfig
+    from watermark.partitions.combine import PartitionedWatermark
 
     config = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000})
     store = StageStore(str(tmp_path))

@@ -1,8 +1,9 @@
 """The job's driver stage in partition-scoped mode with an idle timeout: a silent partition's windows fire.
 
-Its watermark follows the fleet's once it is idle (:class:`watermark.combine.PartitionedWatermark`), and
-its windows reach the aggregates at the instant the replay gives, within a batch or across batches (with
-the watermark state through its JSON snapshot between them, as the checkpoint keeps it).
+Its watermark follows the fleet's once it is idle
+(:class:`watermark.partitions.combine.PartitionedWatermark`), and its windows reach the aggregates at the
+instant the replay gives, within a batch or across batches (with the watermark state through its JSON snapshot
+between them, as the checkpoint keeps it).
 """
 
 import json
@@ -12,8 +13,8 @@ import pytest
 
 from jobs.stream.stage.states import StageStart
 from tests.unit.test_eviction import DriverRun, config
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.partitions.combine import PartitionedWatermark
 
 # Device b sends once and stops; device a goes on (key = partition, as the IoT streams).
 ROWS = [("b", "kb", 100, 100), ("a", "ka", 500, 500), ("a", "ka", 1_500, 1_500), ("a", "ka", 2_500, 2_500)]
@@ -67,7 +68,7 @@ def test_without_an_idle_timeout_the_stopped_partitions_window_stays_open():
 def test_on_the_executor_path_an_idle_partition_is_raised_at_the_batchs_clock():
     """The partitions ran apart (no raise within the batch): the idle ones follow the fleet at its end."""
     from jobs.stream.stage.executors import _advance_to_boundary
-    from watermark.registry import make
+    from watermark.strategies.registry import make
 
     lag = {"max_event_time_lag_ms": 300, "max_watermark_lag_ms": 10**9}
     pw = PartitionedWatermark("ingestion", lag, idle_timeout_ms=2_000, mode="scoped")

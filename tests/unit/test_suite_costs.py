@@ -119,7 +119,7 @@ def test_the_report_sums_tests_into_files_tiers_and_the_total_with_the_shared_se
                 "tests/unit/test_a.py::test_1": cost(2.0),
                 "tests/unit/test_a.py::test_2": cost(3.0),
                 "tests/integration/kafka/test_k.py::test_1": cost(40.0, jvms=1, jobs=2),
-                "watermark/tune.py::watermark.tune.choose": cost(0.5),
+                "watermark/tuning/tune.py::watermark.tuning.tune.choose": cost(0.5),
             },
             {"spark session": cost(30.0, jvms=1)},
         ),
@@ -178,7 +178,7 @@ def test_the_schedule_comes_from_the_last_report_else_from_the_budget(tmp_path, 
         "unit/test_b.py": {"wall_s": 90.0},
         "system/test_c.py": {"wall_s": 20.0},
         "unit/test_tiny.py": {"wall_s": 1.0},
-        "doctest:watermark/tune.py": {"wall_s": 30.0},
+        "doctest:watermark/tuning/tune.py": {"wall_s": 30.0},
     }
     suite_costs.REPORT.write_text(json.dumps({"files": files}))
     assert suite_costs.schedule() == ["unit/test_b.py", "system/test_c.py"]  # the report's wall times
@@ -196,7 +196,7 @@ def test_the_file_budgets_are_written_from_a_report_and_the_hand_written_part_is
         "files": {
             "unit/test_a.py": {"cpu_s": 40.0, "wall_s": 60.0},
             "unit/test_small.py": {"cpu_s": 2.0, "wall_s": 3.0},
-            "doctest:watermark/tune.py": {"cpu_s": 20.0, "wall_s": 20.0},
+            "doctest:watermark/tuning/tune.py": {"cpu_s": 20.0, "wall_s": 20.0},
         },
     }
     suite_costs.write_file_budgets(report, budget)

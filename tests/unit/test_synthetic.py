@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watermark.synthetic import SyntheticSpec, SyntheticStream, describe, generate
+from watermark.streams.synthetic import SyntheticSpec, SyntheticStream, describe, generate
 
 COLUMNS = ("event_id", "partition", "key", "te_ms", "tp_ms", "value")
 DTYPES = {

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import WindowSpec, replay
-from watermark.registry import make
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.strategies.registry import make
 from watermark.timeutil import NO_WATERMARK
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from watermark.timeparse import (
+from watermark.streams.timeparse import (
     EPOCH_MS_RE,
     ISO_RE,
     group_index,

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watermark import tune as tune_module
-from watermark.cli import main
-from watermark.evaluate import WindowSpec, replay
-from watermark.tune import MONOTONE, Candidate, TuneError, one_off_burst, stable_choice, tune
+from watermark.cli.main import main
+from watermark.evaluation.replay import WindowSpec, replay
+from watermark.tuning import tune as tune_module
+from watermark.tuning.tune import MONOTONE, Candidate, TuneError, one_off_burst, stable_choice, tune
 
 W = WindowSpec(1_000)
 DELAYS = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in range(0, 1_001, 100)]}

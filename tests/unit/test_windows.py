@@ -15,8 +15,8 @@ from jobs.common.windows import (
     merge_partials,
     table_partials,
 )
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import LATE, WindowSpec, replay
+from watermark.evaluation.replay import LATE, WindowSpec, replay
+from watermark.partitions.combine import PartitionedWatermark
 
 
 def partials(rows):

@@ -76,8 +76,8 @@ from typing import Any
 
 from tools.local import processes
 from tools.local.processes import free_port
-from watermark.cli import EXIT_BAD_INPUT, OneLineParser
-from watermark.clilog import entry_prog, plain_text, run_main
+from watermark.cli.log import entry_prog, plain_text, run_main
+from watermark.cli.main import EXIT_BAD_INPUT, OneLineParser
 
 __all__ = [
     "DEFAULT_PORT",

@@ -11,10 +11,11 @@ both when missing or stale and says what it did; a second run finds both and ret
   replaced when they change. The test suite's JVMs use it (``tests/conftest.py``); a JVM whose class path
   differs (the cluster's executors, the Kafka broker) or a stale archive is ignored by the JVM, silently
   (``-Xlog:cds*=off``); classes of ``spark.jars`` (Delta, the Kafka source) are never archived.
-- **numba's kernels** (``watermark/slo_kernel.py``, ``watermark/fleet_kernel.py``) are compiled with
-  ``cache=True``: the first process to use them writes them to ``watermark/__pycache__``, and every later
-  one loads them in milliseconds. A replay of each strategy that uses them, in every partition mode, on a
-  small synthetic stream, compiles the signatures the job, the replays and the tuner use.
+- **numba's kernels** (``watermark/strategies/slo_kernel.py``, ``watermark/strategies/fleet_kernel.py``) are
+  compiled with ``cache=True``: the first process to use them writes them to
+  ``watermark/strategies/__pycache__``, and every later one loads them in milliseconds. A replay of each
+  strategy that uses them, in every partition mode, on a small synthetic stream, compiles the signatures
+  the job, the replays and the tuner use.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def compile_kernels() -> str:
     """Replay each numba-compiled strategy once in every partition mode (compiles and caches its kernels)."""
     import numpy as np
 
-    from watermark.evaluate import PARTITION_MODES, replay
+    from watermark.evaluation.replay import PARTITION_MODES, replay
     from watermark.windowspec import WindowSpec
 
     started = time.monotonic()
@@ -147,9 +148,8 @@ def compile_kernels() -> str:
                 partition=partition, key=key,
                 partition_mode=mode, idle_timeout_ms=5_000,
             )  # fmt: skip
-    return (
-        f"numba kernels: compiled or loaded from watermark/__pycache__ ({time.monotonic() - started:.0f} s)"
-    )
+    took = time.monotonic() - started
+    return f"numba kernels: compiled or loaded from watermark/strategies/__pycache__ ({took:.0f} s)"
 
 
 def main() -> int:

@@ -67,8 +67,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.local import processes
-from watermark.cli import EXIT_BAD_INPUT, OneLineParser
-from watermark.clilog import entry_prog, plain_text, run_main
+from watermark.cli.log import entry_prog, plain_text, run_main
+from watermark.cli.main import EXIT_BAD_INPUT, OneLineParser
 
 __all__ = [
     "DEFAULT_PORT",

@@ -34,8 +34,8 @@ from jobs.stream.checkpoint.layout import (
 )
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from watermark import storage
-from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.storage import Location
 from watermark.timeutil import NO_WATERMARK
 

@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from jobs.common.schemas import AGGREGATES_SCHEMA, LATE_SCHEMA
 from jobs.stream.sources.readers import RecordNumbers
-from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
+from watermark.partitions.combine import PartitionedWatermark
 
 
 class RecordKeys:

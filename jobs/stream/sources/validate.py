@@ -11,7 +11,7 @@ from typing import Any
 
 from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.stream.options import DEFAULT_MAX_EVENT_AHEAD_MS, Fields
-from watermark.timeparse import spark_epoch_ms
+from watermark.streams.timeparse import spark_epoch_ms
 
 __all__ = [
     "CORRUPT",
@@ -298,7 +298,7 @@ class _Steps:
             *["file", "line", "_ingest_ms", "raw", "_too_long", "_bad_encoding", "_corrupt"],
             *[f"_{s}" for s in self.slots],
         ]
-        # Times in the job's time syntax and meaning (:mod:`watermark.timeparse`).
+        # Times in the job's time syntax and meaning (:mod:`watermark.streams.timeparse`).
         event = self._typed_value("te", spark_epoch_ms)
         arrival = F.coalesce(
             self._typed_value("tp", spark_epoch_ms), F.when(~self._given("tp"), F.col("_ingest_ms"))

@@ -20,8 +20,8 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from jobs.stream.stage.scoped import drop_owners
-from watermark.combine import PartitionedWatermark
-from watermark.evaluate import LATE, STRAGGLER, classify
+from watermark.evaluation.replay import LATE, STRAGGLER, classify
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK
 
@@ -102,7 +102,7 @@ def run_stage(
     Examples
     --------
     >>> import pyarrow as pa
-    >>> from watermark.combine import PartitionedWatermark
+    >>> from watermark.partitions.combine import PartitionedWatermark
     >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0})
     >>> rows = pa.table({"partition": ["a", "a", "a"], "event_time_ms": [100, 90, 300],
     ...                  "arrival_time_ms": [100, 200, 300], "file": ["f1", "f1", "f2"], "line": [0, 1, 0]})
@@ -160,7 +160,7 @@ def evict_partitions(
     mode: :func:`jobs.stream.stage.scoped.open_owners`), so a forgotten partition holds no open window. In
     partition-scoped mode their keys lose their owner (``owners``). What a forgotten partition or key
     brings later is judged against at least the eviction floor
-    (:attr:`watermark.combine.PartitionedWatermark.evicted_floor_ms`): no window is emitted twice.
+    (:attr:`watermark.partitions.combine.PartitionedWatermark.evicted_floor_ms`): no window is emitted twice.
     """
     if retention_ms is None:
         return Eviction({}, owners)

@@ -36,9 +36,9 @@ from jobs.stream.workers.executor_stage import (
     judge_partitions,
 )
 from watermark import storage
-from watermark.combine import PartitionedWatermark
 from watermark.config import PipelineConfig
-from watermark.evaluate import LATE, STRAGGLER
+from watermark.evaluation.replay import LATE, STRAGGLER
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.timeutil import NO_WATERMARK
 
 OPEN_COLUMNS = [*PARTIAL_SCHEMA.names, "owner"]
@@ -474,9 +474,10 @@ def _advance_to_boundary(watermark: PartitionedWatermark, boundary_ms: int | Non
     """Advance every partition to the batch boundary; the fire segments of what that advance closed.
 
     With an idle timeout, the partitions idle then follow the fleet's watermark up to their last window's
-    end (:meth:`~watermark.combine.PartitionedWatermark.advance_to`); without a boundary (arrival clock) they
-    are raised at the batch's clock (:meth:`~watermark.combine.PartitionedWatermark.raise_idle`): the
-    partitions ran apart in the executors, so no partition was raised within the batch.
+    end (:meth:`~watermark.partitions.combine.PartitionedWatermark.advance_to`); without a boundary (arrival
+    clock) they are raised at the batch's clock
+    (:meth:`~watermark.partitions.combine.PartitionedWatermark.raise_idle`): the partitions ran apart in the
+    executors, so no partition was raised within the batch.
     """
     rows: list[tuple[str, int, int, int, int, int | None, int | None]] = []
     before = watermark.partition_watermarks

@@ -1,7 +1,7 @@
 """Partition-scoped firing in the job: each key's windows fire by the watermark of the partition it lives in.
 
-With ``partition_mode = "scoped"`` (:class:`watermark.combine.PartitionedWatermark`) every source partition
-(a Kafka partition) judges its own records on its own clock and no partition waits for another, so a
+With ``partition_mode = "scoped"`` (:class:`watermark.partitions.combine.PartitionedWatermark`) every source
+partition (a Kafka partition) judges its own records on its own clock and no partition waits for another, so a
 stream cut into micro-batches anywhere gives the same decisions. The windows of a key fire by the
 watermark of the partition that *owns* the key: the first partition the key arrived in (Kafka's keyed
 partitioning puts every record of a key in one partition). A record whose key is owned by another
@@ -9,12 +9,12 @@ partition (a producer that does not key by the aggregation key, a topic whose pa
 cannot be judged by its own partition without risking a window emitted twice, so it is labelled late
 (``late_by_ms`` at least 1) and the backfill folds it into its window: nothing is lost or counted twice.
 
-A partition forgotten after a retention of silence (:meth:`watermark.combine.PartitionedWatermark.evict`)
-loses its keys too (:func:`drop_owners`): they have no owner then, and whichever partition meets one first
-claims it again. Every window of such a key that may have fired ends at or below the combination's eviction
-floor, so the rows of a key without an owner, and of a key claimed while its new owner's watermark was still
-below that floor, are judged against at least the floor (:func:`row_floors`): a straggler of a window
-already emitted is late, never a second emission.
+A partition forgotten after a retention of silence
+(:meth:`watermark.partitions.combine.PartitionedWatermark.evict`) loses its keys too (:func:`drop_owners`):
+they have no owner then, and whichever partition meets one first claims it again. Every window of such a key
+that may have fired ends at or below the combination's eviction floor, so the rows of a key without an owner,
+and of a key claimed while its new owner's watermark was still below that floor, are judged against at least
+the floor (:func:`row_floors`): a straggler of a window already emitted is late, never a second emission.
 
 Pure pyarrow/numpy; the owners live in the stage state beside the open windows.
 """
@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from jobs.common.schemas import FIRED_SCHEMA
 from jobs.common.windows import credit_timeline, fire
-from watermark.combine import PartitionedWatermark
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK
 
@@ -80,10 +80,10 @@ def row_floors(watermark: PartitionedWatermark, owners: pa.Table, keys: pa.Array
 
     ``owners`` are the owners before the batch. A key without one (new, or its owner was forgotten) has the
     eviction floor; a key claimed while its owner's watermark was below that floor has its own
-    (:attr:`~watermark.combine.PartitionedWatermark.key_floors`). Before any partition is forgotten there is
-    no floor, and nothing changes.
+    (:attr:`~watermark.partitions.combine.PartitionedWatermark.key_floors`). Before any partition is forgotten
+    there is no floor, and nothing changes.
 
-    >>> from watermark.combine import PartitionedWatermark
+    >>> from watermark.partitions.combine import PartitionedWatermark
     >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, mode="scoped")
     >>> _ = pw.process(["0", "1"], [1_000, 9_000], [1_000, 9_000])
     >>> _ = pw.evict(5_000)  # partition 0 is forgotten at its watermark 999
@@ -145,8 +145,8 @@ def fire_scoped(
     window at the earliest instant its owner's watermark reached its end
     (:func:`jobs.common.windows.credit_timeline`). With an idle timeout a partition's timeline also holds
     the instants at which it was raised while idle (its watermark follows the fleet's up to its last
-    window's end, :class:`~watermark.combine.PartitionedWatermark`), so the windows of a partition without
-    an arrival in the batch fire too, at the raise, as in the replay.
+    window's end, :class:`~watermark.partitions.combine.PartitionedWatermark`), so the windows of a partition
+    without an arrival in the batch fire too, at the raise, as in the replay.
     """
     raised = {p: t for p, t in (timelines or {}).items() if t.tp.size}
     if open_windows.num_rows == 0 or (wm_after.size == 0 and not raised):

@@ -20,8 +20,8 @@ from jobs.stream.options import JobOptions
 from jobs.stream.stage.executors import prune_open_dirs
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
 from monitoring.metrics import JobMetrics
-from watermark.combine import PartitionedWatermark
 from watermark.config import ConfigWatcher, PipelineConfig, shape_change
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.timeutil import NO_WATERMARK
 
 log = logging.getLogger("jobs.stream")

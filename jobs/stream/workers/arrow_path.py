@@ -214,8 +214,8 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
         if longest is not None and longest > c.max_field_bytes:
             return None, f"{name} longer than {c.max_field_bytes} bytes"
     # Times: JSON integers only (int64 above), epoch ms as the Spark path types them. Any other form of the
-    # time syntax (watermark.timeparse: a string, ISO-8601, a fraction) fails the typed read, and the batch
-    # goes to the Spark path, which parses it in that syntax: identical results
+    # time syntax (watermark.streams.timeparse: a string, ISO-8601, a fraction) fails the typed read, and the
+    # batch goes to the Spark path, which parses it in that syntax: identical results
     # (tests/integration/spark/test_timeparse.py).
     te = table.column(c.event_time).chunk(0)
     if te.null_count:

@@ -15,7 +15,7 @@ the driver:
 2. The driver reads the summaries only (:mod:`jobs.stream.stage.summaries`): it settles key ownership (a
    key claimed by two partitions in one batch goes to its first arrival; the other partition's rows of it
    are relabelled late, in Spark), installs the snapshots in its
-   :class:`watermark.combine.PartitionedWatermark` and builds the fire table.
+   :class:`watermark.partitions.combine.PartitionedWatermark` and builds the fire table.
 3. Spark merges the on-time rows into the open windows (kept as Parquet under the checkpoint, never on the
    driver), fires the windows whose owner partition's watermark passed their end (a broadcast join with the
    fire segments), and writes the late rows, the fired windows and the open windows.
@@ -47,8 +47,8 @@ from numpy.typing import NDArray
 
 from jobs.stream.workers.frozen_imports import freeze_imports
 from watermark.base import WatermarkGenerator
-from watermark.evaluate import LATE, STRAGGLER, classify
-from watermark.registry import make, restore
+from watermark.evaluation.replay import LATE, STRAGGLER, classify
+from watermark.strategies.registry import make, restore
 from watermark.timeline import NO_RISE, Timeline
 from watermark.timeutil import NO_WATERMARK
 
@@ -111,7 +111,7 @@ class StagePlan:
     owner_partitions: tuple[str, ...] = ()
     owner_floors: tuple[int, ...] = ()  # each owner key's floor (empty: none)
     #: The eviction floor: the starting watermark of a new partition and the floor of a key without an owner
-    #: (:attr:`watermark.combine.PartitionedWatermark.evicted_floor_ms`).
+    #: (:attr:`watermark.partitions.combine.PartitionedWatermark.evicted_floor_ms`).
     evicted_floor_ms: int = NO_WATERMARK
     shared: Any = None  # a Spark broadcast of a StageShared (then snapshots and owner_* are empty)
 
@@ -233,7 +233,7 @@ def fire_segments(timeline: Timeline, floor_ms: int, window_ms: int, step_ms: in
     A periodic timer every 100 ms raises the watermark to -100 at 100 and to 1_200 at 1_400, before the
     arrival at 1_420 (the window ending at 1_000 fires at 1_400):
 
-    >>> from watermark.periodic import Periodic
+    >>> from watermark.strategies.periodic import Periodic
     >>> trace = Periodic(delay_ms=100, period_ms=100).process_trace([0, 1_300, 1_400], [0, 1_310, 1_420])
     >>> fire_segments(trace.timeline, -2**63, 1_000, 1_000)[1]
     (-100, 1200, 1200, 1400, None, None)

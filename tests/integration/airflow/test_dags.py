@@ -162,7 +162,8 @@ def test_the_backfill_dag_submits_the_spark_job_and_reconciles_exactly(dagbag, s
 def test_a_manual_data_quality_interval_without_a_zone_is_utc_whatever_the_workers_zone(
     airflow_home, monkeypatch
 ):
-    """The pipeline's one time rule (``watermark.timeparse.instant_ms``): a time without a zone is UTC.
+    """The pipeline's one time rule (``watermark.streams.timeparse.instant_ms``): a time without a zone is
+    UTC.
 
     The DAG used to read a manual interval in the worker's local time zone; now it reads it as the backfill
     and the streaming job do.

@@ -16,7 +16,7 @@ from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import iot_records
 from tools.feed import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.kafka.test_stream_kafka import PARAMS, PARTITIONS, produce_raw, run_kafka
 from tests.integration.spark.test_stream import iot_records
 from tools.feed import feed_kafka, kafka_partition_map
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from tests.integration.spark.test_stream import config, iot_records, stable
 from tools.feed import feed
 from watermark import storage
 from watermark.config import load_config, write_config
-from watermark.evaluate import WindowSpec
+from watermark.evaluation.replay import WindowSpec
 
 DAY_MS = 86_400_000
 

@@ -14,7 +14,7 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import config, iot_records, write_lines
 from tools.feed import feed
-from watermark.evaluate import WindowSpec
+from watermark.evaluation.replay import WindowSpec
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,7 @@ def test_each_dag_tasks_read_opens_only_the_files_of_its_interval(spark, tmp_pat
     from jobs.batch.backfill_plan import BackfillOptions, BackfillReport, read_inputs
     from jobs.batch.quality import read_interval
     from jobs.batch.retune import read_history
-    from watermark.evaluate import WindowSpec
+    from watermark.evaluation.replay import WindowSpec
 
     tables = tmp_path / "tables"
     rows_per_day = 400

@@ -132,7 +132,7 @@ def test_the_stage_in_the_executors_forgets_partitions_as_the_driver_does(spark,
     from jobs.stream.stage.executors import release, run_in_executors
     from jobs.stream.stage.scoped import OWNERS_SCHEMA
     from jobs.stream.workers.executor_stage import ROW_COLUMNS
-    from watermark.combine import PartitionedWatermark
+    from watermark.partitions.combine import PartitionedWatermark
     from watermark.timeutil import NO_WATERMARK
 
     cfg = config(retention=5_000)

@@ -33,7 +33,7 @@ def streamed(spark_sessions, tmp_path_factory):
     from jobs.batch.backfill import BackfillOptions, run_backfill
     from jobs.stream.options import DeferPolicy
     from jobs.stream.run import run_job
-    from watermark.evaluate import WindowSpec
+    from watermark.evaluation.replay import WindowSpec
 
     spark = spark_sessions.get()  # the session of the tests (a fixture of the module's scope)
 

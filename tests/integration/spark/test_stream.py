@@ -15,7 +15,7 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tools.feed import feed, records_from_file
 from watermark.config import PipelineConfig
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
 
 ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -351,7 +351,7 @@ def test_a_run_killed_while_writing_its_first_offset_restarts(spark, tmp_path):
 def test_the_late_expression_selects_exactly_the_stage_late_rows_with_tied_arrival_times(spark, strategy):
     from jobs.stream.stage.driver import run_stage
     from jobs.stream.stage.labelling import late_expression
-    from watermark.combine import PartitionedWatermark
+    from watermark.partitions.combine import PartitionedWatermark
 
     rng = np.random.default_rng(5)
     n = 3_000

@@ -2,7 +2,8 @@
 
 Device ``b`` sends once and stops; ``a`` goes on. With an idle timeout ``b``'s watermark follows ``a``'s once
 ``b`` is idle, up to the end of ``b``'s last window, so ``b``'s window fires, in the batch after the one
-``b`` spoke in, at the instant the library replay gives (:mod:`watermark.combine`, scoped idleness).
+``b`` spoke in, at the instant the library replay gives (:mod:`watermark.partitions.combine`, scoped
+idleness).
 """
 
 import numpy as np
@@ -13,7 +14,7 @@ from jobs.stream.run import run_job
 from tests.integration.spark.test_eviction import land
 from tests.integration.spark.test_stream import good
 from watermark.config import PipelineConfig
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
 
 BASE = 1_600_000_000_000
 PARAMS = {"max_event_time_lag_ms": 300, "max_watermark_lag_ms": 1_000_000}

@@ -15,7 +15,7 @@ from jobs.stream.run import run_job
 from tests.integration.spark.test_eviction import land
 from tests.integration.spark.test_stream import good
 from watermark.config import PipelineConfig
-from watermark.evaluate import WindowSpec, replay
+from watermark.evaluation.replay import WindowSpec, replay
 
 BASE = 1_600_000_000_000
 PARAMS = {"delay_ms": 300, "period_ms": 100}  # W = max event time - 300, moved every 100 ms

@@ -35,7 +35,7 @@ class Sliding(WatermarkGenerator):
     second ``m`` grows by ``change_rate``, below it ``m`` shrinks by ``change_rate``, bounded to
     ``[1, slide_window_ms]``. The paper's sliding window ``[W, W + STRAGGLERSIZE)`` classifies tuples
     (late below ``W``, stragglers in its lower half, normal in its upper half, pending above it):
-    :func:`watermark.evaluate.classify` applies it to any strategy.
+    :func:`watermark.evaluation.replay.classify` applies it to any strategy.
 
     Departures from the paper's Algorithm 1, and why:
 
@@ -69,7 +69,7 @@ class Sliding(WatermarkGenerator):
     The first steps of the paper's Figure 3 example: ``m`` starts at 350, shrinks while fewer than five
     tuples were seen in the last second, and grows again at the sixth tuple.
 
-    >>> from watermark.sliding import Sliding
+    >>> from watermark.strategies.sliding import Sliding
     >>> gen = Sliding()
     >>> te = [19213, 19356, 19480, 19610, 19750, 19899]
     >>> tp = [19300, 19400, 19500, 19650, 19800, 19950]

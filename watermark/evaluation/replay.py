@@ -35,14 +35,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import check_int
-from watermark.combine import (
+from watermark.partitions.combine import (
     PartitionedWatermark,
     factorize,
     one_partition_per_key,
     rows_by_code,
     unique_pairs,
 )
-from watermark.registry import make
+from watermark.strategies.registry import make
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array
 from watermark.windowspec import WindowSpec
@@ -286,7 +286,7 @@ def replay(
         The window specification.
     partition
         Optional source partition per row: one generator per partition, combined
-        (:class:`~watermark.combine.PartitionedWatermark`).
+        (:class:`~watermark.partitions.combine.PartitionedWatermark`).
     key
         Optional aggregation key per row: windows are per key.
     straggler_ms
@@ -308,7 +308,7 @@ def replay(
     done; the tuple with ``te = 140`` arrives after that and is late. Window ``[1000, 2000)`` is closed
     only by the end of input.
 
-    >>> from watermark.evaluate import WindowSpec, replay
+    >>> from watermark.evaluation.replay import WindowSpec, replay
     >>> r = replay([100, 250, 120, 1_300, 1_400, 140], [110, 260, 270, 1_310, 1_420, 1_430],
     ...            strategy="periodic", params={"delay_ms": 100, "period_ms": 100}, window=WindowSpec(1_000))
     >>> s = r.summary()
@@ -413,7 +413,8 @@ def _scoped(
     """Partition-scoped firing: each partition's generator judges its tuples and fires its keys' windows.
 
     With an idle timeout, a silent partition's watermark follows the fleet's up to the end of its own last
-    window (:class:`~watermark.combine.PartitionedWatermark`, mode ``scoped``): its windows fire at the raise.
+    window (:class:`~watermark.partitions.combine.PartitionedWatermark`, mode ``scoped``): its windows fire at
+    the raise.
     """
     if not keyed:
         msg = "partition_mode 'scoped' needs a key: windows fire per key, by the partition the key lives in"

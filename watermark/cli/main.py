@@ -5,7 +5,7 @@ The root command ``awm`` (:mod:`awm.cli`) runs these as its subcommands ``awm re
 Bad input (a missing column, an unparseable time, an empty file, an invalid parameter) prints one line
 ``error: ...`` on standard error and exits with status 2; ``tune`` exits with status 1 when no setting
 meets the target. Logging, ``--log-format`` and the exit statuses are shared with the other commands
-(:mod:`watermark.clilog`); ``compare`` and ``tune`` show a progress bar on a terminal
+(:mod:`watermark.cli.log`); ``compare`` and ``tune`` show a progress bar on a terminal
 (:mod:`watermark.progress`).
 """
 
@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from watermark.clilog import entry_prog, run_main
+from watermark.cli.log import entry_prog, run_main
 from watermark.progress import ProgressReporter
 
 EXIT_BAD_INPUT = 2
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(args: argparse.Namespace) -> Any:
-    from watermark.io import read_stream
+    from watermark.streams.recorded import read_stream
 
     return read_stream(
         args.input,
@@ -174,8 +174,8 @@ def _options(args: argparse.Namespace, stream: Any) -> dict[str, Any]:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from watermark.evaluate import replay
-    from watermark.registry import parse_settings
+    from watermark.evaluation.replay import replay
+    from watermark.strategies.registry import parse_settings
     from watermark.windowspec import WindowSpec
 
     window = WindowSpec(args.window_ms, args.slide_ms)
@@ -229,7 +229,7 @@ def _format_summary(s: dict[str, Any]) -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from watermark.compare import load_grid, markdown_table, run_grid
+    from watermark.evaluation.compare import load_grid, markdown_table, run_grid
     from watermark.windowspec import WindowSpec
 
     grid = load_grid(args.grid) if args.grid else None
@@ -251,7 +251,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from watermark.tune import plot, tune
+    from watermark.tuning.tune import plot, tune
     from watermark.windowspec import WindowSpec
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
@@ -306,7 +306,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from watermark.synthetic import describe, generate
+    from watermark.streams.synthetic import describe, generate
 
     stream = generate(events=args.events, seed=args.seed, partitions=args.partitions, keys=args.keys)
     table = stream.to_arrow()
@@ -327,7 +327,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:
-    from watermark.registry import STRATEGIES
+    from watermark.strategies.registry import STRATEGIES
 
     for name, cls in STRATEGIES.items():
         sig = inspect.signature(cls.__init__)
@@ -339,8 +339,8 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
-    from watermark.io import InputError
-    from watermark.tune import TuneError
+    from watermark.streams.recorded import InputError
+    from watermark.tuning.tune import TuneError
 
     commands = {
         "replay": _cmd_replay,

@@ -42,8 +42,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import I64, Trace, WatermarkGenerator, WatermarkReadout, check_int
-from watermark.idle import BUCKETS, IdleLearning, dense, sparse
-from watermark.registry import make, restore, strategy_class
+from watermark.partitions.idle import BUCKETS, IdleLearning, dense, sparse
+from watermark.strategies.registry import make, restore, strategy_class
 from watermark.timeline import NO_RISE, Component, Timeline
 from watermark.timeutil import INT64_MAX, NO_WATERMARK, as_ms_array, running_max, shift_right
 from watermark.windowspec import WindowSpec
@@ -165,7 +165,8 @@ def _joined(before: int, parts: list[tuple[Timeline | None, I64, I64]]) -> Timel
     return Timeline(tp_all, pre_all, post_all, before, (part,))
 
 
-#: ``idle_timeout_ms`` of a timeout learned per partition from its own gaps (:mod:`watermark.idle`).
+#: ``idle_timeout_ms`` of a timeout learned per partition from its own gaps
+#: (:mod:`watermark.partitions.idle`).
 AUTO = "auto"
 
 
@@ -237,7 +238,7 @@ class PartitionedWatermark(WatermarkReadout):
     Parameters
     ----------
     strategy
-        Registered strategy name (see :data:`watermark.registry.STRATEGIES`).
+        Registered strategy name (see :data:`watermark.strategies.registry.STRATEGIES`).
     params
         Its parameters (strings are converted, as with ``--set``).
     idle_timeout_ms
@@ -295,9 +296,9 @@ class PartitionedWatermark(WatermarkReadout):
     it) an idle partition follows the fleet.
 
     The timeout is fixed (milliseconds) or learned per partition from its own gaps between arrivals
-    (``"auto"``, or an :class:`~watermark.idle.IdleLearning` for other settings): a multiple of a high
-    quantile of its recent gaps, with a floor and a cap (:mod:`watermark.idle`), kept in the snapshot.
-    In ``min`` and ``global`` modes ``"auto"`` is the cap, fixed (a replay of every mode with one
+    (``"auto"``, or an :class:`~watermark.partitions.idle.IdleLearning` for other settings): a multiple of a
+    high quantile of its recent gaps, with a floor and a cap (:mod:`watermark.partitions.idle`), kept in the
+    snapshot. In ``min`` and ``global`` modes ``"auto"`` is the cap, fixed (a replay of every mode with one
     configuration, as the tuner's, runs).
 
     What holds with idleness: the decisions depend on the other partitions' arrivals (when a partition
@@ -315,7 +316,7 @@ class PartitionedWatermark(WatermarkReadout):
     Partition ``b`` holds the watermark back, then falls silent; after 1 s of ingestion time without an
     arrival it is excluded and the watermark follows ``a``.
 
-    >>> from watermark.combine import PartitionedWatermark
+    >>> from watermark.partitions.combine import PartitionedWatermark
     >>> pw = PartitionedWatermark("ingestion", {"max_event_time_lag_ms": 0}, idle_timeout_ms=1_000)
     >>> pw.process(["a", "b", "a"], [100, 100, 1_000], [100, 110, 1_000]).tolist()
     [-9223372036854775808, 99, 99]
@@ -380,12 +381,14 @@ class PartitionedWatermark(WatermarkReadout):
                 None if idle_timeout_ms is None else check_int("idle_timeout_ms", idle_timeout_ms, 1)
             )
             self._timeout = self.idle_timeout_ms
-        #: Learned timeouts: each partition's gap histogram (:mod:`watermark.idle`) and the timeout it gives.
+        #: Learned timeouts: each partition's gap histogram (:mod:`watermark.partitions.idle`) and the timeout
+        #: it gives.
         self._gap_hist: dict[Hashable, list[int]] = {}
         self._learned: dict[Hashable, int] = {}
         #: In ``global`` mode, the one generator every partition feeds.
         self._shared: WatermarkGenerator | None = make(strategy, params) if mode == "global" else None
-        #: State the partitions' generators share (:meth:`~watermark.fleet.FleetWatermark.shared_state`:
+        #: State the partitions' generators share
+        #: (:meth:`~watermark.strategies.fleet.FleetWatermark.shared_state`:
         #: the fleet's lag models and late budget), built once; ``None`` for the other strategies.
         self._shared_state: Any = None
         factory = getattr(strategy_class(strategy), "shared_state", None)

@@ -213,7 +213,7 @@ def package_version() -> str:
         return importlib.metadata.version(DIST_NAME)
     except importlib.metadata.PackageNotFoundError:
         pass
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     try:
         project = tomllib.loads(pyproject.read_text())["project"]
         if project["name"] == DIST_NAME:
@@ -330,8 +330,8 @@ _LITERAL = re.compile(r"``([^`]+)``")
 def plain_text(text: str) -> str:
     """The text without its reStructuredText markup (``literals``, :func:`roles`), for help text.
 
-    >>> plain_text("Command line: ``python -m watermark``, see :func:`~watermark.cli.main`.")
-    'Command line: python -m watermark, see watermark.cli.main.'
+    >>> plain_text("Command line: ``python -m watermark``, see :func:`~watermark.cli.main.main`.")
+    'Command line: python -m watermark, see watermark.cli.main.main.'
     """
     return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
 

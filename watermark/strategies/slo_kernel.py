@@ -1,4 +1,6 @@
-"""The late-rate SLO rule (:class:`watermark.slo.LateRateSLO`) compiled with numba, over flat state arrays.
+"""The late-rate SLO rule (:class:`watermark.strategies.slo.LateRateSLO`) compiled with numba.
+
+It runs over flat state arrays.
 
 The rule is a per-arrival loop (each decision depends on the one before), which CPython runs at about
 16 us an arrival; compiled, the loop costs well under a microsecond. Only river's ADWIN stays in Python:
@@ -10,7 +12,7 @@ influence a decision, so the result is the per-arrival rule exactly.
 The batch path lets the kernel run past checks until ``ints[FEED_STOP]`` values wait, on the bet that
 ADWIN reports no change among them (it rarely does: about one check in a hundred). The caller keeps a
 copy of the state from before the run; when ADWIN does report a change at an earlier check, it puts the
-copy back and runs again up to that check (:meth:`watermark.slo.LateRateSLO._run_timed`).
+copy back and runs again up to that check (:meth:`watermark.strategies.slo.LateRateSLO._run_timed`).
 
 State lives in three arrays the generator owns (``ints``, ``floats`` and the sample's ring buffers and
 sorted copy), indexed by the constants below; the scalar path (``update``/``on_idle``) and the batch path
@@ -82,7 +84,7 @@ MIN_SCALE_SAMPLE: Final = 50
 SURGE_WINDOW: Final = 50
 #: Prior of the straggler share: this many arrivals at half the target.
 PRIOR_ARRIVALS: Final = 2_000
-#: Exponent of the budget's allocation between regimes (see :class:`watermark.slo.LateRateSLO`).
+#: Exponent of the budget's allocation between regimes (see :class:`watermark.strategies.slo.LateRateSLO`).
 ALLOCATION: Final = 1.0
 #: Arrivals the long-run averages of the scale and of the weight reach back (exponential).
 LONG_RUN: Final = 10_000

@@ -58,7 +58,7 @@ class Periodic(WatermarkGenerator):
     The periodic generator of the adaptive-watermarks paper's Figure 1 (``s = 3``, ``m = 5``) emits 95, 98
     and 101 at ``tp`` = 103, 106 and 109:
 
-    >>> from watermark.periodic import Periodic
+    >>> from watermark.strategies.periodic import Periodic
     >>> gen = Periodic(delay_ms=5, period_ms=3)
     >>> te = [94, 97, 100, 99, 103, 93, 102, 96, 106, 99, 109]
     >>> tp = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110]

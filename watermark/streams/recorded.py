@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from watermark import storage
-from watermark.timeparse import MAX_ABS_SECONDS, MS_PER_DAY, TIME_FORMATS, parse_text
+from watermark.streams.timeparse import MAX_ABS_SECONDS, MS_PER_DAY, TIME_FORMATS, parse_text
 
 __all__ = ["TIME_FORMATS", "InputError", "RecordedStream", "read_stream"]
 
@@ -136,7 +136,7 @@ def read_stream(
         accepted), epoch seconds (decimals allowed, rounded to the nearest millisecond, halves away from
         zero), or ISO-8601 (``2013-01-01 00:00:00``, ``T`` separator, fractions of seconds - truncated to
         the millisecond -, ``Z`` or offsets ``+01:00`` / ``+0100`` / ``+01``; naive times are UTC): the
-        syntax of :mod:`watermark.timeparse`, which the streaming job reads time text with too.
+        syntax of :mod:`watermark.streams.timeparse`, which the streaming job reads time text with too.
         Parquet timestamp and date columns are read natively whatever this says (naive = UTC); Parquet
         integer and float columns are taken as ``epoch_ms`` or ``epoch_s`` as given.
 
@@ -686,7 +686,7 @@ def _native_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
 
 
 def _text_to_epoch_ms(array: Any, time_format: str) -> Int64Array:
-    """Parse a string column with the shared parser (:mod:`watermark.timeparse`); the first bad row faults."""
+    """Parse a string column with the shared parser (:mod:`watermark.streams.timeparse`): bad rows fault."""
     parsed = parse_text(array, time_format)
     first = parsed.first()
     if first is not None:

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from watermark.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.base import I64, WatermarkGenerator, check_float, check_int, optional_int
+from watermark.strategies.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.timeutil import NO_WATERMARK, running_max, shift_right
 
 #: Lowest sensitivity: repeated decreases must not drive ADWIN's delta to zero (it would never fire again).
@@ -69,7 +69,7 @@ class Adaptive(WatermarkGenerator):
     Examples
     --------
     >>> import numpy as np
-    >>> from watermark.adaptive import Adaptive
+    >>> from watermark.strategies.adaptive import Adaptive
     >>> rng = np.random.default_rng(7)
     >>> tp = np.arange(20_000) * 10
     >>> te = tp - np.concatenate([rng.integers(0, 50, 10_000), rng.integers(0, 400, 10_000)])
@@ -306,7 +306,7 @@ class Adaptive(WatermarkGenerator):
             "drifts": self._drifts,
             "emits": self._emits,
             "last_check_tp": self._last_check_tp,
-            # Its window buckets as plain data (watermark.adwin_state), never a pickle.
+            # Its window buckets as plain data (watermark.strategies.adwin_state), never a pickle.
             "adwin": adwin_state(self._adwin),
         }
 

@@ -1,8 +1,8 @@
 """A watermark driven by a late-rate SLO: the delay the current lateness regime needs for a target late share.
 
-Periodic watermarks need a delay chosen by hand, the faithful ADWIN algorithm (:mod:`watermark.adaptive`)
-stops emitting on a steady stream and learns its delay as a maximum. This strategy takes the one thing a user
-can state, the share of late tuples they accept, and meets it online.
+Periodic watermarks need a delay chosen by hand, the faithful ADWIN algorithm
+(:mod:`watermark.strategies.adaptive`) stops emitting on a steady stream and learns its delay as a maximum.
+This strategy takes the one thing a user can state, the share of late tuples they accept, and meets it online.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from watermark import slo_kernel as k
-from watermark.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int, optional_int
+from watermark.strategies import slo_kernel as k
+from watermark.strategies.adwin_state import adwin_state, new_adwin, restore_adwin
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK, decode_i64, encode_i64
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 #: Unset arrival counts of the last two values beyond the straggler cap (far before any arrival).
 _NEVER = -(2**62)
-#: ADWIN updates the batch path queues before it checks them for a change (watermark.slo_kernel).
+#: ADWIN updates the batch path queues before it checks them for a change (watermark.strategies.slo_kernel).
 _SPECULATE = 512
 
 
@@ -135,14 +135,14 @@ class LateRateSLO(WatermarkGenerator):
       that line (the ramp of :mod:`watermark.timeline`); the guard ends at an arrival, so ``on_idle`` stays
       path independent. Without a jump the watermark only moves at arrivals.
 
-    **Partitions.** Under :class:`~watermark.combine.PartitionedWatermark` each partition learns its own
-    delay from its own lateness, and the combination is the minimum over active partitions; on sparse
+    **Partitions.** Under :class:`~watermark.partitions.combine.PartitionedWatermark` each partition learns
+    its own delay from its own lateness, and the combination is the minimum over active partitions; on sparse
     partitions (a device every 500 ms) that minimum waits for the slowest partition's next arrival and can
     be worse than one generator over the whole stream. The guarantee "never worse than one global
     generator" is therefore met by measurement, not by assumption: the replay evaluates three partition
     modes on the same stream (``global``: one generator for the stream; ``min``: the combination;
     ``scoped``: each partition fires the windows of the keys that live in it, as Kafka's keyed partitioning
-    allows) and the tuner (:mod:`watermark.tune`) chooses among them on the recent history, the global
+    allows) and the tuner (:mod:`watermark.tuning.tune`) chooses among them on the recent history, the global
     generator being one of the candidates.
 
     Parameters
@@ -172,7 +172,7 @@ class LateRateSLO(WatermarkGenerator):
     at the safe default, tightens to the first regime's quantile, and follows the second.
 
     >>> import numpy as np
-    >>> from watermark.slo import LateRateSLO
+    >>> from watermark.strategies.slo import LateRateSLO
     >>> rng = np.random.default_rng(3)
     >>> tp = np.arange(4_000) * 10
     >>> te = tp - np.concatenate([rng.integers(0, 40, 2_000), rng.integers(0, 400, 2_000)])
@@ -231,7 +231,7 @@ class LateRateSLO(WatermarkGenerator):
         super().__init__()
 
     def _reset_state(self) -> None:
-        # The rule's state, in the arrays the compiled rule (watermark.slo_kernel) works on.
+        # The rule's state, in the arrays the compiled rule (watermark.strategies.slo_kernel) works on.
         self._adwin = new_adwin(delta=self.adwin_delta)
         self._ints = np.zeros(k.N_INTS, np.int64)
         self._ints[k.MAX_TE] = NO_WATERMARK
@@ -291,7 +291,8 @@ class LateRateSLO(WatermarkGenerator):
             "warming_up": int(self._ints[k.ARRIVALS]) < self.warmup,
         }
 
-    # -- the rule (compiled in watermark.slo_kernel; ADWIN here) ---------------------------------------
+    # -- the rule (compiled in watermark.strategies.slo_kernel; ADWIN here)
+    # ---------------------------------------
     def _sync_in(self) -> None:
         self._ints[k.WM] = self._wm
         self._ints[k.HAS_CLOCK] = self._clock is not None
@@ -445,8 +446,9 @@ class LateRateSLO(WatermarkGenerator):
             "max_te": int(ints[k.MAX_TE]),
             "recent": encode_i64(recent),
             "recent_tp": encode_i64(recent_tp),
-            # ADWIN's window buckets as plain data (watermark.adwin_state): O(log n), never a pickle, and
-            # not the values it was fed (up to 2 * sample_size of them), so a snapshot stays small.
+            # ADWIN's window buckets as plain data (watermark.strategies.adwin_state): O(log n), never a
+            # pickle, and not the values it was fed (up to 2 * sample_size of them), so a snapshot stays
+            # small.
             "adwin": adwin_state(self._adwin),
             "fed": int(ints[k.FED]),
             "arrivals": int(ints[k.ARRIVALS]),

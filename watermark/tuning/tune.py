@@ -63,7 +63,7 @@ shorter than the periods it will run for. (Without it, a ``fleet`` setting measu
 half of a bundled recording's period, 190 ms on the whole period and 150 ms on the next one.)
 
 **Latency** is the mean emit latency over every window, a window that never fired charged until the end
-of the replay (``emit_latency_charged_ms`` of :meth:`watermark.evaluate.ReplayResult.summary`): a
+of the replay (``emit_latency_charged_ms`` of :meth:`watermark.evaluation.replay.ReplayResult.summary`): a
 setting that leaves windows open (a key that stopped, a delay that outgrows the history) cannot look fast
 by leaving them out.
 
@@ -101,7 +101,7 @@ time and memory of a re-tuning at 100k, 1M and 10M rows by ``benchmarks/tuner_sc
 Examples
 --------
 >>> import numpy as np
->>> from watermark.evaluate import WindowSpec
+>>> from watermark.evaluation.replay import WindowSpec
 >>> rng = np.random.default_rng(0)
 >>> tp = np.arange(0, 200_000, 20, dtype=np.int64)
 >>> te = tp - rng.integers(0, 300, tp.size)
@@ -123,9 +123,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark import storage
-from watermark.combine import factorize, one_partition_per_key
-from watermark.compare import chosen_strategies
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, latency_stats, replay
+from watermark.evaluation.compare import chosen_strategies
+from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, latency_stats, replay
+from watermark.partitions.combine import factorize, one_partition_per_key
 from watermark.progress import progress_line
 from watermark.windowspec import WindowSpec
 
@@ -825,10 +825,10 @@ def tune(
     With ``partition``, every candidate is replayed in each of ``partition_modes`` (default: ``min`` and
     ``global``, ``scoped`` when a ``key`` is given and every key lives in one partition, and ``keyed``
     when there are more keys than partitions; see
-    :func:`~watermark.evaluate.replay`), so a combination is chosen only where it measures better than one
-    generator for the whole stream. ``subperiods``, ``evaluation_fraction`` and ``max_rows`` cut the history
-    (:func:`split_history`); ``exhaustive`` replays every delay of the fixed-delay families instead of the
-    binary search; ``compare_fixed`` reports the ratio to the best fixed delay (``periodic``) per period;
+    :func:`~watermark.evaluation.replay.replay`), so a combination is chosen only where it measures better
+    than one generator for the whole stream. ``subperiods``, ``evaluation_fraction`` and ``max_rows`` cut the
+    history (:func:`split_history`); ``exhaustive`` replays every delay of the fixed-delay families instead of
+    the binary search; ``compare_fixed`` reports the ratio to the best fixed delay (``periodic``) per period;
     ``workers`` replays in that many processes when candidates are replayed on at least
     :data:`PARALLEL_MIN_ROWS` rows (the same candidates and choice as with one). ``recent_rows`` (instead
     of ``recent_fraction``): measure the latest that many rows, the ones before them the warm-up (a caller

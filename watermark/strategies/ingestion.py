@@ -40,7 +40,7 @@ class Ingestion(WatermarkGenerator):
 
     Examples
     --------
-    >>> from watermark.ingestion import Ingestion
+    >>> from watermark.strategies.ingestion import Ingestion
     >>> gen = Ingestion(max_event_time_lag_ms=100, max_watermark_lag_ms=10_000)
     >>> gen.process([1_000, 1_050, 900], [1_010, 1_200, 1_300]).tolist()
     [-9223372036854775808, 909, 1099]

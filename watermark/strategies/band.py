@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from watermark.base import I64, Idx, WatermarkGenerator, check_int
-from watermark.rangemin import range_min
+from watermark.strategies.rangemin import range_min
 from watermark.timeline import NO_RISE
 from watermark.timeutil import (
     NO_WATERMARK,
@@ -48,7 +48,7 @@ class Band(WatermarkGenerator):
 
     Examples
     --------
-    >>> from watermark.band import Band
+    >>> from watermark.strategies.band import Band
     >>> gen = Band(band_ms=100, idle_ms=1_000)
     >>> gen.process([500, 480, 530, 620], [510, 560, 600, 700]).tolist()
     [-9223372036854775808, 500, 500, 500]

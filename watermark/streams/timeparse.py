@@ -140,7 +140,7 @@ def civil_ms(parts: dict[str, Any], ops: _Ops = NUMPY_OPS) -> tuple[Any, Any, An
 
 
 # --------------------------------------------------------------------------------------------------
-# pyarrow/numpy: replay (watermark.io) and the reference for the job's syntax.
+# pyarrow/numpy: replay (watermark.streams.recorded) and the reference for the job's syntax.
 
 
 class Parsed:

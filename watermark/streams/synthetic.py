@@ -49,7 +49,7 @@ the order a consumer would see them in.
 Examples
 --------
 >>> import numpy as np
->>> from watermark.synthetic import describe, generate
+>>> from watermark.streams.synthetic import describe, generate
 >>> a = generate(events=2_000, seed=7)
 >>> b = generate(events=2_000, seed=7)
 >>> len(a)

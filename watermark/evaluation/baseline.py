@@ -7,7 +7,7 @@ with hindsight, either
 
 * **global** -- one generator for the whole stream, or
 * **per key** -- one generator per key, firing that key's windows (partition = key, partition-scoped mode
-  of :func:`~watermark.evaluate.replay`),
+  of :func:`~watermark.evaluation.replay.replay`),
 
 each at every emission period of ``periods_ms``. For a scope and a period, the late share does not grow as
 the delay grows (a larger delay gives a lower-or-equal watermark at every instant), so the smallest delay
@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from watermark.base import check_int
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
+from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, replay
 from watermark.windowspec import WindowSpec
 
 #: The scopes of a fixed delay: one generator for the stream, or one per key.
@@ -78,12 +78,12 @@ class Hindsight:
     max_delay_ms
         Largest delay tried; a late share no delay up to it reaches has no baseline.
     idle_timeout_ms, straggler_ms
-        As in :func:`~watermark.evaluate.replay`.
+        As in :func:`~watermark.evaluation.replay.replay`.
     clock_offset_ms
         Optional, one per row: the device clock minus the true clock (a benchmark that stepped clocks knows
         it). Each run then also measures its charged latency in true time (``true_latency_ms``:
-        :meth:`~watermark.evaluate.ReplayResult.charged_latency_ms`), and ``best(..., true_clock=True)``
-        ranks by it.
+        :meth:`~watermark.evaluation.replay.ReplayResult.charged_latency_ms`), and ``best(...,
+        true_clock=True)`` ranks by it.
 
     """
 
@@ -237,7 +237,7 @@ def latency_floor(
     Tumbling windows only (a record in several windows would be charged once per window). ``None`` for an
     empty stream. ``clock_offset_ms`` (one per row, device clock minus true clock) gives the floor in true
     time: a window ends when its key's clock reached its end, with the offset of its first arrival
-    (:meth:`~watermark.evaluate.ReplayResult.window_clock_offsets`).
+    (:meth:`~watermark.evaluation.replay.ReplayResult.window_clock_offsets`).
 
     Examples
     --------

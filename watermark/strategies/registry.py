@@ -6,15 +6,15 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from watermark.adaptive import Adaptive
-from watermark.band import Band
 from watermark.base import WatermarkGenerator
-from watermark.fleet import FleetWatermark
-from watermark.ingestion import Ingestion
-from watermark.percentile import Percentile
-from watermark.periodic import Periodic
-from watermark.sliding import Sliding
-from watermark.slo import LateRateSLO
+from watermark.strategies.adaptive import Adaptive
+from watermark.strategies.band import Band
+from watermark.strategies.fleet import FleetWatermark
+from watermark.strategies.ingestion import Ingestion
+from watermark.strategies.percentile import Percentile
+from watermark.strategies.periodic import Periodic
+from watermark.strategies.sliding import Sliding
+from watermark.strategies.slo import LateRateSLO
 
 STRATEGIES: dict[str, type[WatermarkGenerator]] = {
     cls.name: cls
@@ -54,7 +54,7 @@ def make(name: str, params: Mapping[str, Any] | None = None) -> WatermarkGenerat
 
     Examples
     --------
-    >>> from watermark.registry import make
+    >>> from watermark.strategies.registry import make
     >>> make("periodic", {"delay_ms": "250", "period_ms": 10})
     Periodic(delay_ms=250, period_ms=10)
 

@@ -2,10 +2,11 @@
 
 Every key (a device; a partition in the combination's ``scoped`` mode) fires its windows by its own
 watermark, ``W_k = F_k - D_k``: its *frontier* minus its delay. What the per-key watermarks of
-:mod:`watermark.ingestion` or :mod:`watermark.slo` lack is the fleet: a key with little history has nothing to
-learn from, a congestion shows in each key's history only after it has cost late records, and a late-share
-target met key by key spends the budget where it buys the least latency. Here the keys' models live in one
-:class:`Fleet` that the generators of a :class:`~watermark.combine.PartitionedWatermark` share:
+:mod:`watermark.strategies.ingestion` or :mod:`watermark.strategies.slo` lack is the fleet: a key with little
+history has nothing to learn from, a congestion shows in each key's history only after it has cost late
+records, and a late-share target met key by key spends the budget where it buys the least latency. Here the
+keys' models live in one :class:`Fleet` that the generators of a
+:class:`~watermark.partitions.combine.PartitionedWatermark` share:
 
 * **Frontier.** A key's *reference* is its largest event time (since its last re-base, below). A key is
   *live* while its last arrival came within its usual transit of its reference (``tp - ref`` at most its
@@ -39,8 +40,8 @@ target met key by key spends the budget where it buys the least latency. Here th
   ``D_k = argmin_d [d + lambda r_k S_k(d)]`` over the bins' edges, with ``lambda`` set by bisection (on its
   logarithm) so that the total meets the budget. A busy key gets a tight cover (its late records are many),
   a sparse one a loose one. The budget tightens while the realised late share is above the target (won
-  back over 2,000 arrivals, as :mod:`watermark.slo` does, but to no less than half the target: a tighter
-  budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
+  back over 2,000 arrivals, as :mod:`watermark.strategies.slo` does, but to no less than half the target: a
+  tighter budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
   fleet's first 200 arrivals. Where several keys are indifferent at the multiplier (keys pooled toward the
   same fleet tail: one record of one key seconds late), the multiplier alone would move them all to cover
   it; what its choice leaves of the budget is spent instead, key by key, the most latency saved per
@@ -58,8 +59,8 @@ target met key by key spends the budget where it buys the least latency. Here th
     least ``G - (tp - te) + D_k`` after it, its frontier is at most ``t - G`` with ``G`` the transit of the
     held records (the larger of the old reference's and the baseline plus the key's recent transit peak):
     the watermark advances at the pace of the clock from where the held records are, so they are not
-    late, and as fast as the fresh records allow once they are in (as :mod:`watermark.slo` does after a
-    frontier jump). The frontier is also at least the held records' *progress* (the largest event time
+    late, and as fast as the fresh records allow once they are in (as :mod:`watermark.strategies.slo` does
+    after a frontier jump). The frontier is also at least the held records' *progress* (the largest event time
     of the key's records that came in behind its reference since): it moves with them as they come, and
     once they have filled the gap up to two of the key's event-time gaps below the fresh record, the guard
     ends after the key's delay (the stragglers among them; a frontier jump in that time starts a new
@@ -106,13 +107,14 @@ target met key by key spends the budget where it buys the least latency. Here th
     400 ms for 30 s) this is what beats one global fixed delay while firing per key.
 
 **Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
-:mod:`watermark.fleet_kernel`); the allocation happens at the first arrival at or past each grid instant.
-A :class:`~watermark.combine.PartitionedWatermark` (``min`` or ``scoped`` mode) builds one fleet, runs it over
-the whole batch before the partitions' generators read their proposals (:meth:`Fleet.prepare`), and holds it
-once in its snapshot; so a batch gives the same decisions whether it is processed whole, in cuts, or tuple
-by tuple (a property test). The decisions of one partition depend on the others' arrivals (that is the
-point), so, unlike other strategies in ``scoped`` mode, merging the partitions in another order can change
-them; the executors' stage (partitions run apart) cannot run it, and the job runs its stage on the driver.
+:mod:`watermark.strategies.fleet_kernel`); the allocation happens at the first arrival at or past each grid
+instant. A :class:`~watermark.partitions.combine.PartitionedWatermark` (``min`` or ``scoped`` mode) builds one
+fleet, runs it over the whole batch before the partitions' generators read their proposals
+(:meth:`Fleet.prepare`), and holds it once in its snapshot; so a batch gives the same decisions whether it is
+processed whole, in cuts, or tuple by tuple (a property test). The decisions of one partition depend on the
+others' arrivals (that is the point), so, unlike other strategies in ``scoped`` mode, merging the partitions
+in another order can change them; the executors' stage (partitions run apart) cannot run it, and the job runs
+its stage on the driver.
 
 **Alone** (a bare generator, the combination's ``global`` mode) a generator has a fleet of its own with one
 key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing, congestion, guard.
@@ -156,7 +158,7 @@ Examples
 One key whose tuples trail its frontier by up to 40 ms: the budget of 1 % is met at a delay of about 30 ms.
 
 >>> import numpy as np
->>> from watermark.fleet import FleetWatermark
+>>> from watermark.strategies.fleet import FleetWatermark
 >>> rng = np.random.default_rng(1)
 >>> n = 20_000
 >>> tp = 1_700_000_000_000 + np.arange(n) * 5
@@ -177,8 +179,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from watermark import fleet_kernel as fk
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int
+from watermark.strategies import fleet_kernel as fk
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK
 
@@ -199,8 +201,9 @@ def _decode_f64(text: str) -> np.ndarray:
 class Fleet:
     """The shared state of a fleet of keys: their lag models, congestion delays, guards and the allocation.
 
-    Built by :meth:`FleetWatermark.shared_state` (one per :class:`~watermark.combine.PartitionedWatermark`)
-    or by a lone generator for itself. Keys are the partition keys (strings or integers).
+    Built by :meth:`FleetWatermark.shared_state` (one per
+    :class:`~watermark.partitions.combine.PartitionedWatermark`) or by a lone generator for itself. Keys are
+    the partition keys (strings or integers).
     """
 
     _kints: NDArray[np.int64]

@@ -11,14 +11,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from watermark import storage
-from watermark.evaluate import DEFAULT_STRAGGLER_MS, replay
+from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, replay
 from watermark.progress import progress_line
-from watermark.registry import STRATEGIES, make
+from watermark.strategies.registry import STRATEGIES, make
 from watermark.windowspec import WindowSpec
 
 #: The default grid: the seed papers' settings (Tables 2 and 3 of the adaptive-watermarks paper, Table 2 of
 #: the sliding-window paper), delays on the scale of minutes, which streams like the taxi data need, and the
-#: adaptive strategy with a heartbeat (see :class:`watermark.adaptive.Adaptive`).
+#: adaptive strategy with a heartbeat (see :class:`watermark.strategies.adaptive.Adaptive`).
 DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
     "periodic": [
         {"delay_ms": 0, "period_ms": 10},

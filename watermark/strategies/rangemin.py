@@ -21,7 +21,7 @@ def range_min(values: NDArray[np.int64], lo: NDArray[np.intp], hi: NDArray[np.in
     Examples
     --------
     >>> import numpy as np
-    >>> from watermark.rangemin import range_min
+    >>> from watermark.strategies.rangemin import range_min
     >>> range_min(np.array([5, 3, 8, 1, 9]), np.array([0, 2, 4]), np.array([2, 4, 5])).tolist()
     [3, 1, 9]
 

@@ -44,12 +44,12 @@ class Percentile(WatermarkGenerator):
 
     Departures, and why:
 
-    * The estimate is taken on the periodic grid of :class:`~watermark.periodic.Periodic` (every
+    * The estimate is taken on the periodic grid of :class:`~watermark.strategies.periodic.Periodic` (every
       ``period_ms`` of ingestion time, at the first arrival at or past a grid point, over the arrivals before
       it), as a watermark service samples the in-flight distribution; the chapter leaves the cadence open.
     * ``on_idle`` does not move the watermark: with no arrivals the distribution of recent event times only
       shrinks to its older part, which says nothing new about progress. Idle sources are the combination's
-      job (:class:`~watermark.combine.PartitionedWatermark` excludes them).
+      job (:class:`~watermark.partitions.combine.PartitionedWatermark` excludes them).
     * The percentile is an order statistic of the observed values (numpy's ``lower`` method), so the
       watermark is always an event time that was seen.
 
@@ -64,7 +64,7 @@ class Percentile(WatermarkGenerator):
 
     Examples
     --------
-    >>> from watermark.percentile import Percentile
+    >>> from watermark.strategies.percentile import Percentile
     >>> gen = Percentile(percentile=50, horizon_ms=1_000, period_ms=100)
     >>> gen.process([10, 50, 30, 40, 5], [0, 20, 40, 150, 160]).tolist()
     [-9223372036854775808, -9223372036854775808, -9223372036854775808, 30, 30]

@@ -1,4 +1,4 @@
-"""The fleet rule (:class:`watermark.fleet.Fleet`) compiled with numba, over flat state arrays.
+"""The fleet rule (:class:`watermark.strategies.fleet.Fleet`) compiled with numba, over flat state arrays.
 
 One function, :func:`run`, takes arrivals of any keys in arrival order and returns, per arrival, the watermark
 its key proposes right after it (its frontier, guarded after a congestion, minus its delay and the congestion

@@ -108,7 +108,7 @@ def adwin_state(adwin: ADWIN) -> dict[str, Any]:
         r.take(fmt)
     if r.at != len(blob) or _encode(state) != blob:
         msg = (
-            "river's ADWIN state does not have the layout watermark.adwin_state reads (river "
+            "river's ADWIN state does not have the layout watermark.strategies.adwin_state reads (river "
             "0.26's AdaptiveWindowing); pin river at the version in requirements.lock"
         )
         raise RuntimeError(msg)

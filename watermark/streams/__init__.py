@@ -1,0 +1,1 @@
+"""Streams to replay: recorded ones (CSV, Parquet) and their time syntax, synthetic ones, perturbations."""

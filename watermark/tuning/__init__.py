@@ -1,0 +1,1 @@
+"""Choosing a strategy and its parameters for a late-data target on a recorded history."""
