@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from watermark.base import WatermarkGenerator  # noqa: E402
 from watermark.strategies.registry import make  # noqa: E402
 
-#: One setting of the tuner's search space per strategy (``watermark.tuning.tune.SEARCH_SPACE``).
+#: One setting of the tuner's search space per strategy (each class's ``search_space``).
 SETTINGS: dict[str, dict[str, Any]] = {
     "periodic": {"delay_ms": 500, "period_ms": 10},
     "adaptive": {"late_threshold": 0.1, "heartbeat_ms": 100},

@@ -88,11 +88,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from watermark.evaluation.baseline import Hindsight, latency_floor  # noqa: E402
 from watermark.evaluation.replay import WindowSpec, replay  # noqa: E402
 from watermark.strategies.registry import STRATEGIES, required_params  # noqa: E402
+from watermark.strategies.registry import search_space as default_space  # noqa: E402
 from watermark.streams import perturb  # noqa: E402
 from watermark.streams.recorded import read_stream  # noqa: E402
 from watermark.streams.synthetic import generate  # noqa: E402
 from watermark.tuning.tune import (  # noqa: E402
-    SEARCH_SPACE,
     SLO_SHARES,
     Candidate,
     TuneError,
@@ -120,11 +120,12 @@ Stream = tuple[np.ndarray, np.ndarray, np.ndarray]  # te, tp, device, in arrival
 
 #: The tuner's search space here: the default space's fixed-delay families whole (the tuner binary-searches
 #: them), fewer settings of the data-driven strategies (whose every setting is replayed).
+DEFAULT_SPACE = default_space()
 SPACE: dict[str, list[dict[str, Any]]] = {
     "slo": [{"sample_size": 2_000}, {"sample_size": 10_000, "horizon_ms": 20_000}],
-    "periodic": SEARCH_SPACE["periodic"],
-    "ingestion": SEARCH_SPACE["ingestion"],
-    "band": SEARCH_SPACE["band"],
+    "periodic": DEFAULT_SPACE["periodic"],
+    "ingestion": DEFAULT_SPACE["ingestion"],
+    "band": DEFAULT_SPACE["band"],
     "percentile": [
         {"percentile": q, "horizon_ms": h, "period_ms": 10} for q in (0.0, 1.0, 5.0) for h in (500, 2_000)
     ],
@@ -146,12 +147,12 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
     is set to each :data:`~watermark.tuning.tune.SLO_SHARES` fraction of the target, as the tuner does for
     ``slo``.
     """
-    chosen = SEARCH_SPACE if full else SPACE
+    chosen = DEFAULT_SPACE if full else SPACE
     space = {name: list(settings) for name, settings in chosen.items() if name in STRATEGIES}
     for name, cls in STRATEGIES.items():
         if name in space:
             continue
-        settings = list(SEARCH_SPACE.get(name, [{}]))
+        settings = list(DEFAULT_SPACE.get(name, [{}]))
         if len(settings) > OTHER_SETTINGS and not full:
             pick = np.linspace(0, len(settings) - 1, OTHER_SETTINGS).round().astype(int)
             settings = [settings[i] for i in sorted(set(pick.tolist()))]

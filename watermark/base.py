@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -176,6 +176,14 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
     name: ClassVar[str]
     #: Parameter names and the callable that converts a ``name=value`` string to the parameter's type.
     param_types: ClassVar[Mapping[str, Any]]
+    #: The settings the tuner replays (``awm tune``, the re-tuning DAG), one parameter dict each; a strategy
+    #: that takes ``late_slo_pct`` gets one setting per target share from the tuner for each.
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = ({},)
+    #: A parameter for which a larger value gives a lower or equal watermark at every instant, the others
+    #: fixed: the tuner binary-searches it instead of replaying every value. None: no such parameter.
+    monotone_param: ClassVar[str | None] = None
+    #: The settings ``awm compare`` replays by default; empty: the strategy is left out of its default grid.
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = ()
     #: :meth:`process_trace` runs at most this many arrivals as the ``update`` loop (the same watermarks and
     #: state): below it the vectorised core's fixed cost (tens of microseconds of numpy calls) exceeds the
     #: loop's, as on a sparse fleet's short runs between idle spells (``benchmarks/small_batches.py``).
@@ -184,6 +192,15 @@ class WatermarkGenerator(WatermarkReadout, abc.ABC):
 
     def __init__(self) -> None:
         self._reset()
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """Parameters the contract tests build the strategy with (default: none, the defaults).
+
+        Each value is chosen by ``pick`` from a sequence of candidates: the tests draw with hypothesis;
+        anything that picks an element of a sequence will do.
+        """
+        return {}
 
     # -- state -----------------------------------------------------------------------------------------
     def _reset(self) -> None:

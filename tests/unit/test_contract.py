@@ -28,17 +28,10 @@ def state_of(gen):
 
 
 def test_every_design_strategy_is_registered():
-    assert list(STRATEGIES) == [
-        "periodic",
-        "adaptive",
-        "sliding",
-        "percentile",
-        "band",
-        "ingestion",
-        "slo",
-        "fleet",
-    ]
-    assert set(NAMES) == set(STRATEGIES)
+    # (a strategy added later registers itself: tests/unit/test_strategy_registration.py)
+    design = ["periodic", "adaptive", "sliding", "percentile", "band", "ingestion", "slo", "fleet"]
+    assert list(STRATEGIES)[: len(design)] == design
+    assert NAMES == list(STRATEGIES)  # the contract tests below run every registered strategy
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from watermark.cli.main import main
 from watermark.evaluation.replay import WindowSpec, replay
+from watermark.strategies.registry import monotone_params
 from watermark.tuning import tune as tune_module
-from watermark.tuning.tune import MONOTONE, Candidate, TuneError, one_off_burst, stable_choice, tune
+from watermark.tuning.tune import Candidate, TuneError, one_off_burst, stable_choice, tune
 
 W = WindowSpec(1_000)
 DELAYS = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in range(0, 1_001, 100)]}
@@ -362,7 +363,7 @@ def test_the_binary_search_chooses_what_the_exhaustive_scan_chooses(
         with pytest.raises(TuneError):
             tune(te, tp, **kw)
         return
-    for name, param in MONOTONE.items():
+    for name, param in monotone_params().items():
         for mode in {c.partition_mode for c in full.candidates}:
             for period in (10, 100, None):
                 group = sorted(

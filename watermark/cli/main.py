@@ -32,8 +32,32 @@ COMMANDS = {
 }
 
 
+#: Stands in a flag's help for the registered strategies' names, filled in only when help is printed (the
+#: registry imports every strategy, numba and river: seconds a command that prints no help never pays).
+STRATEGY_NAMES = "{strategy names}"
+
+
+class StrategyNamesHelp(argparse.HelpFormatter):
+    """Help text with :data:`STRATEGY_NAMES` replaced by the names in the strategy registry."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text is not None and STRATEGY_NAMES in text:
+            from watermark.strategies.registry import STRATEGIES
+
+            text = text.replace(STRATEGY_NAMES, ", ".join(STRATEGIES))
+        return text
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line and exit status 2, like bad input."""
+    """An argument parser whose usage errors are one line and exit status 2, like bad input.
+
+    Its help names the registered strategies (:class:`StrategyNamesHelp`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", StrategyNamesHelp)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
         """Print ``error: ...`` on one line and exit 2."""
@@ -99,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help=COMMANDS["replay"])
     _add_input_flags(rp)
     rp.add_argument(
-        "--strategy", required=True, help="periodic, adaptive, sliding, percentile, band, ingestion"
+        "--strategy", required=True, metavar="NAME", help=f"the strategy: one of {STRATEGY_NAMES}"
     )
     rp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="strategy parameter")
     rp.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
@@ -116,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help=COMMANDS["compare"])
     _add_input_flags(cp)
     cp.add_argument("--window-ms", type=_window_list, required=True, help="window sizes, e.g. 100,1000")
-    cp.add_argument("--strategies", help="comma-separated subset of the grid's strategies")
+    cp.add_argument(
+        "--strategies", help=f"comma-separated subset of the grid's strategies ({STRATEGY_NAMES})"
+    )
     cp.add_argument("--grid", help='JSON file {"strategy": [{param: value}, ...]} (default: built-in grid)')
     cp.add_argument("--json", action="store_true", help="print the runs as a JSON list")
 
@@ -127,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tn.add_argument("--window-ms", type=int, required=True, help="window size (tumbling unless --slide-ms)")
     tn.add_argument("--slide-ms", type=int, default=None, help="window slide (sliding windows)")
-    tn.add_argument("--strategies", help="comma-separated subset of the search space (default: all)")
+    tn.add_argument(
+        "--strategies", help=f"comma-separated subset of the search space ({STRATEGY_NAMES}; default: all)"
+    )
     tn.add_argument(
         "--recent-fraction",
         type=float,

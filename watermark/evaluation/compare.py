@@ -13,35 +13,8 @@ from numpy.typing import ArrayLike
 from watermark import storage
 from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, replay
 from watermark.progress import progress_line
-from watermark.strategies.registry import STRATEGIES, make
+from watermark.strategies.registry import STRATEGIES, comparison_grid, make
 from watermark.windowspec import WindowSpec
-
-#: The default grid: the seed papers' settings (Tables 2 and 3 of the adaptive-watermarks paper, Table 2 of
-#: the sliding-window paper), delays on the scale of minutes, which streams like the taxi data need, and the
-#: adaptive strategy with a heartbeat (see :class:`watermark.strategies.adaptive.Adaptive`).
-DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
-    "periodic": [
-        {"delay_ms": 0, "period_ms": 10},
-        {"delay_ms": 100, "period_ms": 10},
-        {"delay_ms": 1_000, "period_ms": 200},
-        {"delay_ms": 10_000, "period_ms": 200},
-        {"delay_ms": 600_000, "period_ms": 200},
-    ],
-    "adaptive": [
-        *({"sensitivity_change": dd, "late_threshold": lt} for dd in (1.0, 0.1) for lt in (1.0, 0.1, 0.01)),
-        *({"late_threshold": lt, "heartbeat_ms": 200} for lt in (1.0, 0.1, 0.01)),
-    ],
-    "sliding": [{"change_rate": 0.01}, {"change_rate": 0.1}],
-    "percentile": [
-        *({"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)),
-        {"percentile": 5.0, "horizon_ms": 60_000, "period_ms": 1_000},
-    ],
-    "band": [{"band_ms": b, "idle_ms": 120_000} for b in (100, 1_000, 10_000)],
-    "ingestion": [
-        {"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)
-    ],
-    "slo": [{"late_slo_pct": pct} for pct in (0.5, 0.1)],
-}
 
 
 def load_grid(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
@@ -90,7 +63,7 @@ def run_grid(
     partition_mode: str = "min",
 ) -> list[dict[str, Any]]:
     """Replay every (strategy, parameters, window) of the grid; one summary dict per run."""
-    grid = DEFAULT_GRID if grid is None else grid
+    grid = comparison_grid() if grid is None else grid
     names = chosen_strategies(grid, strategies, "grid")
     te_a, tp_a = np.asarray(te), np.asarray(tp)
     runs = [(n, dict(p), w) for n in names for p in grid[n] for w in windows]

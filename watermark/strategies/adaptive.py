@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, count, islice
 from typing import Any, ClassVar
 
@@ -91,6 +91,26 @@ class Adaptive(WatermarkGenerator):
         "sensitivity": float,
         "heartbeat_ms": optional_int,
     }
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"late_threshold": lt, "heartbeat_ms": hb} for lt in (1.0, 0.1, 0.01) for hb in (100, 200, 1_000)
+    ]
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [
+        *({"sensitivity_change": dd, "late_threshold": lt} for dd in (1.0, 0.1) for lt in (1.0, 0.1, 0.01)),
+        *({"late_threshold": lt, "heartbeat_ms": 200} for lt in (1.0, 0.1, 0.01)),
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {
+            "late_threshold": pick([1.0, 0.5, 0.1, 0.01]),
+            "sensitivity_change": pick([1.0, 0.5, 0.1]),
+            "warmup": pick(range(1, 41)),
+            "skew": pick(["max", "mean"]),
+            "sensitivity": pick([1.0, 0.5, 0.002]),
+            "heartbeat_ms": pick([None, 1, 30, 200]),
+        }
 
     def __init__(
         self,

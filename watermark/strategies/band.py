@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,6 +61,19 @@ class Band(WatermarkGenerator):
     #: (``benchmarks/small_batches.py``)
     SCALAR_RUN_MAX = 64
     param_types: ClassVar[Mapping[str, Any]] = {"band_ms": int, "idle_ms": int}
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"band_ms": b} for b in (10, 20, 50, 100, 150, 200, 300, 400, 500, 700, 1_000, 1_500, 2_000, 5_000)
+    ]
+    monotone_param: ClassVar[str | None] = "band_ms"
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"band_ms": b, "idle_ms": 120_000} for b in (100, 1_000, 10_000)
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {"band_ms": pick(range(1, 1_001)), "idle_ms": pick(range(1, 301))}
 
     def __init__(self, band_ms: int = 10_000, idle_ms: int = 120_000) -> None:
         self.band_ms = check_int("band_ms", band_ms, 1)

@@ -173,7 +173,7 @@ One key whose tuples trail its frontier by up to 40 ms: the budget of 1 % is met
 from __future__ import annotations
 
 import base64
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -489,6 +489,34 @@ class FleetWatermark(WatermarkGenerator):
         "guard_min_ms": int,
         "surge": float,
     }
+
+    # its defaults, its frontier following the ingestion clock between arrivals, never running ahead of a
+    # key's largest event time, and with the surge (a regime of longer transits on several keys at once)
+    # and a frontier 4 gaps ahead
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {},
+        {"follow_clock": 1},
+        {"lead": 0.0},
+        {"surge": 4.0, "lead": 4.0},
+        {"surge": 5.0, "lead": 4.0},
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {
+            "late_slo_pct": pick([0.5, 5.0, 30.0]),
+            "initial_delay_ms": pick(range(301)),
+            "period_ms": pick(range(1, 301)),
+            "memory": pick(range(10, 101)),
+            "prior": pick([0.0, 5.0, 50.0]),
+            "congestion": pick([0.0, 1.0, 2.0]),
+            "step_min_ms": pick(range(1, 501)),
+            "step_run": pick(range(1, 7)),
+            "lead": pick([0.0, 1.0, 2.0, 10.0]),
+            "follow_clock": pick([0, 1]),
+            "surge": pick([0.0, 2.0, 5.0]),
+        }
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +51,19 @@ class Ingestion(WatermarkGenerator):
 
     name = "ingestion"
     param_types: ClassVar[Mapping[str, Any]] = {"max_event_time_lag_ms": int, "max_watermark_lag_ms": int}
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"max_event_time_lag_ms": lag} for lag in range(0, 5_001, 50)
+    ]
+    monotone_param: ClassVar[str | None] = "max_event_time_lag_ms"
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"max_event_time_lag_ms": lag, "max_watermark_lag_ms": 10_000} for lag in (100, 1_000, 600_000)
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {"max_event_time_lag_ms": pick(range(501)), "max_watermark_lag_ms": pick(range(1, 301))}
 
     def __init__(self, max_event_time_lag_ms: int = 1000, max_watermark_lag_ms: int = 10_000) -> None:
         self.max_event_time_lag_ms = check_int("max_event_time_lag_ms", max_event_time_lag_ms, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -75,6 +75,25 @@ class Percentile(WatermarkGenerator):
     #: (``benchmarks/small_batches.py``; its ``update`` sorts the horizon's event times at each emission)
     SCALAR_RUN_MAX = 4
     param_types: ClassVar[Mapping[str, Any]] = {"percentile": float, "horizon_ms": int, "period_ms": int}
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"percentile": q, "horizon_ms": h, "period_ms": 10}
+        for q in (0.0, 0.5, 1.0, 2.0, 5.0)
+        for h in (200, 500, 1_000, 2_000, 5_000)
+    ]
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [
+        *({"percentile": p, "horizon_ms": 1_000, "period_ms": 200} for p in (0.0, 5.0, 50.0)),
+        {"percentile": 5.0, "horizon_ms": 60_000, "period_ms": 1_000},
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {
+            "percentile": pick([0.0, 1.0, 33.3, 50.0, 99.0, 100.0]),
+            "horizon_ms": pick(range(1, 1_001)),
+            "period_ms": pick(range(1, 201)),
+        }
 
     def __init__(self, percentile: float = 0.0, horizon_ms: int = 1_000, period_ms: int = 200) -> None:
         self.percentile = check_float("percentile", percentile, 0.0, 100.0)

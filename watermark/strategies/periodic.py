@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -71,6 +71,23 @@ class Periodic(WatermarkGenerator):
 
     name = "periodic"
     param_types: ClassVar[Mapping[str, Any]] = {"delay_ms": int, "period_ms": int}
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"delay_ms": d, "period_ms": p} for p in (10, 50, 200) for d in range(0, 5_001, 10)
+    ]
+    monotone_param: ClassVar[str | None] = "delay_ms"
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"delay_ms": 0, "period_ms": 10},
+        {"delay_ms": 100, "period_ms": 10},
+        {"delay_ms": 1_000, "period_ms": 200},
+        {"delay_ms": 10_000, "period_ms": 200},
+        {"delay_ms": 600_000, "period_ms": 200},
+    ]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {"delay_ms": pick(range(301)), "period_ms": pick(range(1, 121))}
 
     def __init__(self, delay_ms: int = 1000, period_ms: int = 200) -> None:
         self.delay_ms = check_int("delay_ms", delay_ms, 0)

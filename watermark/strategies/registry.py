@@ -16,10 +16,65 @@ from watermark.strategies.periodic import Periodic
 from watermark.strategies.sliding import Sliding
 from watermark.strategies.slo import LateRateSLO
 
+#: Every strategy by name, in the order listings show them. A strategy declares on its class what the rest
+#: of the library needs of it (:class:`watermark.base.WatermarkGenerator`: its parameters and their types,
+#: the tuner's search space and monotone parameter, ``awm compare``'s default grid, the contract tests'
+#: parameters); :func:`register` adds one, and every listing below is derived from this registry.
 STRATEGIES: dict[str, type[WatermarkGenerator]] = {
     cls.name: cls
     for cls in (Periodic, Adaptive, Sliding, Percentile, Band, Ingestion, LateRateSLO, FleetWatermark)
 }
+
+
+def register(cls: type[WatermarkGenerator]) -> type[WatermarkGenerator]:
+    """Add a strategy to :data:`STRATEGIES` under its ``name`` (usable as a class decorator).
+
+    Raises
+    ------
+    ValueError
+        If the name is taken by another class, or a declared setting is not one the class accepts.
+
+    """
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        msg = f"{cls.__name__} has no name to register under"
+        raise ValueError(msg)
+    if STRATEGIES.get(name, cls) is not cls:
+        msg = f"strategy name {name!r} is taken by {STRATEGIES[name].__name__}"
+        raise ValueError(msg)
+    declared = [*cls.search_space, *cls.comparison_grid]
+    unknown = sorted({k for params in declared for k in params} - set(cls.param_types))
+    if cls.monotone_param is not None and cls.monotone_param not in cls.param_types:
+        unknown.append(cls.monotone_param)
+    if unknown:
+        msg = f"{name}: declared settings name unknown parameter(s) {', '.join(unknown)}"
+        raise ValueError(msg)
+    STRATEGIES[name] = cls
+    return cls
+
+
+def targeted(name: str) -> bool:
+    """Whether the strategy takes the late-share target as a parameter (``late_slo_pct``)."""
+    return "late_slo_pct" in strategy_class(name).param_types
+
+
+def search_space() -> dict[str, list[dict[str, Any]]]:
+    """The tuner's settings per strategy (each class's ``search_space``)."""
+    return {name: [dict(p) for p in cls.search_space] for name, cls in STRATEGIES.items() if cls.search_space}
+
+
+def monotone_params() -> dict[str, str]:
+    """The parameter the tuner binary-searches, per strategy that has one (``monotone_param``)."""
+    return {name: cls.monotone_param for name, cls in STRATEGIES.items() if cls.monotone_param is not None}
+
+
+def comparison_grid() -> dict[str, list[dict[str, Any]]]:
+    """``awm compare``'s default grid: each class's ``comparison_grid``, for the strategies that have one."""
+    return {
+        name: [dict(p) for p in cls.comparison_grid]
+        for name, cls in STRATEGIES.items()
+        if cls.comparison_grid
+    }
 
 
 def strategy_class(name: str) -> type[WatermarkGenerator]:

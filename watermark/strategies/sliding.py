@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -91,6 +91,23 @@ class Sliding(WatermarkGenerator):
         "rate_window_ms": int,
         "slide_window_ms": int,
     }
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"initial_delay_ms": d, "change_rate": c} for d in (100, 250, 350, 500) for c in (0.01, 0.1)
+    ]
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [{"change_rate": 0.01}, {"change_rate": 0.1}]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        slide = pick(range(1, 801))
+        return {
+            "slide_window_ms": slide,
+            "initial_delay_ms": pick(range(1, slide + 1)),
+            "change_rate": pick([1.0, 0.5, 0.1, 0.01, 0.001]),
+            "rate_threshold": pick([0.5, 5.0, 20.0, 80.0]),
+            "rate_window_ms": pick(range(1, 2_001)),
+        }
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ This strategy takes the one thing a user can state, the share of late tuples the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -203,6 +203,30 @@ class LateRateSLO(WatermarkGenerator):
         "surge_factor": float,
         "surge_arrivals": int,
     }
+
+    search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
+        {"sample_size": 2_000},
+        *({"sample_size": 10_000, "horizon_ms": h} for h in (None, 20_000, 60_000)),
+        # the rule without the straggler cap and the guard after a rise, in case the stream's tail is no
+        # straggler
+        {"sample_size": 10_000, "straggler_factor": 1e9, "surge_factor": 0.0},
+    ]
+    comparison_grid: ClassVar[Sequence[Mapping[str, Any]]] = [{"late_slo_pct": pct} for pct in (0.5, 0.1)]
+
+    @classmethod
+    def test_settings(cls, pick: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+        """The contract tests' parameters (:meth:`watermark.base.WatermarkGenerator.test_settings`)."""
+        return {
+            "late_slo_pct": pick([0.5, 5.0, 30.0]),
+            "initial_delay_ms": pick(range(301)),
+            "warmup": pick(range(1, 31)),
+            "sample_size": pick(range(10, 41)),
+            "adwin_delta": pick([0.002, 0.5, 1.0]),
+            "horizon_ms": pick([None, pick(range(1, 201))]),
+            "straggler_factor": pick([1.0, 3.0, 1e9]),
+            "surge_factor": pick([0.0, 2.0]),
+            "surge_arrivals": pick(range(51)),
+        }
 
     def __init__(
         self,

@@ -1,11 +1,12 @@
 """The tuner: the strategy and parameters with the lowest mean emit latency at a late-rate target.
 
-It replays a recorded history through a search space of strategies and parameters (:data:`SEARCH_SPACE`),
-keeps the runs whose late share (``dropped_pct``) is at most the target, and chooses the one with the lowest
-mean emit latency (ties: fewer late tuples, then the earlier candidate), weighing that latency against how
-safely the target is kept on ``subperiods`` sub-periods of the history (by arrival; default
-:data:`SUBPERIODS`). **The rule** (:func:`stable_choice`) steps from the safest setting down, each step
-taken only when it is more than :data:`SAFETY_COST` (2) times faster than the choice so far:
+It replays a recorded history through a search space of strategies and parameters (each strategy's
+``search_space``, :func:`watermark.strategies.registry.search_space`), keeps the runs whose late share
+(``dropped_pct``) is at most the target, and chooses the one with the lowest mean emit latency (ties: fewer
+late tuples, then the earlier candidate), weighing that latency against how safely the target is kept on
+``subperiods`` sub-periods of the history (by arrival; default :data:`SUBPERIODS`). **The rule**
+(:func:`stable_choice`) steps from the safest setting down, each step taken only when it is more than
+:data:`SAFETY_COST` (2) times faster than the choice so far:
 
 1. start from the fastest setting that keeps the target on every sub-period (**stable**, counted in whole
    tuples, :meth:`Candidate.stable`: two late tuples in a sub-period of 390 rows, 0.51 %, keep a 0.5 %
@@ -72,7 +73,8 @@ history is held out: the choice is made on the earlier part and replayed on the 
 result reports both (:class:`PeriodReport`: late share, mean emit latency, and the ratio to the best fixed
 delay, the ``periodic`` family, chosen on the tuning period and, with hindsight, on the evaluation period).
 
-**Speed.** In the fixed-delay families (:data:`MONOTONE`: ``periodic`` at a fixed period, ``ingestion``,
+**Speed.** In the fixed-delay families (each one's ``monotone_param``,
+:func:`watermark.strategies.registry.monotone_params`: ``periodic`` at a fixed period, ``ingestion``,
 ``band``) a larger delay gives a lower-or-equal watermark at every instant, hence a subset of the late
 tuples on every sub-period. So instead of replaying every delay of the grid, a binary search over the sorted
 delays finds the smallest delay meeting the target on the pooled history, the smallest meeting it on every
@@ -127,47 +129,8 @@ from watermark.evaluation.compare import chosen_strategies
 from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, latency_stats, replay
 from watermark.partitions.combine import factorize, one_partition_per_key
 from watermark.progress import progress_line
+from watermark.strategies.registry import monotone_params, search_space, targeted
 from watermark.windowspec import WindowSpec
-
-#: Parameters searched per strategy (fixed delays from 0 to 5 s, the data-driven strategies' knobs).
-SEARCH_SPACE: dict[str, list[dict[str, Any]]] = {
-    "slo": [{"sample_size": 2_000}]
-    + [{"sample_size": 10_000, "horizon_ms": h} for h in (None, 20_000, 60_000)]
-    # the rule without the straggler cap and the guard after a rise, in case the stream's tail is no straggler
-    + [{"sample_size": 10_000, "straggler_factor": 1e9, "surge_factor": 0.0}],
-    "periodic": [{"delay_ms": d, "period_ms": p} for p in (10, 50, 200) for d in range(0, 5_001, 10)],
-    "ingestion": [{"max_event_time_lag_ms": lag} for lag in range(0, 5_001, 50)],
-    "band": [
-        {"band_ms": b} for b in (10, 20, 50, 100, 150, 200, 300, 400, 500, 700, 1_000, 1_500, 2_000, 5_000)
-    ],
-    "percentile": [
-        {"percentile": q, "horizon_ms": h, "period_ms": 10}
-        for q in (0.0, 0.5, 1.0, 2.0, 5.0)
-        for h in (200, 500, 1_000, 2_000, 5_000)
-    ],
-    "sliding": [{"initial_delay_ms": d, "change_rate": c} for d in (100, 250, 350, 500) for c in (0.01, 0.1)],
-    "adaptive": [
-        {"late_threshold": lt, "heartbeat_ms": hb} for lt in (1.0, 0.1, 0.01) for hb in (100, 200, 1_000)
-    ],
-    # the per-key estimator with one shared late budget (its target: SLO_SHARES): its defaults, its frontier
-    # following the ingestion clock between arrivals, never running ahead of a key's largest event time, and
-    # with the surge (a regime of longer transits on several keys at once) and a frontier 4 gaps ahead
-    "fleet": [
-        {},
-        {"follow_clock": 1},
-        {"lead": 0.0},
-        {"surge": 4.0, "lead": 4.0},
-        {"surge": 5.0, "lead": 4.0},
-    ],
-}
-
-#: Strategies that take the late-share target as a parameter (``late_slo_pct``).
-TARGETED = ("slo", "fleet")
-
-
-#: Families whose watermark is lower or equal at every instant for a larger value of this parameter (the
-#: other parameters fixed): the tuner binary-searches that parameter instead of replaying every value.
-MONOTONE: dict[str, str] = {"periodic": "delay_ms", "ingestion": "max_event_time_lag_ms", "band": "band_ms"}
 
 #: Sub-periods of the tuning period (by arrival) on each of which the choice should keep the target.
 SUBPERIODS = 4
@@ -480,10 +443,10 @@ def _public(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _expand(name: str, settings: Sequence[Mapping[str, Any]], target_late_pct: float) -> list[dict[str, Any]]:
-    """Settings of :data:`TARGETED` strategies without a target get one per :data:`SLO_SHARES` fraction."""
+    """Settings of a strategy taking ``late_slo_pct`` without it get one per :data:`SLO_SHARES` fraction."""
     out: list[dict[str, Any]] = []
     for params in settings:
-        if name not in TARGETED or "late_slo_pct" in params:
+        if not targeted(name) or "late_slo_pct" in params:
             out.append(dict(params))
         elif target_late_pct > 0:
             out += [dict(params) | {"late_slo_pct": round(target_late_pct * f, 4)} for f in SLO_SHARES]
@@ -695,7 +658,7 @@ def monotone_search(
 
 def _groups(name: str, settings: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     """Positions of ``settings`` grouped by all but the monotone parameter, each group in increasing order."""
-    param = MONOTONE[name]
+    param = monotone_params()[name]
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(settings):
         rest = repr(sorted((k, repr(v)) for k, v in p.items() if k != param))
@@ -705,9 +668,10 @@ def _groups(name: str, settings: Sequence[Mapping[str, Any]]) -> list[list[int]]
 
 def _planned(grid: Mapping[str, Sequence[Mapping[str, Any]]], exhaustive: bool) -> int:
     """Replays expected per partition mode (for the progress count)."""
+    monotone = monotone_params()
     total = 0
     for name, settings in grid.items():
-        if exhaustive or name not in MONOTONE:
+        if exhaustive or name not in monotone:
             total += len(settings)
         else:
             total += sum(3 * int(np.ceil(np.log2(len(g) + 1))) for g in _groups(name, settings))
@@ -820,7 +784,10 @@ def tune(
     compare_fixed: bool = True,
     workers: int = 1,
 ) -> TuneResult:
-    """Replay the candidates of ``space`` (default :data:`SEARCH_SPACE`) and choose as the module says.
+    """Replay the candidates of ``space`` and choose as the module says.
+
+    ``space`` defaults to every strategy's ``search_space``
+    (:func:`watermark.strategies.registry.search_space`).
 
     With ``partition``, every candidate is replayed in each of ``partition_modes`` (default: ``min`` and
     ``global``, ``scoped`` when a ``key`` is given and every key lives in one partition, and ``keyed``
@@ -849,7 +816,8 @@ def tune(
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
         msg = f"max_rows must be an integer >= 1 or None, got {max_rows!r}"
         raise TuneError(msg)
-    space = SEARCH_SPACE if space is None else space
+    space = search_space() if space is None else space
+    monotone = monotone_params()
     try:
         names = chosen_strategies(space, strategies, "search space")
     except ValueError as exc:
@@ -910,7 +878,7 @@ def tune(
     jobs: list[_Job] = []
     for mode in modes:
         for name in names:
-            if exhaustive or name not in MONOTONE:
+            if exhaustive or name not in monotone:
                 jobs += [(name, mode, [i], False) for i in range(len(grid[name]))]
             else:
                 jobs += [(name, mode, group, True) for group in _groups(name, grid[name])]
