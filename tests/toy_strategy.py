@@ -1,8 +1,9 @@
 """A ninth strategy, registered through the registry alone, for tests/unit/test_strategy_registration.py.
 
 ``W = max event time seen - lag_ms`` (a bounded out-of-orderness without timers): the class declares all the
-library needs of it, and importing this module registers it. Only a test's own process imports it, so the
-registry of every other test holds the eight design strategies.
+library needs of it, and :func:`install` registers it. Only a test's own process calls it (importing the
+module, as the doctest collection does, registers nothing), so every other test's registry holds the eight
+design strategies.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from watermark.strategies.registry import register
 from watermark.timeutil import running_max, shift_right
 
 
-@register
 class BoundedLag(WatermarkGenerator):
     """``W = max te - lag_ms`` after each arrival; time alone never moves it."""
 
@@ -52,3 +52,8 @@ class BoundedLag(WatermarkGenerator):
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         pass
+
+
+def install() -> None:
+    """Register :class:`BoundedLag` (as ``toylag``)."""
+    register(BoundedLag)

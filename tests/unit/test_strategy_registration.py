@@ -19,8 +19,8 @@ IOT += ["--arrival-time", "S.Message.received.time.ms"]
 
 
 def run_with_toy(code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a new interpreter at the repository's root, after ``import tests.toy_strategy``."""
-    script = "import tests.toy_strategy\n" + textwrap.dedent(code)
+    """Run ``code`` in a new interpreter at the repository's root, after registering the toy strategy."""
+    script = "import tests.toy_strategy\ntests.toy_strategy.install()\n" + textwrap.dedent(code)
     return subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
