@@ -28,7 +28,7 @@ def settings_of(draw, name):
     """The parameters a strategy's class declares for the contract tests (``test_settings``), each value
     drawn by hypothesis from the candidates it names."""
     cls = STRATEGIES[name]
-    return cls.test_settings(lambda candidates: draw(st.sampled_from(list(candidates))))
+    return cls.test_settings(lambda candidates: draw(st.sampled_from(candidates)))
 
 
 #: Every registered strategy (in the registry's order) and the hypothesis strategy of its test settings:
