@@ -266,7 +266,7 @@ def missing_columns(dt: Any, table: str, columns: list[str] | None) -> list[str]
     """The columns of ``columns`` that the code's schema of ``table`` has and the Delta table not yet.
 
     A table written by an older version of the code lacks the columns added since, until the writer
-    evolves it (:func:`jobs.common.tables.ensure_table`); readers see null in them meanwhile, as they see
+    evolves it (:func:`jobs.common.tables.evolve_table`); readers see null in them meanwhile, as they see
     null in the rows written before the evolution.
     """
     if columns is None or table not in TABLES:

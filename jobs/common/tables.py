@@ -19,12 +19,14 @@ whose version is not above the one it recorded for that application, so a batch 
 never written twice. A batch with no rows for a table is not written to it: a replay recomputes the same
 (empty) rows, so there is nothing to protect, and a micro-batch saves a Delta commit per empty table.
 
-**Creation and evolution.** Before a table's first append in a run, :func:`ensure_table` creates it (with
-its schema, generated partition column and properties), or, when it exists, evolves it to the code's
-schema: the columns a newer version of the code added are added to the table (one ``ALTER TABLE ... ADD
-COLUMNS``, logged), and rows written before read null in them. A column the table has and the code no
-longer has, or one whose type changed, is a :class:`TableSchemaError` naming the table, the column and the
-migration (``docs/deployment.md``, Upgrading).
+**Creation and evolution.** A table's first use in a run looks it up (``DeltaTables._look_up``). An
+absent table is created by its first append, in the commit that holds its first rows, with its schema,
+generated partition column and properties (:func:`creating_write`; the same metadata and protocol as
+:func:`create_table`, which the maintenance's layout migration and older tables were made with). An
+existing table is evolved to the code's schema: the columns a newer version of the code added are added to
+the table (one ``ALTER TABLE ... ADD COLUMNS``, logged), and rows written before read null in them. A
+column the table has and the code no longer has, or one whose type changed, is a :class:`TableSchemaError`
+naming the table, the column and the migration (``docs/deployment.md``, Upgrading).
 
 **Few files.** An Arrow batch goes to Spark in at most one partition per :data:`ROWS_PER_PARTITION` rows
 (Spark's own default is one per 10,000), so a micro-batch's append writes few files.
@@ -182,6 +184,44 @@ def create_table(spark: Any, path: str, table: str, schema: pa.Schema | None = N
     table_builder(DeltaTable.createIfNotExists(spark).location(path), table, schema).execute()
 
 
+def generation_expression(table: str) -> str:
+    """The SQL expression Delta generates ``table``'s date partition column from (:data:`PARTITIONS`).
+
+    >>> generation_expression("aggregates")
+    "DATE_ADD(DATE'1970-01-01', CAST(window_start_ms DIV 86400000 AS INT))"
+    """
+    source = PARTITIONS[table][1]
+    return f"DATE_ADD(DATE'1970-01-01', CAST({source} DIV {DAY_MS} AS INT))"
+
+
+def creating_write(frame: Any, table: str) -> Any:
+    """The ``DataFrameWriter`` of an append that creates ``table`` with its rows, in one Delta commit.
+
+    The frame's columns are those of :data:`TABLES` in their order, plus the date partition column computed
+    by its generation expression and declared generated (the ``delta.generationExpression`` field metadata
+    Delta keeps generated columns by), partitioned by it, with the table's :data:`PROPERTIES`: Delta then
+    writes the metadata and protocol :func:`create_table` writes, in the commit that holds the first rows.
+    On an existing table the same write is a plain append (the generated values are checked, the options
+    that only a creation reads are ignored).
+    """
+    from pyspark.sql import functions as F
+
+    columns = [F.col(name) for name in TABLES[table].names]
+    writer_options = dict(PROPERTIES.get(table, {}))
+    if table not in PARTITIONS:
+        return _with_options(frame.select(*columns).write.format("delta"), writer_options)
+    column, expression = PARTITIONS[table][0], generation_expression(table)
+    generated = F.expr(expression).alias(column, metadata={"delta.generationExpression": expression})
+    writer = frame.select(*columns, generated).write.format("delta").partitionBy(column)
+    return _with_options(writer, writer_options)
+
+
+def _with_options(writer: Any, options: Mapping[str, str]) -> Any:
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer
+
+
 def table_builder(builder: Any, table: str, schema: pa.Schema | None = None) -> Any:
     """A delta-spark ``DeltaTableBuilder`` with ``table``'s columns, generated partition column, properties.
 
@@ -194,8 +234,7 @@ def table_builder(builder: Any, table: str, schema: pa.Schema | None = None) -> 
     for spark_field in from_arrow_schema(schema if schema is not None else TABLES[table]).fields:
         builder = builder.addColumn(spark_field.name, spark_field.dataType, nullable=True)
     if table in PARTITIONS:
-        column, source = PARTITIONS[table]
-        generated = f"DATE_ADD(DATE'1970-01-01', CAST({source} DIV {DAY_MS} AS INT))"
+        column, generated = PARTITIONS[table][0], generation_expression(table)
         builder = builder.addColumn(column, DateType(), generatedAlwaysAs=generated).partitionedBy(column)
     for key, value in PROPERTIES.get(table, {}).items():
         builder = builder.property(key, value)
@@ -284,23 +323,6 @@ def evolve_table(spark: Any, path: str, table: str, schema: pa.Schema | None = N
     return names
 
 
-def ensure_table(spark: Any, path: str, table: str) -> list[str]:
-    """Create ``table`` at ``path``, or evolve the existing one to its schema; the column names added.
-
-    A ``_delta_log`` left by an interrupted creation is cleared first (:func:`clear_uncommitted_log`); an
-    existing table gains the columns the code's schema added since it was created (:func:`evolve_table`;
-    a removed or retyped column is a :class:`TableSchemaError`); an absent one is created
-    (:func:`create_table`).
-    """
-    from delta.tables import DeltaTable
-
-    clear_uncommitted_log(spark, path)
-    if DeltaTable.isDeltaTable(spark, path):
-        return evolve_table(spark, path, table)
-    create_table(spark, path, table)
-    return []
-
-
 class DeltaTables(TableReader):
     """The Delta tables under one root: idempotent per-batch appends through Spark, light reads without.
 
@@ -318,8 +340,9 @@ class DeltaTables(TableReader):
     def __init__(self, root: str | os.PathLike[str], app_id: str, spark: Any = None) -> None:
         super().__init__(root, app_id)
         self.spark = spark
-        self._created: set[str] = set()
-        self._creating = threading.Lock()  # an append and prepare_state may both create a table
+        self._existing: set[str] = set()  # tables found (and evolved) or created by this writer in this run
+        self._absent: set[str] = set()  # tables found absent: their first append creates them
+        self._creating = threading.Lock()  # an append and prepare_state may both look a table up
         self._recorded: dict[str, int] = {}  # table -> a batch id the table records for app_id
 
     def append(self, table: str, data: Any, batch_id: int, *, schema: pa.Schema | None = None) -> bool:
@@ -356,15 +379,25 @@ class DeltaTables(TableReader):
             frame = frame.coalesce(-(-data.num_rows // ROWS_PER_PARTITION))  # Spark: 1 per 10,000 rows
         else:
             frame = data
-        self._create(table)
+        exists = self._look_up(table)
+        writer = frame.write.format("delta") if exists else creating_write(frame, table)
         started = time.perf_counter()
-        (
-            frame.write.format("delta")
-            .mode("append")
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", str(batch_id))
-            .save(self.path(table))
-        )
+        try:
+            (
+                writer.mode("append")
+                .option("txnAppId", self.app_id)
+                .option("txnVersion", str(batch_id))
+                .save(self.path(table))
+            )
+        except BaseException:
+            with self._creating:
+                self._absent.discard(table)  # looked up again by the next append
+            raise
+        if not exists:
+            with self._creating:
+                self._absent.discard(table)
+                self._existing.add(table)
+            log.info("created %s at %s with its first rows (batch %d)", table, self.path(table), batch_id)
         self._recorded[table] = max(batch_id, self._recorded.get(table, batch_id))
         log.debug("appended %s batch %d in %.2f s", table, batch_id, time.perf_counter() - started)
         return True
@@ -381,21 +414,35 @@ class DeltaTables(TableReader):
         for future in futures:
             future.result()
 
-    def _create(self, table: str) -> None:
-        """Create ``table``, or evolve it to its schema, once per run, before its first append.
+    def _look_up(self, table: str) -> bool:
+        """Whether ``table`` exists: looked up, and evolved to its schema, once per run.
 
-        The first use of a table in a run (an append, :meth:`prepare_state`) runs :func:`ensure_table`:
-        an absent table is created with its generated partition column and properties, an existing one
-        gains the columns the code's schema added since (logged; a removed or retyped column raises
-        :class:`TableSchemaError`). Later batches skip it. A table that is not one of :data:`TABLES`
-        (a DataFrame appended as it is) is created by its first append, with the DataFrame's schema.
+        The first use of a table in a run (an append, :meth:`prepare_state`) clears a ``_delta_log`` left
+        by a creation killed before its first commit (:func:`clear_uncommitted_log`); an existing table
+        then gains the columns the code's schema added since (logged; a removed or retyped column raises
+        :class:`TableSchemaError`). An absent one is created by its first append, in the commit that holds
+        its first rows (:func:`creating_write`): a table created empty first would cost that append a
+        reconstruction of the new table's state (delta-spark checks ``txnVersion`` against it), three
+        Spark jobs per table. A table that is not one of :data:`TABLES` (a DataFrame appended as it is) is
+        taken as existing: its first append creates it with the DataFrame's schema.
         """
         if table not in TABLES:
-            return
+            return True
+        from delta.tables import DeltaTable
+
         with self._creating:
-            if table not in self._created:
-                ensure_table(self.spark, self.path(table), table)
-                self._created.add(table)
+            if table in self._existing:
+                return True
+            if table in self._absent:
+                return False
+            path = self.path(table)
+            clear_uncommitted_log(self.spark, path)
+            if DeltaTable.isDeltaTable(self.spark, path):
+                evolve_table(self.spark, path, table)
+                self._existing.add(table)
+                return True
+            self._absent.add(table)
+            return False
 
     def prepare_state(self, table: str) -> bool:
         """Have delta-spark compute ``table``'s newest state now, ahead of the next idempotent append.
@@ -403,8 +450,8 @@ class DeltaTables(TableReader):
         An append with ``txnVersion`` asks Delta for the application ids the table recorded, which
         delta-spark 4.4 answers from a full reconstruction of the snapshot's state (three Spark jobs, not
         the version's checksum file). Computed here, from a thread of the caller's while the driver does
-        other work, the append finds it done. The table is created or evolved here first (:meth:`_create`;
-        its errors are raised).
+        other work, the append finds it done. The table is looked up and evolved here first (:meth:`_look_up`;
+        its errors are raised); an absent one is left to its first append, which creates it.
 
         The state is computed through Delta's public write options only: an empty append with
         ``txnAppId`` = this writer's and ``txnVersion`` = a batch id the table already recorded for it.
@@ -417,9 +464,8 @@ class DeltaTables(TableReader):
         that empty append is logged as a warning (the next append then computes the state itself, as
         without this step) and returns False.
         """
-        if self.spark is None or table not in TABLES:
+        if self.spark is None or table not in TABLES or not self._look_up(table):
             return False
-        self._create(table)
         recorded = self._recorded.get(table)
         if recorded is None:
             recorded = self.committed_version(table)

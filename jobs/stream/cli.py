@@ -322,8 +322,8 @@ def _table_flags(p: argparse.ArgumentParser) -> None:
         "--defer-batches",
         type=int,
         default=DeferPolicy.batches,
-        help="commit late_events, watermark_log and arrivals every N batches (their rows wait in the "
-        "checkpoint; aggregates are committed with every batch); 1 commits them with every batch "
+        help="commit late_events, quarantine, watermark_log and arrivals every N batches (their rows wait in "
+        "the checkpoint; aggregates are committed with every batch); 1 commits them with every batch "
         f"(default {DeferPolicy.batches})",
     )
     p.add_argument(

@@ -407,7 +407,7 @@ class KafkaOptions:
 
 @dataclass(frozen=True)
 class DeferPolicy:
-    """When the deferred tables (``late_events``, ``watermark_log``, ``arrivals``) are committed.
+    """When the deferred tables (``late_events``, ``quarantine``, ``watermark_log``, ``arrivals``) commit.
 
     Every ``batches`` batches, or when the oldest batch waiting is ``max_delay_ms`` old (ingestion time),
     and when the query ends (:mod:`jobs.stream.sinks.deferred`). ``batches=1``: with every batch.

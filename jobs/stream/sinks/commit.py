@@ -1,7 +1,7 @@
 """A batch's commit to the Delta tables: the appends, the deferred tables, and the states prepared ahead.
 
-Each micro-batch's ``aggregates`` and ``quarantine`` rows are appended with the batch; the rows of
-``late_events``, ``watermark_log`` and ``arrivals`` wait in the checkpoint (:mod:`jobs.stream.sinks.deferred`)
+Each micro-batch's ``aggregates`` rows are appended with the batch; the rows of ``late_events``,
+``quarantine``, ``watermark_log`` and ``arrivals`` wait in the checkpoint (:mod:`jobs.stream.sinks.deferred`)
 and are committed for several batches at once. Every append is a delta-spark append that Delta makes
 idempotent per batch (:class:`jobs.common.tables.DeltaTables`). The appends run side by side, in a thread
 pool with a thread per table; another thread computes ahead the Delta states the next batch's appends
@@ -26,7 +26,7 @@ log = logging.getLogger("jobs.stream")
 
 
 class BatchCommits:
-    """Commits the batches' tables of one run (``aggregates`` and ``quarantine`` now, the others deferred)."""
+    """Commits the batches' tables of one run (``aggregates`` with each batch, the others deferred)."""
 
     def __init__(self, spark: Any, options: JobOptions, app_id: str) -> None:
         self.spark = spark
@@ -90,7 +90,7 @@ class BatchCommits:
         later: Callable[[], dict[str, Any]] | None = None,
         meanwhile: Callable[[], None] | None = None,
     ) -> None:
-        """Commit the batch's tables: ``aggregates`` and ``quarantine`` now, the deferred ones when due.
+        """Commit the batch's tables: ``aggregates`` now, the deferred ones when due.
 
         One Spark job per table with rows, run side by side: each is a delta-spark append that Delta makes
         idempotent (txnAppId = the job's application id, txnVersion = the batch id). The rows of the

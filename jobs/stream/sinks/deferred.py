@@ -1,13 +1,12 @@
 """Rows of the deferred tables, kept in the checkpoint between their Delta commits.
 
-Each micro-batch commits ``aggregates`` (and ``quarantine``, when it has rows) to Delta. The rows of
-``late_events``, ``watermark_log`` and ``arrivals`` go first to ``CHECKPOINT/stage/pending/batch-N/`` and
-are committed for several batches at once, under the ``txnVersion`` of the newest of them: every
-``--defer-batches`` batches, when the oldest pending batch is ``--defer-max-delay`` old, and when the query
-ends. Each Delta append costs a reconstruction of the table's snapshot state (delta-spark 4.4 answers
-``txnVersion`` from it); one commit of three tables every N batches instead of three every batch leaves
-the job one idempotent append a batch, as native Spark's sink (docs/performance.md#throughput: the
-figures on two machines).
+Each micro-batch commits ``aggregates`` to Delta. The rows of ``late_events``, ``quarantine``,
+``watermark_log`` and ``arrivals`` go first to ``CHECKPOINT/stage/pending/batch-N/`` and are committed for
+several batches at once, under the ``txnVersion`` of the newest of them: every ``--defer-batches`` batches,
+when the oldest pending batch is ``--defer-max-delay`` old, and when the query ends. Each Delta append
+costs a reconstruction of the table's snapshot state (delta-spark 4.4 answers ``txnVersion`` from it); one
+commit of four tables every N batches instead of up to four every batch leaves the job one idempotent
+append a batch, as native Spark's sink (docs/performance.md#throughput: the figures on two machines).
 
 Exactly once, whatever is killed when:
 
@@ -45,7 +44,7 @@ from watermark.storage import Location
 log = logging.getLogger("jobs.stream")
 
 #: The tables whose rows wait in the checkpoint for a commit of several batches.
-DEFERRED_TABLES = ("late_events", "watermark_log", "arrivals")
+DEFERRED_TABLES = ("late_events", "quarantine", "watermark_log", "arrivals")
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def test_prepare_state_computes_delta_s_state_without_committing_and_the_append_
     tracker = sc.statusTracker()
     schema = TABLES["aggregates"]
     tables = DeltaTables(tmp_path, "job", spark)
-    assert tables.prepare_state("aggregates") is False  # created, but no batch recorded: nothing to do
+    assert tables.prepare_state("aggregates") is False  # absent: its first append creates it
     tables.append("aggregates", aggregate_row(schema, 0), 0)
 
     def jobs(group: str, action) -> int:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.common.schemas import TABLES
-from jobs.common.tables import DeltaTables
+from jobs.common.tables import DeltaTables, create_table
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -47,9 +47,9 @@ def test_an_append_is_written_by_spark_and_a_replayed_batch_is_skipped_by_delta(
     assert tables.committed_version("arrivals") == 1
     assert DeltaTables(tmp_path, "another-app").committed_version("arrivals") is None
     infos = commit_infos(tmp_path / "arrivals")
-    # The table is created (partitioned by its date) before its first append; the two skipped appends made
-    # no commit.
-    assert [info["operation"] for info in infos] == ["CREATE TABLE", "WRITE", "WRITE"]
+    # The first append created the table (partitioned by its date) in the commit of its rows; the two
+    # skipped appends made no commit.
+    assert [info["operation"] for info in infos] == ["WRITE", "WRITE"]
     assert all(info["engineInfo"].startswith("Apache-Spark/") for info in infos)
     txns = [
         json.loads(line)["txn"]
@@ -58,6 +58,37 @@ def test_an_append_is_written_by_spark_and_a_replayed_batch_is_skipped_by_delta(
         if "txn" in json.loads(line)
     ]
     assert [(t["appId"], t["version"]) for t in txns] == [("job-1", 0), ("job-1", 1)]
+
+
+def table_definition(table_dir: Path) -> dict:
+    """The metadata (its id and time left out) and protocol of a table's first commit."""
+    first = (table_dir / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    actions = {key: value for line in first for key, value in json.loads(line).items()}
+    metadata = {k: v for k, v in actions["metaData"].items() if k not in ("id", "createdTime")}
+    metadata["schemaString"] = json.loads(metadata["schemaString"])
+    return {"metaData": metadata, "protocol": actions["protocol"]}
+
+
+def test_a_table_its_first_append_creates_is_defined_as_a_created_table_and_holds_the_rows(spark, tmp_path):
+    tables = DeltaTables(tmp_path / "appended", "job", spark)
+    for table in TABLES:
+        create_table(spark, str(tmp_path / "created" / table), table)
+        assert tables.append(table, one_row(TABLES[table], 7), 3)
+        # One commit: the table's definition, its first rows and the batch's txn together.
+        (commit,) = (tmp_path / "appended" / table / "_delta_log").glob("*.json")
+        actions = [next(iter(json.loads(line))) for line in commit.read_text().splitlines()]
+        assert {"metaData", "protocol", "txn", "add"} <= set(actions)
+        # Its schema (the generated date column included), partitioning, properties and protocol are
+        # those of a table created empty (the layout migration's and older versions' way).
+        created = table_definition(tmp_path / "created" / table)
+        assert table_definition(tmp_path / "appended" / table) == created
+        assert tables.committed_version(table) == 3
+        assert tables.read(table).num_rows == 1
+    # A later writer's appends find the tables and compute the generated column themselves.
+    later = DeltaTables(tmp_path / "appended", "job", spark)
+    assert later.append("aggregates", one_row(TABLES["aggregates"], 86_400_000 * 3), 4)
+    dates = spark.read.format("delta").load(later.path("aggregates")).select("window_date").collect()
+    assert sorted(str(r.window_date) for r in dates) == ["1970-01-01", "1970-01-04"]
 
 
 def test_a_batch_without_rows_writes_nothing_and_a_missing_table_reads_empty(spark, tmp_path):
@@ -82,7 +113,7 @@ def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_on
     tables = DeltaTables(tmp_path, "job", spark)
     assert tables.append(table, one_row(TABLES[table]), 0)
     assert tables.read(table).num_rows == 1
-    # A table created before its first append has the leftover removed first.
+    # The leftover is removed before the first append creates the table.
     assert not list(log_dir.glob("*.tmp"))
     # A table with commits is never touched.
     other = DeltaTables(tmp_path, "job", spark)
@@ -155,7 +186,7 @@ def test_bad_arguments_are_refused(spark, tmp_path):
 
 READER = """
 import sys
-from jobs.common.tables import DeltaTables
+from jobs.common.tables import DeltaTables, create_table
 table = DeltaTables(sys.argv[1], "reader").read(sys.argv[2])
 print(table.num_rows)
 """
