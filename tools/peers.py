@@ -165,7 +165,7 @@ def guessed_delay(landing: Path, work: Path, *, files_per_batch: int, window_ms:
     The comparison reads its ``aggregates`` and ``late_events`` only, so it keeps no arrival history (the
     ``arrivals`` table, which changes no other table).
     """
-    from jobs.stream import JobOptions
+    from jobs.stream.options import JobOptions
     from watermark.config import PipelineConfig
 
     guessed = PipelineConfig.from_dict(
@@ -217,10 +217,10 @@ def compare(
 ) -> list[dict[str, Any]]:
     """One row per run: the job's (``tables``), periodic at ``delay_ms``, Spark's native watermark.
 
-    With ``job`` (the job's :class:`jobs.stream.JobOptions`, writing to ``tables``) the job runs here too,
-    at once with the two peers.
+    With ``job`` (the job's :class:`jobs.stream.options.JobOptions`, writing to ``tables``) the job runs
+    here too, at once with the two peers.
     """
-    from jobs.stream import run_job
+    from jobs.stream.run import run_job
 
     shutil.rmtree(work, ignore_errors=True)
     guessed = guessed_delay(
@@ -273,7 +273,8 @@ def render(rows: list[dict[str, Any]]) -> str:
 def backfill(spark: Any, job: Any, report_path: Path) -> dict[str, Any]:
     """Fold the job's late rows into its aggregates, as ``awm backfill`` does over [0, now); its report.
 
-    ``job`` is the job's :class:`jobs.stream.JobOptions`; the report is also written to ``report_path``.
+    ``job`` is the job's :class:`jobs.stream.options.JobOptions`; the report is also written to
+    ``report_path``.
     """
     from jobs.batch.backfill import build_parser, options_from_args, run_backfill
 
@@ -291,7 +292,7 @@ def backfill(spark: Any, job: Any, report_path: Path) -> dict[str, Any]:
 
 
 def render_summary(summary: dict[str, Any]) -> str:
-    """The job's summary (:func:`jobs.stream.summarize`) in a few lines."""
+    """The job's summary (:func:`jobs.stream.cli.summarize`) in a few lines."""
     lat = summary["emit_latency_ms"]
     lines = [
         f"events {summary['events']:,}  late {summary['late']:,} ({summary['late_pct']:.2f} %)  "
@@ -364,9 +365,9 @@ def usage_problem(args: argparse.Namespace, job_argv: list[str] | None) -> str |
 
 def _run(args: argparse.Namespace, job_argv: list[str] | None) -> int:
     from jobs.common.session import build_session
-    from jobs.stream import build_parser as job_parser
-    from jobs.stream import options_from_args, summarize
     from jobs.stream.checkpoint.state import CheckpointError
+    from jobs.stream.cli import build_parser as job_parser
+    from jobs.stream.cli import options_from_args, summarize
     from watermark.cli.log import CliError, usage_errors
     from watermark.config import ConfigError
 
