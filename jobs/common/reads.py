@@ -1,7 +1,9 @@
 """Light reads of the pipeline's Delta tables, without Spark: delta-rs for the log, pyarrow for the files.
 
 Airflow tasks, the batch jobs' planning reads, tests and the streaming job's summary read the tables
-through here (:class:`TableReader`, :func:`read_delta`); writes go through Spark (:mod:`jobs.common.tables`).
+through here (:class:`TableReader`, :func:`read_delta`), and so does the streaming job's check of a
+checkpoint against the tables it wrote (:func:`tables_written`, :func:`written_versions`); writes go
+through Spark (:mod:`jobs.common.tables`).
 
 The tables' root may be a local folder or a URI (``s3a://bucket/tables``: :mod:`watermark.storage`). delta-rs
 reads the log (with the storage options of :mod:`jobs.common.object_store` on an object store); the data
@@ -35,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
+from watermark import storage
 from watermark.storage import Location, StorageError
 
 log = logging.getLogger(__name__)
@@ -389,3 +392,32 @@ class TableReader:
         """The table's newest Delta version, or None when it does not exist."""
         dt = self._open(table)
         return None if dt is None else int(dt.version())
+
+
+def tables_written(output: str | Location) -> list[str]:
+    """The folders under ``output`` holding a Delta log with at least one entry, by name."""
+    root = Location.of(output)
+    return [
+        entry.name
+        for entry in storage.listdir(root)
+        if entry.is_dir and storage.listdir(entry.location / "_delta_log")
+    ]
+
+
+def written_versions(output: str | Location, app_ids: list[str]) -> list[tuple[str, str, int]]:
+    """The ``txnVersion`` each of the pipeline's tables under ``output`` holds for each of ``app_ids``.
+
+    ``(table location, application id, version)`` for each Delta ``txn`` action found, read with
+    ``deltalake`` (without Spark).
+    """
+    found = []
+    for table in TABLES:
+        path = table_path(output, table)
+        dt = open_delta(path)
+        if dt is None:
+            continue
+        for app_id in app_ids:
+            version = dt.transaction_version(app_id)
+            if version is not None:
+                found.append((path, app_id, int(version)))
+    return found

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.common.reads import tables_written, written_versions
 from jobs.common.schemas import PARTIAL_SCHEMA
 from jobs.stream.checkpoint.layout import (
     LEGACY_STATE_FILES,
@@ -468,16 +469,6 @@ def checkpoint_app_id(checkpoint: str | Location, output: str | Location) -> str
     return app_id
 
 
-def tables_written(output: str | Location) -> list[str]:
-    """The folders under ``output`` holding a Delta log with at least one entry, by name."""
-    root = Location.of(output)
-    return [
-        entry.name
-        for entry in storage.listdir(root)
-        if entry.is_dir and storage.listdir(entry.location / "_delta_log")
-    ]
-
-
 # -- a rewound checkpoint ----------------------------------------------------------------------------------
 
 #: Appended to the checkpoint's application id for the Delta appends of ``--flush-at-end`` (their
@@ -504,28 +495,6 @@ def last_planned_batch(checkpoint: str | Location) -> int | None:
     """
     planned = [int(e.name) for e in storage.listdir(CheckpointLayout(checkpoint).offsets) if e.name.isdigit()]
     return max(planned) if planned else None
-
-
-def written_versions(output: str | Location, app_ids: list[str]) -> list[tuple[str, str, int]]:
-    """The ``txnVersion`` each of the pipeline's tables under ``output`` holds for each of ``app_ids``.
-
-    ``(table location, application id, version)`` for each Delta ``txn`` action found, read with
-    ``deltalake`` (without Spark).
-    """
-    from jobs.common.reads import open_delta, table_path
-    from jobs.common.schemas import TABLES
-
-    found = []
-    for table in TABLES:
-        path = table_path(output, table)
-        dt = open_delta(path)
-        if dt is None:
-            continue
-        for app_id in app_ids:
-            version = dt.transaction_version(app_id)
-            if version is not None:
-                found.append((path, app_id, int(version)))
-    return found
 
 
 def newest_stage_batch(checkpoint: str | Location) -> tuple[int, Location] | None:
