@@ -3,7 +3,7 @@ between the file source's log and the offset log reads the entries of its whole 
 
 import json
 
-from jobs.stream.sources.readers import logged_batch_files, source_offsets
+from jobs.stream.sources.source_log import logged_batch_files, source_offsets
 
 
 def write_logs(ck, offsets: dict[int, int], entries: dict[int, list[str]]) -> None:

@@ -20,12 +20,11 @@ from jobs.stream.sources.long_lines import LongLineScreen
 from jobs.stream.sources.readers import (
     ListedFiles,
     kafka_batch_files,
-    landing_order,
-    logged_batch_files,
     modified_ms,
     number_records,
     screen_files,
 )
+from jobs.stream.sources.source_log import landing_order, logged_batch_files
 from jobs.stream.sources.validate import validate
 
 

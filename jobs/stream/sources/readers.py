@@ -11,10 +11,8 @@ Hadoop cannot open, or that is gone, is quarantined as a file (:func:`screen_fil
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -22,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.common.schemas import QUARANTINE_SCHEMA
-from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 from watermark import storage
@@ -35,10 +32,10 @@ def number_records(batch: Any, files: list[str]) -> Any:
     """A micro-batch of the source to ``(file, line, <fields>, <corrupt>)`` with compact record keys.
 
     ``file`` becomes the index of the record's landing file in ``files`` (the batch's files in landing
-    order, :func:`landing_order`, so it orders records as the files landed) and ``line`` a
-    ``monotonically_increasing_id``: it
-    increases along each file, since the file source keeps a file's splits in order, and is the same in
-    every action and on replay. :class:`RecordNumbers` turns it into the record's 0-based number in its file.
+    order, :func:`jobs.stream.sources.source_log.landing_order`, so it orders records as the files landed)
+    and ``line`` a ``monotonically_increasing_id``: it increases along each file, since the file source
+    keeps a file's splits in order, and is the same in every action and on replay. :class:`RecordNumbers`
+    turns it into the record's 0-based number in its file.
     """
     from pyspark.sql import functions as F
 
@@ -63,78 +60,6 @@ def _uri_spellings(path: str) -> list[str]:
     if path.startswith("file:/"):
         return [path, "file:///" + path[len("file:/") :]]
     return [path]
-
-
-def source_offsets(checkpoint: str, batch_id: int) -> tuple[int, int] | None:
-    """The file source's log entries ``(start, end]`` micro-batch ``batch_id`` reads, from Spark's offset log.
-
-    Spark writes a batch's files to the source's log (``query/sources/0/K``) before the batch's offsets
-    (``query/offsets/N``, whose source line is ``{"logOffset": K}``); a query killed between the two plans
-    the next batch over every entry written since, so one batch may read the entries of several ``K``.
-    None when the offset log does not say (then the entry ``K = N`` alone is taken).
-    """
-    layout = CheckpointLayout(checkpoint)
-
-    def end_of(number: int) -> int | None:
-        try:
-            lines = storage.read_text(layout.offsets / str(number)).splitlines()
-            return int(json.loads(lines[2])["logOffset"])
-        except (FileNotFoundError, IndexError, KeyError, TypeError, ValueError):
-            return None
-
-    end = end_of(batch_id)
-    start = -1 if batch_id == 0 else end_of(batch_id - 1)
-    if end is None or start is None or end < start:
-        return None
-    return start, end
-
-
-def logged_batch_files(checkpoint: str, batch_id: int) -> list[str] | None:
-    """The landing files of micro-batch ``batch_id`` from the file source's log, or None when not found.
-
-    The batch reads the log entries of its offset range (:func:`source_offsets`; usually the one entry
-    ``batch_id``). The log (``query/sources/0``) has one file per entry (``K``, JSON lines after a version
-    line) until Spark compacts it into ``K.compact`` files that hold every earlier entry with its
-    ``batchId`` (:class:`jobs.stream.checkpoint.layout.CheckpointLayout` names them).
-    """
-    span = source_offsets(checkpoint, batch_id)
-    entries = range(span[0] + 1, span[1] + 1) if span is not None else [batch_id]
-    found: list[tuple[str, int]] = []
-    for entry in entries:
-        files = _log_entry(checkpoint, entry)
-        if files is None:
-            return None
-        found += files
-    return landing_order(found) if found else None
-
-
-def _log_entry(checkpoint: str, entry: int) -> list[tuple[str, int]] | None:
-    """The ``(path, modification time)`` of the source log's entry ``entry``, or None when not found."""
-    layout = CheckpointLayout(checkpoint)
-    candidates = [layout.source_log_entry(entry)]
-    candidates += [p for n, p in layout.source_log_compactions() if n >= entry][:1]
-    for path in candidates:
-        try:
-            text = storage.read_text(path)
-        except FileNotFoundError:
-            continue
-        rows = [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
-        mine = [r for r in rows if int(r.get("batchId", entry)) == entry]
-        if mine:
-            return [(r["path"], int(r.get("timestamp", 0))) for r in mine]
-    return None
-
-
-def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
-    """Paths of ``(path, modification time)`` pairs in the order the job reads them: by time, then by name.
-
-    Object stores keep whole seconds, so files landed within a second share a modification time, and
-    Spark's file source orders files by modification time alone; the name decides between them here.
-
-    >>> landing_order([("file:///in/b.json", 1_000), ("file:///in/c.json", 0), ("file:///in/a.json", 1_000)])
-    ['file:///in/c.json', 'file:///in/a.json', 'file:///in/b.json']
-    """
-    return [path for path, _ in sorted(files, key=lambda f: (f[1], f[0]))]
 
 
 def modified_ms(uri: str) -> int:
