@@ -17,6 +17,7 @@ from jobs.stream.checkpoint.state import (
     check_not_rewound,
     checkpoint_app_id,
 )
+from jobs.stream.flag_checks import check_counts, check_source_flags, config_doc
 from jobs.stream.options import (
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
@@ -29,7 +30,6 @@ from jobs.stream.options import (
     RateOptions,
     check_max_event_ahead_ms,
     check_max_record_bytes,
-    trigger_interval_ms,
 )
 from jobs.stream.run import run_job, serve_metrics
 from watermark import storage
@@ -369,93 +369,14 @@ def locations(args: argparse.Namespace) -> dict[str, str]:
 
 def options_from_args(args: argparse.Namespace) -> JobOptions:
     """Validate the flags and resolve the configuration (the file wins; a missing file is created)."""
-    from jobs.stream.options import parse_key_values
-    from watermark.strategies.registry import parse_settings
-
-    # Bounds that Spark and the readers take as they are: checked before anything is read or written.
-    for flag, (low, high) in (
-        ("future_bound_ms", FUTURE_BOUND_RANGE_MS),
-        ("max_field_bytes", MAX_FIELD_BYTES_RANGE),
-    ):
-        value = getattr(args, flag)
-        if not low <= value <= high:
-            msg = f"--{flag.replace('_', '-')} must be between {low} and {high}, got {value}"
-            raise ValueError(msg)
-    # The Kafka source's options first: one refused fails the run before anything is written.
-    kafka = KafkaOptions(
-        bootstrap_servers=args.kafka_bootstrap_servers or "",
-        topic=args.topic or "",
-        starting_offsets=args.starting_offsets,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        options=tuple(parse_key_values(args.kafka_option, "--kafka-option")),
-    )
-    doc: dict[str, Any] = {
-        "version": 1,
-        "strategy": args.strategy,
-        "params": parse_settings(args.set),
-        "window_ms": args.window_ms,
-        "slide_ms": args.slide_ms,
-        "late_slo_pct": args.late_slo_pct,
-        "partition_mode": args.partition_mode or ("scoped" if args.format == "kafka" else "min"),
-    }
-    if args.idle_timeout_ms is not None:  # absent: the default (config.default_idle_timeout_ms)
-        idle = args.idle_timeout_ms.strip().lower()
-        if idle not in ("none", "auto") and not idle.isdigit():
-            given = args.idle_timeout_ms
-            msg = f"--idle-timeout-ms must be a number of milliseconds, auto or none, got {given!r}"
-            raise ValueError(msg)
-        doc["idle_timeout_ms"] = None if idle == "none" else idle if idle == "auto" else int(idle)
-    if args.partition_retention_ms is not None:  # absent: config.default_partition_retention_ms
-        kept = args.partition_retention_ms.strip().lower()
-        if kept != "none" and not kept.isdigit():
-            msg = (
-                "--partition-retention-ms must be a number of milliseconds or none, got "
-                f"{args.partition_retention_ms!r}"
-            )
-            raise ValueError(msg)
-        doc["partition_retention_ms"] = None if kept == "none" else int(kept)
-    flags = PipelineConfig.from_dict(doc)
+    check_bounds(args)
+    kafka = kafka_options(args)  # first: one option refused fails the run before anything is written
+    flags = PipelineConfig.from_dict(config_doc(args))
     places = locations(args)
-    config = flags
-    if args.config:
-        if storage.exists(places["config"]):
-            config = load_config(places["config"])
-        else:
-            write_config(places["config"], flags)
+    config = resolve_config(args, places, flags)
     fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
-    if args.format not in ("rate", "kafka") and not args.input:
-        msg = f"--input is required with --format {args.format}"
-        raise ValueError(msg)
-    if args.format in ("rate", "kafka") and args.input:
-        msg = f"--format {args.format} reads no --input"
-        raise ValueError(msg)
-    if args.format == "kafka" and not (args.kafka_bootstrap_servers and args.topic):
-        msg = "--format kafka needs --kafka-bootstrap-servers HOST:PORT and --topic NAME"
-        raise ValueError(msg)
-    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic or args.kafka_option):
-        msg = "--kafka-bootstrap-servers, --topic and --kafka-option are for --format kafka"
-        raise ValueError(msg)
-    if trigger_interval_ms(args.trigger) is None and args.format == "rate":  # a bad --trigger: its error
-        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
-        raise ValueError(msg)
-    if not 0 <= args.metrics_port <= 65_535:
-        msg = f"--metrics-port must be a port number (0 serves none), got {args.metrics_port}"
-        raise ValueError(msg)
-    for flag in (
-        "rate_rows_per_second",
-        "rate_rows_per_batch",
-        "rate_keys",
-        "rate_partitions",
-        "max_batches",
-        "max_offsets_per_trigger",
-    ):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            msg = f"--{flag.replace('_', '-')} must be at least 1, got {value}"
-            raise ValueError(msg)
-    if args.rate_max_delay_ms < 0:
-        msg = f"--rate-max-delay-ms must be >= 0, got {args.rate_max_delay_ms}"
-        raise ValueError(msg)
+    check_source_flags(args)
+    check_counts(args)
     check_max_event_ahead_ms(args.max_event_ahead_ms)  # before the checkpoint's application id is made
     check_max_record_bytes(args.max_record_bytes)
     rate = RateOptions(
@@ -497,6 +418,41 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         clock_margin_ms=args.clock_margin_ms,
         dedup_horizon_ms=args.dedup_horizon_ms,
     )
+
+
+def check_bounds(args: argparse.Namespace) -> None:
+    """Refuse the bounds that Spark and the readers take as they are, before anything is read or written."""
+    for flag, (low, high) in (
+        ("future_bound_ms", FUTURE_BOUND_RANGE_MS),
+        ("max_field_bytes", MAX_FIELD_BYTES_RANGE),
+    ):
+        value = getattr(args, flag)
+        if not low <= value <= high:
+            msg = f"--{flag.replace('_', '-')} must be between {low} and {high}, got {value}"
+            raise ValueError(msg)
+
+
+def kafka_options(args: argparse.Namespace) -> KafkaOptions:
+    """The Kafka source's options from the flags (a refused ``--kafka-option`` raises ``ValueError``)."""
+    from jobs.stream.options import parse_key_values
+
+    return KafkaOptions(
+        bootstrap_servers=args.kafka_bootstrap_servers or "",
+        topic=args.topic or "",
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        options=tuple(parse_key_values(args.kafka_option, "--kafka-option")),
+    )
+
+
+def resolve_config(args: argparse.Namespace, places: dict[str, str], flags: PipelineConfig) -> PipelineConfig:
+    """The configuration in force: ``--config``'s file when it exists (else it is written from the flags)."""
+    if not args.config:
+        return flags
+    if storage.exists(places["config"]):
+        return load_config(places["config"])
+    write_config(places["config"], flags)
+    return flags
 
 
 def main(argv: list[str] | None = None) -> int:
