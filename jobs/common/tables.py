@@ -345,7 +345,15 @@ class DeltaTables(TableReader):
         self._creating = threading.Lock()  # an append and prepare_state may both look a table up
         self._recorded: dict[str, int] = {}  # table -> a batch id the table records for app_id
 
-    def append(self, table: str, data: Any, batch_id: int, *, schema: pa.Schema | None = None) -> bool:
+    def append(
+        self,
+        table: str,
+        data: Any,
+        batch_id: int,
+        *,
+        schema: pa.Schema | None = None,
+        app_id: str | None = None,
+    ) -> bool:
         """Append ``data`` to ``table`` as batch ``batch_id`` of this writer, exactly once.
 
         Parameters
@@ -359,6 +367,9 @@ class DeltaTables(TableReader):
             Non-negative micro-batch id: Delta's ``txnVersion`` for this writer's ``txnAppId``.
         schema : pyarrow.Schema, optional
             Schema a pyarrow ``data`` is conformed to (default: the table's in :data:`TABLES`).
+        app_id : str, optional
+            The append's ``txnAppId`` in place of this writer's (the streaming job's flush at the end writes
+            under its own, :func:`jobs.stream.checkpoint.state.flush_app_id`).
 
         Returns
         -------
@@ -385,7 +396,7 @@ class DeltaTables(TableReader):
         try:
             (
                 writer.mode("append")
-                .option("txnAppId", self.app_id)
+                .option("txnAppId", self.app_id if app_id is None else app_id)
                 .option("txnVersion", str(batch_id))
                 .save(self.path(table))
             )
@@ -398,7 +409,8 @@ class DeltaTables(TableReader):
                 self._absent.discard(table)
                 self._existing.add(table)
             log.info("created %s at %s with its first rows (batch %d)", table, self.path(table), batch_id)
-        self._recorded[table] = max(batch_id, self._recorded.get(table, batch_id))
+        if app_id is None or app_id == self.app_id:  # another application's batch ids are not this writer's
+            self._recorded[table] = max(batch_id, self._recorded.get(table, batch_id))
         log.debug("appended %s batch %d in %.2f s", table, batch_id, time.perf_counter() - started)
         return True
 

@@ -16,12 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from jobs.common.tables import DeltaTables
 from jobs.common.windows import merge_partials
-from jobs.stream.checkpoint.state import checkpoint_app_id
 from jobs.stream.options import JobOptions
 from jobs.stream.paths import PathOutcome, in_executors, on_driver
 from jobs.stream.report import BatchReport, log_progress
-from jobs.stream.sinks.commit import BatchCommits
+from jobs.stream.sinks.commit import BatchCommits, job_tables
 from jobs.stream.sources.arrow_reader import ArrowReader
 from jobs.stream.sources.batch_input import BatchInput
 from jobs.stream.sources.readers import oldest_input_ms
@@ -41,14 +41,24 @@ class BatchLimitReached(RuntimeError):
 
 
 class BatchHandler:
-    """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch."""
+    """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch.
 
-    def __init__(self, spark: Any, options: JobOptions, metrics: JobMetrics | None = None) -> None:
+    ``tables``: the run's Delta tables (:func:`jobs.stream.sinks.commit.job_tables`, built when not given).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        options: JobOptions,
+        metrics: JobMetrics | None = None,
+        tables: DeltaTables | None = None,
+    ) -> None:
         self.spark = spark
         self.options = options
         self.metrics = metrics
-        app_id = options.app_id or checkpoint_app_id(options.checkpoint, options.output)
-        self.commits = BatchCommits(spark, options, app_id)
+        if tables is None:  # a handler built on its own (not by run_job)
+            tables = job_tables(spark, options)
+        self.commits = BatchCommits(spark, options, tables)
         self.states = StageStates(options, metrics)
         self.reports: list[BatchReport] = []
         self.past_limit: int | None = None  # a batch refused after --max-batches (BatchLimitReached)

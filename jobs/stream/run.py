@@ -17,7 +17,6 @@ from jobs.stream.checkpoint.state import (
     FlushIntent,
     StageStore,
     check_not_rewound,
-    checkpoint_app_id,
     clear_flush_intent,
     flush_app_id,
     read_flush_intent,
@@ -26,6 +25,7 @@ from jobs.stream.checkpoint.state import (
 from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.report import BatchReport
+from jobs.stream.sinks.commit import job_tables
 from jobs.stream.sinks.rows import aggregate_rows
 from jobs.stream.sources.readers import source_stream
 from jobs.stream.stage.executors import read_open_windows
@@ -58,8 +58,8 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
     ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
     """
-    if options.app_id is None:
-        options = replace(options, app_id=checkpoint_app_id(options.checkpoint, options.output))
+    tables = job_tables(spark, options)  # the run's one writer: its batches' and its flush's
+    options = replace(options, app_id=tables.app_id)
     assert options.app_id is not None
     StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
     check_not_rewound(options.checkpoint, options.output, options.app_id)  # tables ahead: refuse too
@@ -70,7 +70,7 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     if metrics is None and options.metrics_port is not None:
         metrics, server = serve_metrics(options)
     try:
-        return _run_query(spark, options, metrics)
+        return _run_query(spark, options, metrics, tables)
     finally:
         if server is not None:
             server.stop()
@@ -91,12 +91,14 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
     return metrics, server
 
 
-def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> list[BatchReport]:
+def _run_query(
+    spark: Any, options: JobOptions, metrics: JobMetrics | None, tables: DeltaTables
+) -> list[BatchReport]:
     if options.format not in ("rate", "kafka"):
         storage.make_dirs(options.input)
     for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)
-    finished = finish_interrupted_flush(spark, options)  # before any batch goes on from its state
+    finished = finish_interrupted_flush(spark, options, tables)  # before any batch goes on from its state
     if metrics is not None and finished:
         metrics.windows.labels("flush").inc(finished)
     files = source_stream(spark, options)
@@ -104,7 +106,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
     # import it from spark-submit's --py-files archive, else from a zip shipped now (jobs.common.session).
     if (shipped := ship_code(spark)) is not None:
         log.info("the executors import the job's code from %s", shipped)
-    handler = BatchHandler(spark, options, metrics)
+    handler = BatchHandler(spark, options, metrics, tables)
     listener = None
     if metrics is not None:
         from monitoring.listener import MetricsListener
@@ -137,7 +139,7 @@ def _run_query(spark: Any, options: JobOptions, metrics: JobMetrics | None) -> l
         if listener is not None:
             spark.streams.removeListener(listener)
     if options.flush_at_end:
-        flushed = flush_open_windows(spark, options)
+        flushed = flush_open_windows(spark, options, tables)
         if metrics is not None:
             metrics.windows.labels("flush").inc(flushed)
     return handler.reports
@@ -179,7 +181,7 @@ def _await(query: Any, seconds: float) -> None:
         query.awaitTermination(seconds)
 
 
-def flush_open_windows(spark: Any, options: JobOptions) -> int:
+def flush_open_windows(spark: Any, options: JobOptions, tables: DeltaTables | None = None) -> int:
     """Close every open window (``flushed``) after the input is exhausted; returns the windows closed.
 
     The state flushed is that of the last batch Spark committed (a newer one is refused: Spark would run its
@@ -188,7 +190,8 @@ def flush_open_windows(spark: Any, options: JobOptions) -> int:
     ``txnVersion`` of its Delta append), appends the windows to ``aggregates``, rewrites the state with no
     open window and a watermark floor at the end of the last one (a later run judges rows of flushed windows
     late instead of re-opening them), then removes the intent. A run killed in between finishes it at its
-    next start (:func:`finish_interrupted_flush`).
+    next start (:func:`finish_interrupted_flush`). ``tables``: the run's writer (built when not given,
+    :func:`jobs.stream.sinks.commit.job_tables`).
     """
     store = StageStore(options.checkpoint)
     last = store.latest_batch()
@@ -208,12 +211,12 @@ def flush_open_windows(spark: Any, options: JobOptions) -> int:
     assert options.app_id is not None  # run_job resolved it
     intent = FlushIntent(last, flush_app_id(options.app_id))
     record_flush_intent(options.checkpoint, intent)
-    flushed = _flush_state(spark, options, store, intent)
+    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options))
     clear_flush_intent(options.checkpoint)
     return flushed
 
 
-def finish_interrupted_flush(spark: Any, options: JobOptions) -> int:
+def finish_interrupted_flush(spark: Any, options: JobOptions, tables: DeltaTables | None = None) -> int:
     """Finish a flush at the end that a kill interrupted (its intent is in the checkpoint); returns windows.
 
     Its append is done again under the same ``txnAppId`` and ``txnVersion`` from the same state (Delta
@@ -232,13 +235,16 @@ def finish_interrupted_flush(spark: Any, options: JobOptions) -> int:
         )
         raise CheckpointError(msg)
     log.warning("finishing the flush at the end of batch %d, interrupted in an earlier run", intent.batch_id)
-    flushed = _flush_state(spark, options, store, intent)
+    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options))
     clear_flush_intent(options.checkpoint)
     return flushed
 
 
-def _flush_state(spark: Any, options: JobOptions, store: StageStore, intent: FlushIntent) -> int:
-    """Append the open windows of ``intent``'s state as flushed, then rewrite the state without them."""
+def _flush_state(spark: Any, store: StageStore, intent: FlushIntent, tables: DeltaTables) -> int:
+    """Append the open windows of ``intent``'s state as flushed, then rewrite the state without them.
+
+    The append's ``txnAppId`` is the intent's, its ``txnVersion`` the state's batch.
+    """
     last = intent.batch_id
     saved = store.load_before(last + 1)
     assert saved is not None
@@ -246,8 +252,8 @@ def _flush_state(spark: Any, options: JobOptions, store: StageStore, intent: Flu
     if saved.open_dir is not None:  # the last batch ran its stage in the executors
         open_windows = merge_partials(open_windows, read_open_windows(spark, saved.open_dir))
     flushed = flush(open_windows)
-    tables = DeltaTables(options.output, intent.app_id, spark)
-    tables.append("aggregates", aggregate_rows(flushed, last, saved.config_version), last)
+    rows = aggregate_rows(flushed, last, saved.config_version)
+    tables.append("aggregates", rows, last, app_id=intent.app_id)
     if flushed.num_rows:
         ends = flushed.column("window_end_ms").to_numpy()
         closed_until = max(saved.closed_until_ms, int(ends.max()))

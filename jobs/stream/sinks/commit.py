@@ -18,20 +18,30 @@ from typing import Any
 
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables
-from jobs.stream.checkpoint.state import CheckpointError
+from jobs.stream.checkpoint.state import CheckpointError, checkpoint_app_id
 from jobs.stream.options import JobOptions
 from jobs.stream.sinks.deferred import DEFERRED_TABLES, PendingRows
 
 log = logging.getLogger("jobs.stream")
 
 
+def job_tables(spark: Any, options: JobOptions) -> DeltaTables:
+    """The job's Delta tables, written under ``options.app_id`` (none: the checkpoint's application id).
+
+    A run builds them once (:func:`jobs.stream.run.run_job`) and hands them to its batches' commits and to
+    the flush at the end; a handler or a flush called on its own builds its own.
+    """
+    app_id = options.app_id or checkpoint_app_id(options.checkpoint, options.output)
+    return DeltaTables(options.output, app_id, spark)
+
+
 class BatchCommits:
     """Commits the batches' tables of one run (``aggregates`` with each batch, the others deferred)."""
 
-    def __init__(self, spark: Any, options: JobOptions, app_id: str) -> None:
+    def __init__(self, spark: Any, options: JobOptions, tables: DeltaTables) -> None:
         self.spark = spark
         self.policy = options.defer
-        self.tables = DeltaTables(options.output, app_id, spark)
+        self.tables = tables
         self._writers = ThreadPoolExecutor(max_workers=len(TABLES), thread_name_prefix="delta-writes")
         self.pending = PendingRows(options.checkpoint)
         self._lock = threading.Lock()  # a batch's commits against the flush when the query ends
