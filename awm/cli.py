@@ -41,7 +41,9 @@ COMMANDS: dict[str, Command] = {
     "stream": Command(
         "jobs.stream.cli", "the streaming job: windowed aggregates through the adaptive watermark into Delta"
     ),
-    "feed": Command("tools.feed", "feed a recorded or synthetic stream into landing files or a Kafka topic"),
+    "feed": Command(
+        "tools.feed.cli", "feed a recorded or synthetic stream into landing files or a Kafka topic"
+    ),
     "backfill": Command("jobs.batch.backfill", "fold late events into the aggregates, exactly once (Spark)"),
     "retune": Command("jobs.batch.retune", "re-tune the watermark on the recent arrival history, publish it"),
     "quality": Command("jobs.batch.quality", "run the data-quality suites on the pipeline's Delta tables"),

@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.feed import feed, records_from_file  # noqa: E402
+from tools.feed.landing import feed  # noqa: E402
+from tools.feed.records import records_from_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # as the suite's JVMs (tests/conftest.py): the same in every variant

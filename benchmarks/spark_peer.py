@@ -50,7 +50,8 @@ from jobs.common.tables import DeltaTables  # noqa: E402
 from jobs.stream.options import JobOptions  # noqa: E402
 from jobs.stream.run import run_job  # noqa: E402
 from tools import peers  # noqa: E402
-from tools.feed import feed, records_from_synthetic  # noqa: E402
+from tools.feed.landing import feed  # noqa: E402
+from tools.feed.records import records_from_synthetic  # noqa: E402
 from watermark import storage  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 from watermark.storage import Location  # noqa: E402

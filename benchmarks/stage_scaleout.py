@@ -2,13 +2,13 @@
 
     python benchmarks/stage_scaleout.py [--small 200000] [--large 2000000] [--batches 3] [--json]
 
-Starts a local Kafka broker (``tools.local.kafka``, a free port, data in a temporary folder) and feeds two
-8-partition topics with the same synthetic stream (100 keys, each in one partition; 10 s windows): ``large``
-holds every event and ``small`` every tenth, so the two streams span the same event time and a ``large``
-batch has ten times the rows of a ``small`` one over the same stretch of time (a busier stream read at the
-same trigger interval). Each topic is read with ``maxOffsetsPerTrigger`` = the batch size, in partition-
-scoped mode, once with the watermark stage in the executors (``--stage-in executors``, the Kafka default)
-and once on the driver (``--stage-in driver``) as the peer.
+Starts a local Kafka broker (``tools.local.kafka_broker``, a free port, data in a temporary folder) and feeds
+two 8-partition topics with the same synthetic stream (100 keys, each in one partition; 10 s windows):
+``large`` holds every event and ``small`` every tenth, so the two streams span the same event time and a
+``large`` batch has ten times the rows of a ``small`` one over the same stretch of time (a busier stream read
+at the same trigger interval). Each topic is read with ``maxOffsetsPerTrigger`` = the batch size, in
+partition-scoped mode, once with the watermark stage in the executors (``--stage-in executors``, the Kafka
+default) and once on the driver (``--stage-in driver``) as the peer.
 
 Per run it prints, over the batches after the first (which warms the JVM and the Python workers):
 
@@ -41,8 +41,10 @@ import pyarrow.compute as pc  # noqa: E402
 from jobs.common.session import build_session  # noqa: E402
 from jobs.stream.options import JobOptions, KafkaOptions  # noqa: E402
 from jobs.stream.run import run_job  # noqa: E402
-from tools.feed import feed_kafka, records_from_synthetic  # noqa: E402
-from tools.local.kafka import LocalKafka, free_port  # noqa: E402
+from tools.feed.kafka import feed_kafka  # noqa: E402
+from tools.feed.records import records_from_synthetic  # noqa: E402
+from tools.local.kafka_broker import LocalKafka  # noqa: E402
+from tools.local.processes import free_port  # noqa: E402
 from watermark.config import PipelineConfig  # noqa: E402
 
 PARTITIONS = 8

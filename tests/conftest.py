@@ -564,7 +564,7 @@ def airflow_environment(home, root) -> dict:
 
 
 #: The servers one run shares between its workers (name -> the class that runs one in a directory).
-SHARED_SERVERS = {"kafka": ("tools.local.kafka", "LocalKafka"), "s3": ("tools.local.s3", "LocalS3")}
+SHARED_SERVERS = {"kafka": ("tools.local.kafka_broker", "LocalKafka"), "s3": ("tools.local.s3", "LocalS3")}
 #: The run's folder for what its workers share (the servers' directories and locks), set by the controller.
 RUN_DIR_ENV = "AWM_TEST_RUN_DIR"
 

@@ -28,7 +28,8 @@ import pytest
 from jobs.common.reads import TableReader
 from jobs.common.session import project_jars
 from tests.integration.spark.test_stream import iot_records
-from tools.feed import feed, feed_kafka
+from tools.feed.kafka import feed_kafka
+from tools.feed.landing import feed
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pytest
 
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_stream import iot_records, stable
-from tools.feed import feed
+from tools.feed.landing import feed
 from watermark import storage
 
 pytestmark = pytest.mark.slow

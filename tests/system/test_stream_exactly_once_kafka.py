@@ -9,7 +9,7 @@ from tests.system.test_stream_exactly_once import (
     PER_BATCH,
     killed_and_restarted_gives_the_tables_of_one_run,
 )
-from tools.feed import feed_kafka
+from tools.feed.kafka import feed_kafka
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from tests.system.test_stream_exactly_once import (
     RECORDS,
     killed_and_restarted_gives_the_tables_of_one_run,
 )
-from tools.feed import feed
+from tools.feed.landing import feed
 
 pytestmark = pytest.mark.slow
 

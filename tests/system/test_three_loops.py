@@ -30,7 +30,7 @@ from jobs.batch.backfill_plan import BackfillOptions
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_stream import iot_records
 from tests.system.test_stream_exactly_once import LOGS, kill_after_batch
-from tools.feed import feed_kafka
+from tools.feed.kafka import feed_kafka
 from watermark import storage
 from watermark.config import PipelineConfig, load_config, write_config
 from watermark.windowspec import WindowSpec

@@ -46,7 +46,7 @@ def test_the_table_has_every_command_and_each_module_has_a_main():
     assert modules == {
         "watermark.cli.main",
         "jobs.stream.cli",
-        "tools.feed",
+        "tools.feed.cli",
         "jobs.batch.backfill",
         "jobs.batch.retune",
         "jobs.batch.quality",

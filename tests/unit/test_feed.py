@@ -15,7 +15,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from tools.feed import feed, main, records_from_file, records_from_synthetic
+from tools.feed.cli import main
+from tools.feed.landing import feed
+from tools.feed.records import records_from_file, records_from_synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -360,7 +362,8 @@ def test_the_iot_sample_feeds_all_its_rows(tmp_path, capsys):
 
 
 def test_files_get_strictly_increasing_modification_times_a_millisecond_apart(tmp_path):
-    from tools.feed import feed, records_from_synthetic
+    from tools.feed.landing import feed
+    from tools.feed.records import records_from_synthetic
 
     feed(records_from_synthetic(5_000), tmp_path, rows_per_file=100)
     feed(

@@ -10,8 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tools.feed import KafkaFeedError, feed_kafka, kafka_partition_map, main, records_from_synthetic
-from tools.local.kafka import LocalKafka, free_port
+from tools.feed.cli import main
+from tools.feed.kafka import KafkaFeedError, feed_kafka, kafka_partition_map
+from tools.feed.records import records_from_synthetic
+from tools.local.kafka_broker import LocalKafka
+from tools.local.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,8 +42,8 @@ def test_start_refuses_a_busy_port_with_a_clear_message(tmp_path):
 
 
 def test_missing_jars_and_bad_arguments_are_clear_errors(tmp_path, capsys):
-    from tools.local.kafka import KafkaLocalError
     from tools.local.kafka import main as kafka_main
+    from tools.local.kafka_topics import KafkaLocalError
 
     empty = tmp_path / "no-jars"
     empty.mkdir()

@@ -333,7 +333,7 @@ def test_the_jobs_java_spelling_becomes_librdkafkas():
 
 
 def test_the_feeds_producer_options_are_checked_before_anything_and_never_echo_a_secret(tmp_path, capsys):
-    from tools.feed import main as feed_main
+    from tools.feed.cli import main as feed_main
 
     base = ["--synthetic", "10", "--kafka-bootstrap-servers", "127.0.0.1:9", "--topic", "t", "--quiet"]
     for options, needle in [
@@ -356,8 +356,9 @@ def test_the_feeds_producer_options_are_checked_before_anything_and_never_echo_a
 
 
 def test_bin_kafka_local_takes_scram_users_and_never_shows_a_password(tmp_path, capsys):
-    from tools.local.kafka import LocalKafka, check_scram_users
     from tools.local.kafka import main as kafka_main
+    from tools.local.kafka_broker import LocalKafka
+    from tools.local.kafka_scram import check_scram_users
 
     broker = LocalKafka(port=19092, dir=tmp_path, scram_users={"alice": PASSWORD}, sasl_port=19093)
     assert broker.scram_users == ["alice"] and PASSWORD not in repr(broker)

@@ -67,7 +67,8 @@ _MAKE_CLASS_ARCHIVE = """
 import os, shutil, sys, tempfile
 from pyspark import SparkContext
 from jobs.stream.cli import main
-from tools.feed import feed, records_from_synthetic
+from tools.feed.landing import feed
+from tools.feed.records import records_from_synthetic
 partial, archive = sys.argv[1:]
 work = tempfile.mkdtemp(prefix="awm-cds-")
 try:

@@ -1,11 +1,11 @@
 """What the local servers share: their ports and settings, processes, logs, state files and ``stop`` report.
 
-The local servers (:mod:`tools.local.kafka`, :mod:`tools.local.s3`, :mod:`tools.local.spark_cluster`) run
-as processes started by :func:`spawn`, each in a session of its own with its output in a log file. A JSON
-state file in the server's directory records the pid (:func:`record_start` writes it, :func:`read_state`
-reads it); it counts only while that pid is still the server's: alive and not a zombie (:func:`alive`), with
-the server's command line (:func:`cmdline`) and, where it matters, working directory (:func:`working_dir`),
-so that a reused pid is never taken for it. :func:`terminate` stops a process or a process group: SIGTERM, a
+The local servers (:mod:`tools.local.kafka_broker`, :mod:`tools.local.s3`, :mod:`tools.local.spark_cluster`)
+run as processes started by :func:`spawn`, each in a session of its own with its output in a log file. A JSON
+state file in the server's directory records the pid (:func:`record_start` writes it, :func:`read_state` reads
+it); it counts only while that pid is still the server's: alive and not a zombie (:func:`alive`), with the
+server's command line (:func:`cmdline`) and, where it matters, working directory (:func:`working_dir`), so
+that a reused pid is never taken for it. :func:`terminate` stops a process or a process group: SIGTERM, a
 wait, then SIGKILL; :func:`stop_server` stops the one process a state file records, and :func:`print_stop`
 prints the outcome as ``bin/kafka-local stop``, ``bin/s3-local stop`` and ``bin/spark-local stop`` do.
 :mod:`tools.local.prometheus` takes :func:`free_port` and :func:`terminate`.

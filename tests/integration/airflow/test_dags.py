@@ -9,7 +9,7 @@ import pytest
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import batch_aggregation, job, one_partition, table_aggregates
 from tests.integration.spark.test_stream import iot_records, write_lines
-from tools.feed import feed
+from tools.feed.landing import feed
 from watermark.config import load_config, write_config
 
 pytestmark = pytest.mark.slow

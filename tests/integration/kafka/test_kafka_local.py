@@ -14,8 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tools.feed import KafkaFeedError, feed, feed_kafka, kafka_partition_map, main, records_from_synthetic
-from tools.local.kafka import LocalKafka
+from tools.feed.cli import main
+from tools.feed.kafka import KafkaFeedError, feed_kafka, kafka_partition_map
+from tools.feed.landing import feed
+from tools.feed.records import records_from_synthetic
+from tools.local.kafka_broker import LocalKafka
 
 ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -171,7 +174,7 @@ def test_cli_start_status_stop_on_a_free_port(tmp_path, jvm_process):
 
 @pytest.mark.slow
 def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path, jvm_process):
-    from tools.local.kafka import KafkaLocalError
+    from tools.local.kafka_topics import KafkaLocalError
 
     kafka = LocalKafka(
         port=jvm_process.free_port(), dir=tmp_path, start_timeout=0.5
@@ -185,7 +188,7 @@ def test_a_start_timeout_stops_the_broker_and_shows_its_log(tmp_path, jvm_proces
 
 
 def test_a_hanging_jvm_is_shown_by_where_its_main_thread_is(tmp_path, jvm_process):
-    from tools.local.kafka import _main_thread
+    from tools.local.kafka_broker import _main_thread
 
     source = tmp_path / "Hang.java"
     source.write_text(  # sleeps until killed, however long compiling it takes
@@ -277,7 +280,7 @@ def test_synthetic_feed_into_a_four_partition_topic_reads_back_exactly(kafka_bro
 
 @pytest.mark.slow
 def test_recorded_feed_matches_the_landing_files_and_paces(kafka_broker, tmp_path, capsys):
-    from tools.feed import records_from_file
+    from tools.feed.records import records_from_file
 
     # Ties at one arrival time keep file order in both outputs; 8 devices map two to a partition.
     topic = f"iot-{uuid.uuid4().hex[:8]}"

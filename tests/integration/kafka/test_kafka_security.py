@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.feed import records_from_file
+from tools.feed.records import records_from_file
 
 pytestmark = pytest.mark.slow  # three runs of the job's JVM and three broker starts
 
@@ -96,7 +96,8 @@ def files_holding(root: Path, secret: str) -> list[str]:
 @pytest.fixture(scope="module")
 def scram_kafka(tmp_path_factory):
     """A broker of this module's own: its plaintext listener, and SASL_PLAINTEXT with the SCRAM user USER."""
-    from tools.local.kafka import LocalKafka, free_port
+    from tools.local.kafka_broker import LocalKafka
+    from tools.local.processes import free_port
 
     broker = LocalKafka(
         port=free_port(),
@@ -260,7 +261,7 @@ def test_bin_kafka_local_starts_a_scram_listener_and_a_restart_replaces_the_pass
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from tools.local.kafka import scram_client_config
+    from tools.local.kafka_scram import scram_client_config
 
     port, home = jvm_process.free_port(), tmp_path / "kafka"
     sasl = jvm_process.free_port()

@@ -14,7 +14,7 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions, KafkaOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import iot_records
-from tools.feed import feed_kafka, kafka_partition_map
+from tools.feed.kafka import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
 

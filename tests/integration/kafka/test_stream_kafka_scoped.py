@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.kafka.test_stream_kafka import PARAMS, PARTITIONS, produce_raw, run_kafka
 from tests.integration.spark.test_stream import iot_records
-from tools.feed import feed_kafka, kafka_partition_map
+from tools.feed.kafka import feed_kafka, kafka_partition_map
 from watermark.evaluation.replay import WindowSpec, replay
 
 pytestmark = pytest.mark.slow

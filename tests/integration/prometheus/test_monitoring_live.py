@@ -332,7 +332,7 @@ def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_pages_muti
     keeps serving until Prometheus has scraped the failure, then the job is gone and the alert fires. The
     job being gone fires AwmJobDown too, which Alertmanager inhibits: on-call is paged for the cause."""
     from tests.integration.spark.test_stream import iot_records
-    from tools.feed import feed
+    from tools.feed.landing import feed
 
     manager, webhook = on_call
     port = local_server.free_port()

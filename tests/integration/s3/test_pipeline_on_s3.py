@@ -19,7 +19,7 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import config, iot_records, stable
-from tools.feed import feed
+from tools.feed.landing import feed
 from watermark import storage
 from watermark.config import load_config, write_config
 from watermark.evaluation.replay import WindowSpec

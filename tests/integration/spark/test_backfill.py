@@ -13,7 +13,7 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import config, iot_records, write_lines
-from tools.feed import feed
+from tools.feed.landing import feed
 from watermark.evaluation.replay import WindowSpec
 
 pytestmark = pytest.mark.slow

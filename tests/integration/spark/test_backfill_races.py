@@ -23,7 +23,7 @@ from tests.integration.spark.test_backfill import (
     one_partition,
     table_aggregates,
 )
-from tools.feed import feed
+from tools.feed.landing import feed
 
 # Minutes each on a 2-core machine running the suite, more on a busy one: a generous timeout (the spark
 # fixture hands the next test a working session even if this one is interrupted in a Spark call).

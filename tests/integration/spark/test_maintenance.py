@@ -21,7 +21,7 @@ from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
-from tools.feed import feed
+from tools.feed.landing import feed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -12,7 +12,7 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from monitoring.metrics import JobMetrics
 from tests.integration.spark.test_stream import config, good, iot_records, write_lines
-from tools.feed import feed
+from tools.feed.landing import feed
 from watermark.timeutil import NO_WATERMARK
 
 

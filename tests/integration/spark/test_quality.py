@@ -12,7 +12,7 @@ from jobs.common.schemas import AGGREGATES_SCHEMA, QUARANTINE_SCHEMA
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
 from tests.integration.spark.test_stream import iot_records, write_lines
-from tools.feed import feed
+from tools.feed.landing import feed
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,8 @@ from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tools.feed import feed, records_from_file
+from tools.feed.landing import feed
+from tools.feed.records import records_from_file
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
 
