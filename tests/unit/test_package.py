@@ -15,7 +15,7 @@ import pytest
 
 from jobs.common.session import PACKAGES, SUBMIT_PACKAGES
 from tools import package
-from tools.local import spark_cluster
+from tools.local import spark_cluster, spark_worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,12 +79,12 @@ def test_spark_local_status_without_a_cluster_exits_3_and_bad_arguments_exit_2(t
 def test_the_workers_environment_is_made_again_when_the_lock_changes_and_only_then(tmp_path):
     for name in ("pyproject.toml", "requirements.lock"):
         shutil.copy(ROOT / name, tmp_path / name)
-    key = spark_cluster.worker_env_key(tmp_path)
-    assert key == spark_cluster.worker_env_key(tmp_path) == spark_cluster.worker_env_key(ROOT)
+    key = spark_worker_env.worker_env_key(tmp_path)
+    assert key == spark_worker_env.worker_env_key(tmp_path) == spark_worker_env.worker_env_key(ROOT)
     lock = tmp_path / "requirements.lock"
     lock.write_text(lock.read_text().replace("river==", "river>="))
-    assert spark_cluster.worker_env_key(tmp_path) != key
+    assert spark_worker_env.worker_env_key(tmp_path) != key
     # The dependencies installed: the library's and the spark extra's, never the project's own.
-    required = spark_cluster._runtime_requirements(ROOT)
+    required = spark_worker_env._runtime_requirements(ROOT)
     assert any(r.startswith("pyspark") for r in required) and any(r.startswith("river") for r in required)
     assert not any(r.startswith(("adaptive-watermarks", "apache-airflow")) for r in required)

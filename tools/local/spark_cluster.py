@@ -22,16 +22,17 @@ master's JSON page (``http://HOST:UI_PORT/json/``) lists every worker ALIVE;
 it fails after 90 s (by default) with the tails of the JVMs' logs.
 
 **The workers do not see the checkout.** Their Spark (``SPARK_HOME``) and their Python are a virtualenv of
-their own, :func:`worker_python`: the project's runtime dependencies (``pyproject.toml``'s dependencies and
-its ``spark`` extra, at the versions of ``requirements.lock``) without the project, made with ``uv`` once
-per lock and cached under ``out/spark-worker-env/<hash>/`` (about 6 s from uv's warm cache; ``.venv`` cannot
-serve: its editable install puts the checkout on every ``sys.path``). The workers' environment has no
-``PYTHONPATH``, no virtualenv and no entry of the checkout on ``PATH``; their working directory and Spark's
-work directory (where executors run and ``--py-files`` land) are under the cluster's directory, and
-``PYSPARK_PYTHON`` names the workers' Python. Executors run the Python the application names (PySpark sends
-the driver's ``spark.pyspark.python``), so a submit gives ``--conf spark.pyspark.python=$(bin/spark-local
-python)``; the project's code then reaches them only through ``spark-submit --py-files`` (``python -m
-tools.package``: ``dist/awm-code.zip``), see docs/deployment.md, "Running on a cluster".
+their own, :func:`tools.local.spark_worker_env.worker_python`: the project's runtime dependencies
+(``pyproject.toml``'s dependencies and its ``spark`` extra, at the versions of ``requirements.lock``) without
+the project, made with ``uv`` once per lock and cached under ``out/spark-worker-env/<hash>/`` (about 6 s from
+uv's warm cache; ``.venv`` cannot serve: its editable install puts the checkout on every ``sys.path``). The
+workers' environment has no ``PYTHONPATH``, no virtualenv and no entry of the checkout on ``PATH``; their
+working directory and Spark's work directory (where executors run and ``--py-files`` land) are under the
+cluster's directory, and ``PYSPARK_PYTHON`` names the workers' Python. Executors run the Python the
+application names (PySpark sends the driver's ``spark.pyspark.python``), so a submit gives ``--conf
+spark.pyspark.python=$(bin/spark-local python)``; the project's code then reaches them only through
+``spark-submit --py-files`` (``python -m tools.package``: ``dist/awm-code.zip``), see docs/deployment.md,
+"Running on a cluster".
 
 The directory (``out/spark-cluster/``, ``--dir`` or ``$AWM_SPARK_DIR``) holds::
 
@@ -50,16 +51,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -67,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.local import processes
+from tools.local.spark_worker_env import SparkClusterError, pyspark_home, worker_python
 from watermark.cli.log import entry_prog, plain_text, run_main
 from watermark.cli.main import EXIT_BAD_INPUT, OneLineParser
 
@@ -74,9 +72,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_UI_PORT",
     "LocalSparkCluster",
-    "SparkClusterError",
     "main",
-    "worker_python",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,8 +81,6 @@ DEFAULT_PORT = 7077
 #: Not Spark's 8080: bin/airflow-local's UI is there, and the DAGs may submit to this cluster.
 DEFAULT_UI_PORT = 8090
 DEFAULT_DIR = ROOT / "out" / "spark-cluster"
-#: Where :func:`worker_python` keeps the workers' virtualenvs, one per key (lock, dependencies, Python).
-ENV_CACHE = ROOT / "out" / "spark-worker-env"
 PORT_ENV, UI_PORT_ENV, DIR_ENV = "AWM_SPARK_PORT", "AWM_SPARK_UI_PORT", "AWM_SPARK_DIR"
 EXIT_FAILED = processes.EXIT_FAILED
 EXIT_NOT_RUNNING = processes.EXIT_NOT_RUNNING
@@ -112,121 +106,6 @@ _NOT_INHERITED = (
     "SPARK_SUBMIT_OPTS",
     "SPARK_DIST_CLASSPATH",
 )
-#: What the workers' Python must import (the executors' share of the job), and what it must not.
-_WORKER_IMPORTS = ("pyspark", "numpy", "pyarrow", "pandas", "river", "numba")
-_PROJECT_PACKAGES = ("jobs", "watermark", "monitoring", "awm", "tools", "dags")
-
-
-class SparkClusterError(RuntimeError):
-    """The local cluster cannot be started, reached or stopped; the message says why and what to do."""
-
-
-# --------------------------------------------------------------------------------------------------
-# The workers' Python
-
-
-def _runtime_requirements(root: Path) -> list[str]:
-    """The project's runtime dependencies: ``pyproject.toml``'s dependencies and its ``spark`` extra."""
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["spark"]]
-
-
-def worker_env_key(root: Path = ROOT) -> str:
-    """The cache key of the workers' virtualenv: the lock, the dependencies, the Python and the machine."""
-    digest = hashlib.sha256()
-    digest.update((root / "requirements.lock").read_bytes())
-    digest.update(json.dumps(_runtime_requirements(root)).encode())
-    digest.update(f"{sys.version}|{platform.machine()}|{sys.base_prefix}".encode())
-    return digest.hexdigest()[:16]
-
-
-def _clean_env() -> dict[str, str]:
-    """The environment without a virtualenv or a ``PYTHONPATH`` (for uv and the workers' Python)."""
-    return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-
-
-def _uv() -> str:
-    uv = Path(sys.executable).parent / "uv"
-    found = str(uv) if uv.exists() else shutil.which("uv")
-    if found is None:
-        msg = "uv not found (next to this Python or on PATH): run bin/bootstrap.sh, which installs it"
-        raise SparkClusterError(msg)
-    return found
-
-
-def worker_python(root: Path = ROOT, cache: Path | None = None) -> Path:
-    """The workers' Python: a virtualenv of the project's runtime dependencies without the project.
-
-    Made with ``uv`` (``uv venv``, then ``uv pip install --compile-bytecode --constraint requirements.lock``
-    of :func:`_runtime_requirements`; offline from uv's cache first, which ``bin/bootstrap.sh`` filled)
-    the first time, under ``cache/<key>/`` (:func:`worker_env_key`), and reused while the lock, the
-    dependencies and the Python stay the same. A file lock serialises two callers making it at once; the
-    environment counts as made when its ``.complete`` stamp exists, written after a check that it imports
-    PySpark, numpy, pyarrow, river and numba and none of the project's packages.
-
-    Returns
-    -------
-    Path
-        ``cache/<key>/bin/python``.
-
-    Raises
-    ------
-    SparkClusterError
-        If uv is missing, the install fails, or the check does.
-
-    """
-    cache = (cache or ENV_CACHE).absolute()
-    env_dir = cache / worker_env_key(root)
-    python = env_dir / "bin" / "python"
-    stamp = env_dir / ".complete"
-    if stamp.exists():
-        return python
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists():  # made meanwhile by another process
-            return python
-        shutil.rmtree(env_dir, ignore_errors=True)
-        uv, env = _uv(), _clean_env()
-
-        def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [str(c) for c in command], cwd=cache, env=env, capture_output=True, text=True, check=False
-            )
-
-        made = run(uv, "venv", "--quiet", "--python", sys.executable, env_dir)
-        if made.returncode != 0:
-            msg = f"uv venv {env_dir} failed:\n{made.stderr[-3000:]}"
-            raise SparkClusterError(msg)
-        install = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", python]
-        install += ["--constraint", root / "requirements.lock", *_runtime_requirements(root)]
-        done = run(*install[:3], "--offline", *install[3:])
-        if done.returncode != 0:  # something missing from uv's cache: from the index
-            done = run(*install)
-        if done.returncode != 0:
-            msg = f"installing the workers' dependencies into {env_dir} failed:\n{done.stderr[-3000:]}"
-            raise SparkClusterError(msg)
-        check = (
-            "import importlib.util as u, sys\n"
-            f"for name in {_WORKER_IMPORTS!r}: __import__(name)\n"
-            f"found = [n for n in {_PROJECT_PACKAGES!r} if u.find_spec(n) is not None]\n"
-            "sys.exit(f'the project is importable: {found}' if found else 0)\n"
-        )
-        checked = run(python, "-c", check)
-        if checked.returncode != 0:
-            msg = f"the workers' Python {python} fails its check:\n{checked.stderr[-3000:]}"
-            raise SparkClusterError(msg)
-        stamp.write_text(json.dumps({"made_at": time.time(), "requirements": _runtime_requirements(root)}))
-    return python
-
-
-def _spark_home(python: Path) -> Path:
-    """The pip PySpark of the virtualenv whose interpreter is ``python`` (its ``bin/spark-class``)."""
-    found = sorted(python.parent.parent.glob("lib/python3*/site-packages/pyspark/bin/spark-class"))
-    if not found:
-        msg = f"no pyspark/bin/spark-class in the virtualenv of {python}"
-        raise SparkClusterError(msg)
-    return found[0].parent.parent
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,7 +150,8 @@ class LocalSparkCluster:
     host : str, default "127.0.0.1"
         The address every JVM binds.
     python : str or os.PathLike, optional
-        The workers' Python; default :func:`worker_python` (made when :meth:`start` first needs it).
+        The workers' Python; default :func:`tools.local.spark_worker_env.worker_python` (made when
+        :meth:`start` first needs it).
     start_timeout : float, default 90.0
         Seconds :meth:`start` waits for the master to list every worker ALIVE.
 
@@ -467,7 +347,7 @@ class LocalSparkCluster:
                 )
                 raise SparkClusterError(msg)
         python = self.python
-        spark_home = _spark_home(python)
+        spark_home = pyspark_home(python)
         spark_class = str(spark_home / "bin" / "spark-class")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         for name in ["master", *(f"worker-{i}" for i in range(1, self.workers + 1))]:
