@@ -6,14 +6,14 @@ import logging
 from types import SimpleNamespace
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from monitoring.metrics import JobMetrics
 
 log = logging.getLogger(__name__)
 
 
-class MetricsListener(StreamingQueryListener):  # type: ignore[misc]
+class MetricsListener(StreamingQueryListener):
     """Batch duration of every query progress; failed query terminations counted.
 
     Register with ``spark.streams.addListener(listener)``; remove with ``removeListener`` when the query is

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -89,6 +90,13 @@ log = logging.getLogger(__name__)
 
 class BackfillError(RuntimeError):
     """The backfill cannot run (missing tables, conflicts that do not resolve, a window held twice)."""
+
+
+def opened(path: str) -> DeltaTable:
+    """The Delta table at ``path``, which the run found there at its start (:func:`open_table`)."""
+    table = open_table(path)
+    assert table is not None, f"{path}: the Delta table is gone"
+    return table
 
 
 def run_backfill(
@@ -118,7 +126,7 @@ def run_backfill(
         raise BackfillError(msg)
     if open_table(late_path) is None:  # the job writes late_events with its first late row: nothing yet
         log.info("no late_events table at %s: no late row to fold", late_path)
-        report.aggregates_version = open_table(agg_path).version()
+        report.aggregates_version = opened(agg_path).version()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     session = session_for(spark, options)
@@ -140,7 +148,7 @@ def run_backfill(
         report.attempts += 1
         # watermark_log first: the aggregates read after it hold every window it says the stream closed
         log_dt = open_table(log_path)
-        agg_dt, late_dt = open_table(agg_path), open_table(late_path)
+        agg_dt, late_dt = opened(agg_path), opened(late_path)
         planned = plan(session, options, clock(), agg_dt, agg_path, late_dt, late_path, report, log_dt)
         if planned is None:
             return None
@@ -167,8 +175,8 @@ def run_backfill(
         report.reconciled_events = retried(
             mark, "late_events MERGE conflicted", "the late_events MERGE still conflicts"
         )
-    report.aggregates_version = open_table(agg_path).version()
-    report.late_events_version = open_table(late_path).version()
+    report.aggregates_version = opened(agg_path).version()
+    report.late_events_version = opened(late_path).version()
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 

@@ -222,8 +222,8 @@ def corrected_rows(partials: pa.Table, current: pa.Table, now_ms: int) -> pa.Tab
     """
     if not partials.num_rows:
         return AGGREGATES_SCHEMA.empty_table()
-    cur = current.select(AGGREGATES_SCHEMA.names)
-    renamed = cur.rename_columns([n if n in WINDOW else f"cur_{n}" for n in cur.schema.names])
+    now_rows = current.select(AGGREGATES_SCHEMA.names)
+    renamed = now_rows.rename_columns([n if n in WINDOW else f"cur_{n}" for n in now_rows.schema.names])
     joined = partials.join(renamed, keys=WINDOW, join_type="left outer", use_threads=False)
     emitted = pc.is_valid(joined.column("cur_count"))
 
@@ -497,7 +497,8 @@ def read_horizon(
 
 def open_table(path: str) -> DeltaTable | None:
     """The Delta table at ``path`` (a path or URI; delta-rs), or None when there is none."""
-    return open_delta(path)
+    table: DeltaTable | None = open_delta(path)
+    return table
 
 
 def read_inputs(

@@ -201,12 +201,11 @@ def open_context(workdir: Path, suites_per_run: int = SUITES_PER_RUN) -> Any:
     results each.
     """
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="file", project_root_dir=str(workdir))
     context.variables.analytics_enabled = False
-    context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(
-        globally=False, metric_calculations=False
-    )
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     sites = dict(context.variables.data_docs_sites or {})
     site = dict(sites.get(SITE_NAME) or {})
     if site:  # GX's default site: its index lists the newest runs only (each build reads what it lists)

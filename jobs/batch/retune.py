@@ -39,7 +39,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow.compute as pc
@@ -48,16 +48,10 @@ from jobs.common.reads import TableReader
 from watermark import storage
 from watermark.config import ConfigError, PipelineConfig, load_config, write_config, write_text_atomically
 from watermark.storage import Location
-from watermark.tuning.tune import (
-    MAX_ROWS,
-    SUBPERIODS,
-    Candidate,
-    PeriodReport,
-    TuneError,
-    TuneResult,
-    plot,
-    tune,
-)
+from watermark.tuning.history import MAX_ROWS, SUBPERIODS
+from watermark.tuning.results import PeriodReport, TuneResult, plot
+from watermark.tuning.rule import Candidate
+from watermark.tuning.tune import TuneError, tune
 
 DAY_MS = 86_400_000
 
@@ -100,7 +94,7 @@ class RetuneOutcome:
     #: The tuner's choice when it runs another partition mode than the job (which cannot change it).
     other_mode: dict[str, Any] | None = None
     #: The chosen setting on the tuning period and on the held-out slice (late share, latency, ratio to the
-    #: best fixed delay there: :class:`watermark.tuning.tune.PeriodReport`); the running setting's held-out
+    #: best fixed delay there: :class:`watermark.tuning.results.PeriodReport`); the running setting's held-out
     #: figures.
     tuning: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
@@ -212,7 +206,7 @@ def score(
         partition=partition,
         key=partition,  # as the candidates: windows per partition (the history keeps no keys)
         straggler_ms=running.straggler_ms,
-        idle_timeout_ms=running.idle_timeout_ms,
+        idle_timeout_ms=cast("int | None", running.idle_timeout_ms),  # or "auto": tune hands it to replay
         recent_fraction=1.0,
         recent_rows=recent_rows,
         partition_modes=(running.partition_mode,),
@@ -281,7 +275,7 @@ def retune(options: RetuneOptions) -> RetuneOutcome:
             # the job writes each record's key as its partition: the history is then keyed and exact.
             key=part,
             straggler_ms=running.straggler_ms,
-            idle_timeout_ms=running.idle_timeout_ms,
+            idle_timeout_ms=cast("int | None", running.idle_timeout_ms),  # or "auto" (as above)
             recent_fraction=1.0,
             recent_rows=recent,
             partition_modes=tuned_modes(running.partition_mode),

@@ -17,7 +17,7 @@ from jobs.common.session import arrow_frame
 from jobs.common.windows import window_partials
 from jobs.stream.report import BatchReport
 from jobs.stream.stage.labelling import late_expression
-from watermark.evaluation.replay import WindowSpec
+from watermark.windowspec import WindowSpec
 
 
 class SparkRows:

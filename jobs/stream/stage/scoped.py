@@ -176,5 +176,5 @@ def fire_scoped(
         still_open.append(kept)
     still_open.append(open_windows.filter(pa.array(rest)))  # owners without an arrival in this batch
     fired = pa.concat_tables([FIRED_SCHEMA.empty_table(), *fired_parts])
-    order = [("window_start_ms", "ascending"), ("key", "ascending")]
-    return fired.sort_by(order), pa.concat_tables(still_open).sort_by(order)
+    by_window = [("window_start_ms", "ascending"), ("key", "ascending")]
+    return fired.sort_by(by_window), pa.concat_tables(still_open).sort_by(by_window)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -82,7 +83,7 @@ def segments_table(summaries: list[PartitionSummary]) -> pa.Table:
 
 def segment_rows(rows: list[tuple[str, int, int, int, int, int | None, int | None]]) -> pa.Table:
     """:data:`SEGMENTS_SCHEMA` rows ``(owner, *segment)`` (:data:`Segment`) as a table."""
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in SEGMENTS_SCHEMA]
+    columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in SEGMENTS_SCHEMA]
     return pa.Table.from_arrays(
         [pa.array(list(c), f.type) for c, f in zip(columns, SEGMENTS_SCHEMA, strict=True)],
         schema=SEGMENTS_SCHEMA,

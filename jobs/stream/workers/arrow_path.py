@@ -106,7 +106,7 @@ def read_split(split: Split, max_record_bytes: int | None = None) -> bytes:
     with _open_split_file(split.path) as handle:
         begin = max(split.start - 1, 0)
         handle.seek(begin)
-        data = handle.read(split.end - begin)
+        data: bytes = handle.read(split.end - begin)
         if split.start > 0:
             cut = data.find(b"\n")
             if cut < 0:
@@ -377,7 +377,7 @@ def sweep_spills(current: Path, grace_s: float = SPILL_GRACE_S) -> list[Path]:
     worker of a live run can never lose its folder under it. Removing a live run's folder would cost only
     parsing again (a kept split is a cache): the grace is not a safety margin.
     """
-    removed = []
+    removed: list[Path] = []
     now = time.time()
     try:
         siblings = list(current.parent.iterdir())
