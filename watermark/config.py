@@ -42,8 +42,8 @@ from typing import Any
 from watermark import storage
 from watermark.base import check_float, check_int
 from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS
-from watermark.partitions.combine import AUTO, COMBINATION_MODES, SCOPED_MODES
 from watermark.partitions.idle import IdleLearning
+from watermark.partitions.state import AUTO, COMBINATION_MODES, SCOPED_MODES
 from watermark.strategies.registry import make, required_params, strategy_class
 from watermark.windowspec import WindowSpec
 
@@ -135,7 +135,7 @@ class PipelineConfig:
     straggler_ms: int = DEFAULT_STRAGGLER_MS
     note: str | None = None
     source: str | None = field(default=None, compare=False)
-    #: How partitions make the watermark (:data:`watermark.partitions.combine.COMBINATION_MODES`).
+    #: How partitions make the watermark (:data:`watermark.partitions.state.COMBINATION_MODES`).
     partition_mode: str = "min"
     #: Silence after which a partition without an open window is forgotten (None: never; a document
     #: without the field: :func:`default_partition_retention_ms`).

@@ -29,7 +29,7 @@ from jobs.stream.sources.spark_rows import SparkRows
 from jobs.stream.stage.executors import read_open_windows
 from jobs.stream.stage.states import StageStart, StageStates
 from monitoring.metrics import JobMetrics
-from watermark.partitions.combine import SCOPED_MODES
+from watermark.partitions.state import SCOPED_MODES
 from watermark.strategies.registry import strategy_class
 
 

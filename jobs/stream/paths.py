@@ -47,7 +47,8 @@ from jobs.stream.stage.executors import release, run_in_executors
 from jobs.stream.stage.scoped import claim, claims_of, fire_scoped, open_owners, row_floors
 from jobs.stream.stage.states import StageStart
 from monitoring.metrics import BatchObservation
-from watermark.partitions.combine import SCOPED_MODES, PartitionedWatermark
+from watermark.partitions.combine import PartitionedWatermark
+from watermark.partitions.state import SCOPED_MODES
 from watermark.timeline import Timeline
 
 log = logging.getLogger("jobs.stream")

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies_for_tests import NAMES, PARAMS, streams
-from watermark.partitions.combine import PartitionedWatermark, factorize, rows_by_code, unique_pairs
+from watermark.partitions.arrays import factorize, rows_by_code, unique_pairs
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.strategies.registry import make
 from watermark.timeutil import NO_WATERMARK
 
@@ -265,7 +266,7 @@ def test_scoped_mode_reports_the_minimum_and_no_partition_waits_for_another():
 
 @pytest.mark.parametrize("name", ["slo", "periodic", "fleet"])
 def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(name, monkeypatch):
-    import watermark.partitions.combine as combine
+    import watermark.partitions.minimum as minimum
 
     rng = np.random.default_rng(7)
     n = 40_000  # x 8 partitions: above the threaded size
@@ -275,7 +276,7 @@ def test_a_large_batch_run_on_threads_equals_the_same_batch_run_in_one_thread(na
     params = {"late_slo_pct": 1.0} if name in ("slo", "fleet") else {"delay_ms": 200}
     threaded = PartitionedWatermark(name, params, idle_timeout_ms=50)
     a = threaded.process_trace(part, te, tp)
-    monkeypatch.setattr(combine, "_THREADED_WORK", 10**12)
+    monkeypatch.setattr(minimum, "_THREADED_WORK", 10**12)
     alone = PartitionedWatermark(name, params, idle_timeout_ms=50)
     b = alone.process_trace(part, te, tp)
     assert np.array_equal(a.at_arrival, b.at_arrival) and np.array_equal(a.after_arrival, b.after_arrival)

@@ -35,13 +35,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from watermark.base import check_int
-from watermark.partitions.combine import (
-    PartitionedWatermark,
-    factorize,
-    one_partition_per_key,
-    rows_by_code,
-    unique_pairs,
-)
+from watermark.partitions.arrays import factorize, one_partition_per_key, rows_by_code, unique_pairs
+from watermark.partitions.combine import PartitionedWatermark
 from watermark.strategies.registry import make
 from watermark.timeline import Timeline
 from watermark.timeutil import NO_WATERMARK, as_ms_array

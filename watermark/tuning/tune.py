@@ -127,7 +127,7 @@ from numpy.typing import ArrayLike, NDArray
 from watermark import storage
 from watermark.evaluation.compare import chosen_strategies
 from watermark.evaluation.replay import DEFAULT_STRAGGLER_MS, latency_stats, replay
-from watermark.partitions.combine import factorize, one_partition_per_key
+from watermark.partitions.arrays import factorize, one_partition_per_key
 from watermark.progress import progress_line
 from watermark.strategies.registry import monotone_params, search_space, targeted
 from watermark.windowspec import WindowSpec
