@@ -92,14 +92,15 @@ from watermark.strategies.registry import search_space as default_space  # noqa:
 from watermark.streams import perturb  # noqa: E402
 from watermark.streams.recorded import read_stream  # noqa: E402
 from watermark.streams.synthetic import generate  # noqa: E402
-from watermark.tuning.tune import (  # noqa: E402
-    SLO_SHARES,
+from watermark.tuning.rule import (  # noqa: E402
     Candidate,
-    TuneError,
+    fastest_meeting,
     one_off_burst,
+    ranked,
     stable_choice,
-    tune,
 )
+from watermark.tuning.space import SLO_SHARES  # noqa: E402
+from watermark.tuning.tune import TuneError, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IOT = {
@@ -144,7 +145,7 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
 
     A registered strategy missing from it gets its settings in the tuner's default space (thinned to
     :data:`OTHER_SETTINGS` unless ``full``) or its defaults; a required ``*_pct`` parameter (a late budget)
-    is set to each :data:`~watermark.tuning.tune.SLO_SHARES` fraction of the target, as the tuner does for
+    is set to each :data:`~watermark.tuning.space.SLO_SHARES` fraction of the target, as the tuner does for
     ``slo``.
     """
     chosen = DEFAULT_SPACE if full else SPACE
@@ -274,29 +275,31 @@ def per_strategy(candidates: Sequence[Candidate], target: float) -> dict[str, Ca
     """Each strategy's choice by the tuner's own rule among its candidates.
 
     The row of a strategy is what the tuner would choose were it the only strategy searched
-    (:func:`watermark.tuning.tune.stable_choice`: safety weighed against latency), not its fastest setting on
+    (:func:`watermark.tuning.rule.stable_choice`: safety weighed against latency), not its fastest setting on
     the tuning period, which would credit it with a choice the tuner does not make. When none of its settings
     meets the target pooled (a clock step's records late for every setting but multi-second delays): its
-    fastest :func:`~watermark.tuning.tune.one_off_burst`, which the rule forgives, else its least late
+    fastest :func:`~watermark.tuning.rule.one_off_burst`, which the rule forgives, else its least late
     setting.
     """
     out: dict[str, Candidate] = {}
     for name in dict.fromkeys(c.strategy for c in candidates):
         mine = [c for c in candidates if c.strategy == name]
-        fired = sorted((c for c in mine if c.windows_fired), key=lambda c: (c.mean_latency_ms, c.dropped_pct))
-        chosen = stable_choice(mine, target) or next((c for c in fired if one_off_burst(c, target)), None)
+        chosen = stable_choice(mine, target) or next(
+            (c for c in ranked(mine) if one_off_burst(c, target)), None
+        )
         out[name] = chosen if chosen is not None else min(mine, key=lambda c: c.dropped_pct)
     return out
 
 
 def fastest_at_target(candidates: Sequence[Candidate], target: float) -> Candidate | None:
-    """The fastest of ``candidates`` meeting the target on the tuning period (else the least late one)."""
+    """The fastest of ``candidates`` meeting the target on the tuning period (else the least late one).
+
+    The fastest is the tuner's ranking (:func:`watermark.tuning.rule.fastest_meeting`).
+    """
     if not candidates:
         return None
-    ok = [c for c in candidates if c.dropped_pct <= target and c.windows_fired > 0]
-    if ok:
-        return min(ok, key=lambda c: (c.mean_latency_ms, c.dropped_pct))
-    return min(candidates, key=lambda c: c.dropped_pct)
+    fastest = fastest_meeting(candidates, target)
+    return fastest if fastest is not None else min(candidates, key=lambda c: c.dropped_pct)
 
 
 def one_case(stream: Stream, part: np.ndarray, tune_rows: np.ndarray, eval_rows: np.ndarray, target: float,

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from watermark.cli.main import main
 from watermark.evaluation.replay import WindowSpec, replay
 from watermark.strategies.registry import monotone_params
-from watermark.tuning import tune as tune_module
-from watermark.tuning.tune import Candidate, TuneError, one_off_burst, stable_choice, tune
+from watermark.tuning import workers as workers_module
+from watermark.tuning.rule import Candidate, one_off_burst, stable_choice
+from watermark.tuning.tune import TuneError, tune
 
 W = WindowSpec(1_000)
 DELAYS = {"periodic": [{"delay_ms": d, "period_ms": 10} for d in range(0, 1_001, 100)]}
@@ -415,7 +416,7 @@ def test_a_long_history_is_replayed_on_bounded_contiguous_blocks_of_each_sub_per
 
 
 def test_two_worker_processes_give_the_same_candidates_and_choice(monkeypatch):
-    monkeypatch.setattr(tune_module, "PARALLEL_MIN_ROWS", 0)  # workers even on this small history
+    monkeypatch.setattr(workers_module, "PARALLEL_MIN_ROWS", 0)  # workers even on this small history
     rng = np.random.default_rng(9)
     tp = np.arange(0, 30_000, 10, dtype=np.int64)
     dev = rng.integers(0, 3, tp.size)

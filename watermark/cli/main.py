@@ -279,7 +279,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from watermark.tuning.tune import plot, tune
+    from watermark.tuning.results import plot
+    from watermark.tuning.tune import tune
     from watermark.windowspec import WindowSpec
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
