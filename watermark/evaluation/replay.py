@@ -323,24 +323,16 @@ def replay(
     straggler_ms = check_int("straggler_ms", straggler_ms, 0)
     order = np.argsort(tp_a, kind="stable")
     te_s, tp_s = te_a[order], tp_a[order]
-    partitions: list[Any] | None = None
     extra: dict[str, Any] = {}
     keys: list[Any] | None = None
     key_codes = np.zeros(te_s.size, np.intp)
     if key is not None:
-        k_arr = np.asarray(key)
-        if k_arr.size != te_a.size:
-            msg = f"key must have one value per row ({te_a.size}), got {k_arr.size}"
-            raise ValueError(msg)
-        keys, key_codes = factorize(k_arr[order])
+        keys, key_codes = _column_codes(key, "key", order)
     effective = make(strategy, params).params
+    partitions: list[Any] | None = None
     part_codes: NDArray[np.intp] | None = None
     if partition is not None:
-        part = np.asarray(partition)
-        if part.size != te_a.size:
-            msg = f"partition must have one value per row ({te_a.size}), got {part.size}"
-            raise ValueError(msg)
-        partitions, part_codes = factorize(part[order])
+        partitions, part_codes = _column_codes(partition, "partition", order)
         extra["partition_mode"] = partition_mode
     if partition_mode == "keyed":
         if keys is None:
@@ -351,23 +343,13 @@ def replay(
         pre, post, classes, windows = _scoped(
             te_s, tp_s, key_codes, key_codes, True, strategy, params, window, straggler_ms, idle_timeout_ms
         )
-    elif part_codes is None or partition_mode == "global":
-        gen = make(strategy, params)
-        trace = gen.process_trace(te_s, tp_s)
-        extra["diagnostics"] = gen.diagnostics()
-        pre, post = trace.at_arrival, trace.after_arrival
-        classes = classify(te_s, pre, straggler_ms)
-        assert trace.timeline is not None
-        windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
-    elif partition_mode == "min":
-        assert partition is not None
-        combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
-        trace = combo.process_trace(np.asarray(partition)[order], te_s, tp_s)
-        extra["holdback_partition"] = combo.holdback_partition
-        pre, post = trace.at_arrival, trace.after_arrival
-        classes = classify(te_s, pre, straggler_ms)
-        assert trace.timeline is not None
-        windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
+    elif part_codes is None or partition_mode in ("global", "min"):
+        part_sorted = None if part_codes is None or partition is None else np.asarray(partition)[order]
+        mode = "global" if part_sorted is None else partition_mode
+        pre, post, classes, windows = _one_watermark(
+            te_s, tp_s, part_sorted, mode, key_codes, strategy, params, window, straggler_ms,
+            idle_timeout_ms, extra,
+        )  # fmt: skip
     else:
         pre, post, classes, windows = _scoped(
             te_s, tp_s, part_codes, key_codes, keys is not None, strategy, params, window, straggler_ms,
@@ -391,6 +373,52 @@ def replay(
         extra=extra,
         key_codes=key_codes if keys is not None else None,
     )
+
+
+def _column_codes(
+    column: ArrayLike, name: str, order: NDArray[np.intp]
+) -> tuple[list[Any], NDArray[np.intp]]:
+    """A per-row column (key or partition) in arrival ``order``: its distinct values and each row's code."""
+    values = np.asarray(column)
+    if values.size != order.size:
+        msg = f"{name} must have one value per row ({order.size}), got {values.size}"
+        raise ValueError(msg)
+    return factorize(values[order])
+
+
+def _one_watermark(
+    te_s: NDArray[np.int64],
+    tp_s: NDArray[np.int64],
+    partition: NDArray[Any] | None,
+    mode: str,
+    key_codes: NDArray[np.intp],
+    strategy: str,
+    params: dict[str, Any] | None,
+    window: WindowSpec,
+    straggler_ms: int,
+    idle_timeout_ms: int | None,
+    extra: dict[str, Any],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int8], WindowTable]:
+    """One watermark for the whole stream: one generator (``global``) or the partitions' minimum (``min``).
+
+    Rows in arrival order; ``partition`` (sorted the same) is needed for ``min``. Records the generator's
+    diagnostics or the holdback partition in ``extra``. Returns the watermark at and after each arrival, the
+    rows' classes and the windows.
+    """
+    if mode == "min":
+        assert partition is not None
+        combo = PartitionedWatermark(strategy, params, idle_timeout_ms=idle_timeout_ms)
+        trace = combo.process_trace(partition, te_s, tp_s)
+        extra["holdback_partition"] = combo.holdback_partition
+    else:
+        gen = make(strategy, params)
+        trace = gen.process_trace(te_s, tp_s)
+        extra["diagnostics"] = gen.diagnostics()
+    pre, post = trace.at_arrival, trace.after_arrival
+    classes = classify(te_s, pre, straggler_ms)
+    assert trace.timeline is not None
+    windows = _windows(te_s, trace.timeline, classes != LATE, key_codes, window)
+    return pre, post, classes, windows
 
 
 def _scoped(
