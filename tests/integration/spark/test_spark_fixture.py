@@ -17,7 +17,7 @@ def test_the_next_test_gets_a_working_session_after_a_stop(spark):
 
 
 @pytest.mark.xfail(strict=True, reason="pytest-timeout interrupts it, as it would a test that hangs")
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(8)
 def test_a_test_may_time_out_in_the_middle_of_a_spark_job(spark):
     spark.range(10**13).selectExpr("sum(id % 7)").collect()  # hours of work
 

@@ -197,7 +197,7 @@ def test_a_reader_of_every_table_exits_0_every_time_in_a_fresh_process(spark, tm
     tables = DeltaTables(tmp_path, "job", spark)
     for batch in range(3):  # a few commits and files per table, as a running job leaves them
         tables.append_all({name: one_row(schema, batch) for name, schema in TABLES.items()}, batch)
-    runs = 5
+    runs = 2  # every table twice: a reader that crashes at exit now and then shows it in a run or the next
     procs = [
         (
             name,
