@@ -8,7 +8,7 @@ ignores, renamed into place; on an object store one PUT), so the job never sees 
 source takes files oldest first by modification time (in milliseconds): every local file gets a modification
 time at least 1 ms after the previous one's, so that the order in which the job reads files is their arrival
 order; an object store stamps each object when its PUT completes, and files of the same second are read in
-name order (:func:`jobs.stream.sources.readers.landing_order`).
+name order (:func:`jobs.stream.sources.source_log.landing_order`).
 """
 
 from __future__ import annotations
