@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from watermark.streams.recorded import TIME_FORMATS, InputError, RecordedStream, read_stream
+from watermark.streams.input_error import InputError
+from watermark.streams.recorded import TIME_FORMATS, RecordedStream, read_stream
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 

@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         130 when interrupted.
 
     """
-    from watermark.streams.recorded import InputError
+    from watermark.streams.input_error import InputError
 
     parser = build_parser()
     return run_main(

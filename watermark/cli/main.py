@@ -368,7 +368,7 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
-    from watermark.streams.recorded import InputError
+    from watermark.streams.input_error import InputError
     from watermark.tuning.tune import TuneError
 
     commands = {

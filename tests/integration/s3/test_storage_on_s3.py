@@ -130,7 +130,8 @@ def test_the_light_reader_reads_a_delta_table_on_s3(bucket):
 
 
 def test_a_recorded_stream_on_s3_reads_as_the_same_file_on_disk_and_its_errors_name_the_uri(bucket, tmp_path):
-    from watermark.streams.recorded import InputError, read_stream
+    from watermark.streams.input_error import InputError
+    from watermark.streams.recorded import read_stream
 
     text = "te,tp,dev\n1000,1200,a\n900,1300,b\n"
     (tmp_path / "s.csv").write_text(text)
