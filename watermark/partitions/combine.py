@@ -297,7 +297,7 @@ class PartitionedWatermark(IdleScopedCombination, ScopedCombination, MinimumComb
         same = (
             strategy == self.strategy
             and mode == self.mode
-            and make(strategy, params).params == make(self.strategy, self.params).params
+            and new.spec.build().params == self.spec.build().params
         )
         if same and self._shared is not None:
             new._shared = self._shared
@@ -309,7 +309,7 @@ class PartitionedWatermark(IdleScopedCombination, ScopedCombination, MinimumComb
             new._gens = dict.fromkeys(self._gens, new._shared)
         else:
             new._gens = {
-                key: make(strategy, params).hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
+                key: new.spec.build().hold_floor(gen.watermark_ms) for key, gen in self._gens.items()
             }
             for key, gen in new._gens.items():
                 new._join(key, gen)
@@ -341,7 +341,7 @@ class PartitionedWatermark(IdleScopedCombination, ScopedCombination, MinimumComb
             return f"the configuration's strategy is invalid ({exc})"
         if self.strategy != want.name:
             return f"strategy {self.strategy!r}, the configuration has {want.name!r}"
-        if make(self.strategy, self.params).params != want.params:
+        if self.spec.build().params != want.params:
             return f"parameters {dict(self.params)}, the configuration has {dict(want.params)}"
         if self.idle_timeout_ms != idle_timeout_ms:
             return f"idle_timeout_ms {self.idle_timeout_ms}, the configuration has {idle_timeout_ms}"

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from watermark.base import WatermarkGenerator, WatermarkReadout, check_int
 from watermark.partitions.idle import IdleLearning
-from watermark.strategies.registry import make, strategy_class
+from watermark.strategies.registry import StrategySpec, strategy_class
 from watermark.timeutil import NO_WATERMARK
 from watermark.windowspec import WindowSpec
 
@@ -41,7 +41,8 @@ class CombinationState(WatermarkReadout):
         mode: str = "min",
         window: WindowSpec | None = None,
     ) -> None:
-        make(strategy, params)  # validate now, with the strategy's own messages
+        #: The strategy and its settings, checked and typed once (each partition's generator is built so).
+        self.spec = StrategySpec.of(strategy, params)
         self.strategy = strategy
         self.params = dict(params or {})
         if mode not in COMBINATION_MODES:
@@ -76,14 +77,14 @@ class CombinationState(WatermarkReadout):
         self._gap_hist: dict[Hashable, list[int]] = {}
         self._learned: dict[Hashable, int] = {}
         #: In ``global`` mode, the one generator every partition feeds.
-        self._shared: WatermarkGenerator | None = make(strategy, params) if mode == "global" else None
+        self._shared: WatermarkGenerator | None = self.spec.build() if mode == "global" else None
         #: State the partitions' generators share
         #: (:meth:`~watermark.strategies.fleet.FleetWatermark.shared_state`:
         #: the fleet's lag models and late budget), built once; ``None`` for the other strategies.
         self._shared_state: Any = None
         factory = getattr(strategy_class(strategy), "shared_state", None)
         if factory is not None and mode != "global":
-            self._shared_state = factory(make(strategy, params).params)
+            self._shared_state = factory(self.spec.build().params)
         self._gens: dict[Hashable, WatermarkGenerator] = {}
         self._last_tp: dict[Hashable, int] = {}
         self._reset_readout()
@@ -150,7 +151,7 @@ class CombinationState(WatermarkReadout):
 
     def new_generator(self) -> WatermarkGenerator:
         """The generator a partition new to the combination starts with (scoped: at the eviction floor)."""
-        gen = make(self.strategy, self.params)
+        gen = self.spec.build()
         if self.mode in SCOPED_MODES and self._evicted_floor != NO_WATERMARK:
             gen.hold_floor(self._evicted_floor)
         return gen
@@ -177,4 +178,4 @@ class CombinationState(WatermarkReadout):
 
     def _generator_template(self) -> WatermarkGenerator:
         """A fresh generator of the combination's strategy and parameters."""
-        return make(self.strategy, self.params)
+        return self.spec.build()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from watermark.base import WatermarkGenerator
@@ -125,6 +126,48 @@ def make(name: str, params: Mapping[str, Any] | None = None) -> WatermarkGenerat
         msg = f"{name}: missing required parameter(s) {', '.join(missing)}"
         raise ValueError(msg)
     return cls(**{k: _convert(cls, k, v) for k, v in given.items()})
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """A strategy's name and its settings, checked and typed once.
+
+    What a configuration hands to the code that builds generators (one a partition): no ``name=value``
+    text is parsed again.
+
+    Examples
+    --------
+    >>> from watermark.strategies.registry import StrategySpec
+    >>> spec = StrategySpec.of("periodic", {"delay_ms": "250"})
+    >>> spec.settings
+    (('delay_ms', 250),)
+    >>> spec.build()
+    Periodic(delay_ms=250, period_ms=200)
+    >>> spec == StrategySpec.of("periodic", {"delay_ms": 250})
+    True
+
+    """
+
+    name: str
+    #: The given settings, converted to the parameters' types, sorted by name.
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, name: str, params: Mapping[str, Any] | None = None) -> StrategySpec:
+        """The spec of ``name`` with ``params`` (strings converted), or the strategy's ``ValueError``."""
+        make(name, params)  # the strategy's own checks and messages
+        strategy = strategy_class(name)
+        typed = {k: _convert(strategy, k, v) for k, v in (params or {}).items()}
+        return cls(name, tuple(sorted(typed.items())))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The settings as a mapping (a copy)."""
+        return dict(self.settings)
+
+    def build(self) -> WatermarkGenerator:
+        """A new generator of this strategy and these settings."""
+        return strategy_class(self.name)(**self.params)
 
 
 def required_params(cls: type[WatermarkGenerator]) -> list[str]:
