@@ -11,7 +11,7 @@ both when missing or stale and says what it did; a second run finds both and ret
   replaced when they change. The test suite's JVMs use it (``tests/conftest.py``); a JVM whose class path
   differs (the cluster's executors, the Kafka broker) or a stale archive is ignored by the JVM, silently
   (``-Xlog:cds*=off``); classes of ``spark.jars`` (Delta, the Kafka source) are never archived.
-- **numba's kernels** (``watermark/strategies/slo_kernel.py``, ``watermark/strategies/fleet_kernel.py``) are
+- **numba's kernels** (``watermark/strategies/*_kernel.py``: the ``slo`` and ``fleet`` strategies' rules) are
   compiled with ``cache=True``: the first process to use them writes them to
   ``watermark/strategies/__pycache__``, and every later one loads them in milliseconds. A replay of each
   strategy that uses them, in every partition mode, on a small synthetic stream, compiles the signatures

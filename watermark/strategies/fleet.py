@@ -1,128 +1,59 @@
 """A per-key lateness model with one shared late budget: the fleet watermark.
 
 Every key (a device; a partition in the combination's ``scoped`` mode) fires its windows by its own
-watermark, ``W_k = F_k - D_k``: its *frontier* minus its delay. What the per-key watermarks of
-:mod:`watermark.strategies.ingestion` or :mod:`watermark.strategies.slo` lack is the fleet: a key with little
-history has nothing to learn from, a congestion shows in each key's history only after it has cost late
-records, and a late-share target met key by key spends the budget where it buys the least latency. Here the
-keys' models live in one :class:`Fleet` that the generators of a
-:class:`~watermark.partitions.combine.PartitionedWatermark` share:
+watermark ``W_k = F_k - D_k``, its *frontier* minus its delay. The keys' models live in one :class:`Fleet`
+(:class:`SharedFleet`) that the generators of a :class:`~watermark.partitions.combine.PartitionedWatermark`
+share; docs/library.md gives the reasons.
 
-* **Frontier.** A key's *reference* is its largest event time (since its last re-base, below). A key is
-  *live* while its last arrival came within its usual transit of its reference (``tp - ref`` at most its
-  transit baseline plus ``lead`` event-time gaps): it sends in real time, so its next event time is about
-  a gap ahead of its reference. Its frontier is then ``max(ref, min(t - baseline, ref + lead * gap))`` where
-  ``t`` is its last arrival time (``follow_clock = 1``: the current instant, so that between arrivals the
-  watermark follows the ingestion clock, a ramp in the timeline), ``baseline`` its low transit ``tp - te``
-  (which absorbs a clock offset) and ``gap`` its recent mean event-time step. A key that is not live (a
-  device flushing a backlog, a congestion) has its reference as frontier. ``lead = 0``: always the
-  reference, ``W_k = max te - D_k``; no key is live then, and every arrival's lag counts in its key's model
-  (otherwise a key's in-order arrivals count only while it is live, below: in a congestion they need no
-  delay and would dilute its disorder).
-* **Per-key lag model.** The *lag* of an arrival is how far its event time is behind its key's frontier
-  just before it (0 when ahead): it is late exactly when its lag exceeds the delay. Each key keeps a
-  histogram of its lags in log-spaced bins (8 a doubling, 273 bins: bounded, JSON-able state) with
-  exponential decay (``memory`` arrivals of the key); a key's disorder is its own.
-* **Clock steps.** A forward step of a key's clock only raises its reference. A backward step shows as a
-  run of lags far beyond the key's delay (``> max(step_min_ms, 4 D_k)``): such lags are held pending, and
-  after ``step_run`` of them in a row the key is *re-based* (its reference moves to the run's largest event
-  time, its transit baseline to the new offset) and the pending lags are dropped, so the step does not
-  inflate the key's delay; a shorter run is disorder after all, and its lags join the histogram. (A key's
-  records within a backward step's size below its watermark are still late: the watermark never goes back.)
-* **Pooling.** The survival function of a key's lag is shrunk toward the fleet's (a histogram of every
-  key's lags, with a memory 8 times longer) with weight ``prior / (n_k + prior)``, ``n_k`` the key's
-  effective history: a key with little history uses the fleet's model, one with much its own. A key the
-  fleet has not seen yet starts with the fleet's quantile at the budget.
-* **One late budget.** On a grid of ingestion time (``period_ms``) the delays are chosen together:
-  minimise the total window latency ``sum_k D_k`` (every key's windows weigh the same) subject to the
-  expected late arrivals ``sum_k r_k S_k(D_k)`` being at most ``late_slo_pct`` of all arrivals (``r_k``: the
-  key's recent arrival rate, ``S_k`` its pooled lag survival function). Lagrangian:
-  ``D_k = argmin_d [d + lambda r_k S_k(d)]`` over the bins' edges, with ``lambda`` set by bisection (on its
-  logarithm) so that the total meets the budget. A busy key gets a tight cover (its late records are many),
-  a sparse one a loose one. The budget tightens while the realised late share is above the target (won
-  back over 2,000 arrivals, as :mod:`watermark.strategies.slo` does, but to no less than half the target: a
-  tighter budget buys little on heavy tails at a large cost in latency), and the initial delay fades over the
-  fleet's first 200 arrivals. Where several keys are indifferent at the multiplier (keys pooled toward the
-  same fleet tail: one record of one key seconds late), the multiplier alone would move them all to cover
-  it; what its choice leaves of the budget is spent instead, key by key, the most latency saved per
-  expected late arrival first, so that only as many keys cover the tail as the budget needs.
-* **Congestion moves every key at once.** A congestion that holds every arrival back by about the same
-  amount (a network queue) shifts transits without reordering a key's records: while it lasts, a key's
-  arrivals are behind the clock, the key is not live, its frontier is its reference and the in-order records
-  need no delay (their zero lags are not learnt either: a key's histogram keeps the lags it has when live,
-  which it needs again after the episode). What such a congestion costs is its **end**: fresh records
-  overtake the held ones, whose lags are the hold. So:
+* **Frontier.** A key's *reference* is its largest event time since its last re-base. A key is *live* while
+  ``tp - ref`` is at most its transit baseline (its low ``tp - te``) plus ``lead`` event-time gaps; its
+  frontier is then ``max(ref, min(t - baseline, ref + lead * gap))``, ``t`` its last arrival time (with
+  ``follow_clock = 1`` the current instant: between arrivals the watermark follows the clock), ``gap`` its
+  recent mean event-time step; otherwise its reference. ``lead = 0``: always the reference.
+* **Lags.** An arrival's lag is how far its event time is behind its key's frontier just before it (0 when
+  ahead). Each key keeps a decayed histogram of its lags (log-spaced bins, 8 a doubling, 273 bins; decay
+  over ``memory`` of its arrivals), learnt while the key is live (every arrival with ``lead = 0``).
+* **Clock steps.** ``step_run`` lags in a row beyond ``max(step_min_ms, 4 D_k)`` re-base the key (reference:
+  the run's largest event time; baseline: the new offset) and are dropped; a shorter run is learnt.
+* **Pooling.** A key's lag survival function is shrunk toward the fleet's (every key's lags, memory 8 times
+  longer) by ``prior / (n_k + prior)`` (``n_k``: its effective history); a key the fleet has not seen yet
+  starts with the fleet's quantile at the budget.
+* **One late budget.** At the first arrival at or past each instant of a grid of ingestion time
+  (``period_ms``) the delays are chosen together: minimise ``sum_k D_k`` subject to the expected late
+  arrivals ``sum_k r_k S_k(D_k)`` (``r_k`` the key's recent arrival rate) being at most ``late_slo_pct`` of
+  all arrivals: ``D_k = argmin_d [d + lambda r_k S_k(d)]`` over the bins' edges, ``lambda`` by bisection on
+  its logarithm; what the multiplier's choice leaves of the budget is spent key by key, the most latency
+  saved per expected late arrival first. The budget tightens while the realised late share is above target
+  (won back over 2,000 arrivals, to half the target at most); the initial delay fades over the fleet's
+  first 200 arrivals.
+* **Guard.** An arrival that moves a key's reference further than the clock moved since the key's last
+  arrival, by more than ``max(guard_min_ms, 3 D_k + 100)`` below the key's recent typical transit (the end
+  of a congestion, a device back from offline), starts a guard: until the key's first arrival at least
+  ``G - (tp - te) + D_k`` after it, its frontier is at most ``t - G`` (``G`` the held records' transit) and
+  at least the held records' progress (the largest event time that came in behind the reference since);
+  once they filled the gap to two event-time gaps below the fresh record, the guard ends after ``D_k``
+  (lags are measured against the guarded frontier). The first record after a silence longer than its own
+  excess transit (and 4 gaps) sets the key's recent transit at once.
+* **Congestion.** The median over keys of the recent (4 arrivals) transit spread (change of ``tp - te``)
+  beyond twice its long-run one (``memory``), times ``3 * congestion``, is added to every key's delay; the
+  same median of the transit level above the baseline, times ``congestion``, to the live keys' delays.
+  Both unwind at half the pace of time; the lags they cover are not learnt.
+* **Surge** (``surge > 0``). The median of the transits above their keys' baselines of the fleet's last
+  live arrivals of three different keys, past 4 calm medians (the *threshold*, from a decayed histogram of
+  the calm arrivals, at each allocation), makes the fleet surge: each live key's delay is at least ``surge``
+  times that median (the *cover*, averaged over the surge's detections) until one cover after the last
+  detection. While calm, a live key's delay is at least 2.5 thresholds.
 
-  - *The end is guarded.* An arrival that moves a key's reference further than the clock moved since the
-    key's last arrival, by more than ``max(guard_min_ms, 3 D_k + 100)`` (its transit fell from the key's
-    recent typical transit, not from one straggler's), starts a guard: until the key's first arrival at
-    least ``G - (tp - te) + D_k`` after it, its frontier is at most ``t - G`` with ``G`` the transit of the
-    held records (the larger of the old reference's and the baseline plus the key's recent transit peak):
-    the watermark advances at the pace of the clock from where the held records are, so they are not
-    late, and as fast as the fresh records allow once they are in (as :mod:`watermark.strategies.slo` does
-    after a frontier jump). The frontier is also at least the held records' *progress* (the largest event time
-    of the key's records that came in behind its reference since): it moves with them as they come, and
-    once they have filled the gap up to two of the key's event-time gaps below the fresh record, the guard
-    ends after the key's delay (the stragglers among them; a frontier jump in that time starts a new
-    guard). So a device back from offline, whose buffered backlog is the held records (a minute and more
-    of transit, flushed in order within a second, live records among them), holds its watermark for the
-    flush, not for the backlog's transit (the ``offline-flush`` family: its keys stalled for a minute and
-    more before).
-    The key's recent typical transit is an average over its last few arrivals, so that one straggler's
-    transit does not start a guard; the first record after a silence longer than its own excess transit
-    (and than 4 of the key's event-time gaps) was sent during that silence: it is the head of a backlog,
-    and its transit is taken as the key's recent one at once. So a live record that comes right behind
-    it, in the same millisecond, guards the backlog too.
-    Lags are measured against the guarded frontier, so the hold is not learnt as disorder. (A forward
-    step of a key's clock looks the same, a fall of its transit: it is guarded too, which holds that key's
-    watermark back by the step for about as long; nothing is late for it.)
-  - *A congestion that widens transits* (a regime whose disorder is wider, every key at once) shows before
-    each key's histogram learns it in the spread of each key's transit (the change of ``tp - te`` from its
-    previous arrival), recently (4 arrivals) and over the long run (``memory``; geometric means of
-    ``1 + spread``). The median over keys of the recent spread beyond twice the long-run one, times
-    ``3 * congestion``, is *added* to every key's delay from the next grid instant on. A uniform hold moves
-    the spread only at its start and end (one arrival each), not while it lasts.
-  - *A raised transit level* (the same median of each key's recent transit above its baseline beyond twice
-    its long-run one, times ``congestion``) is added to the delay of the keys that are live: their frontier
-    follows the clock, so a transit rising under them makes lags at once. (A key not live has its
-    reference as frontier and needs no such cover.)
+**Shared state and determinism.** It all runs in arrival order over every key's arrivals (compiled:
+:mod:`watermark.strategies.fleet_kernel`). A combination (``min`` or ``scoped`` mode) builds one fleet
+(:meth:`FleetWatermark.shared_state`), joins each partition's generator to it, runs it over the whole batch
+before the generators read their proposals (:meth:`Fleet.prepare`), forgets evicted partitions and holds it
+once in its snapshot: a batch gives the same decisions whole, in cuts or tuple by tuple. One partition's
+decisions depend on the others' arrivals: the executors' stage (partitions run apart) cannot run it. Alone
+(a bare generator, ``global`` mode) a generator has a fleet of its own with one key.
 
-  Both unwind at half the pace of time, and the lags they cover are not learnt as the keys' own disorder.
-  A median over keys, so that one device flushing a buffer is no congestion.
-  - *A surge* (``surge > 0``): both figures above are averages over each key's last arrivals, taken at the
-    next allocation, so on a sparse fleet (a few arrivals a second per key) a regime whose transits are
-    longer is covered seconds after it began, and its first records are late by then. The surge looks at
-    the fleet instead: the median of the transits above their keys' baselines of the fleet's last three
-    arrivals from live keys, whichever keys. Past four times the calm median of the same figure (the
-    *threshold*, from a decayed histogram of the calm arrivals, at each allocation), the fleet surges: at
-    once, each live key's delay is at least ``surge`` times that median (the *cover*, averaged over the
-    surge's detections), and stays so for one cover after the last detection (what the surge held back
-    arrives behind fresh records for that long). While the fleet is calm, a live key's delay is at least
-    2.5 thresholds, so that a surge's first records, which arrive before it is seen, are not late at once.
-    Keys that are not live (a backlog, a clock stepped back) do not count. A key's delay changes at its own
-    next arrival, and its watermark follows the clock until then: the surge reaches it within one of its
-    event-time gaps. With ``lead`` of several gaps (a live key's frontier follows the clock for that long)
-    the calm delay stays short where a frontier at the key's largest event time waits for its next record.
-    On the benchmark's synthetic streams (delays whose median alternates between 40 ms for 70 s and
-    400 ms for 30 s) this is what beats one global fixed delay while firing per key.
-
-**Determinism.** All of it runs in arrival order over the arrivals of every key (compiled:
-:mod:`watermark.strategies.fleet_kernel`); the allocation happens at the first arrival at or past each grid
-instant. A :class:`~watermark.partitions.combine.PartitionedWatermark` (``min`` or ``scoped`` mode) builds one
-fleet, runs it over the whole batch before the partitions' generators read their proposals
-(:meth:`Fleet.prepare`), and holds it once in its snapshot; so a batch gives the same decisions whether it is
-processed whole, in cuts, or tuple by tuple (a property test). The decisions of one partition depend on the
-others' arrivals (that is the point), so, unlike other strategies in ``scoped`` mode, merging the partitions
-in another order can change them; the executors' stage (partitions run apart) cannot run it, and the job runs
-its stage on the driver.
-
-**Alone** (a bare generator, the combination's ``global`` mode) a generator has a fleet of its own with one
-key: a decayed lag histogram whose quantile meets the budget, with clock-step re-basing, congestion, guard.
-
-**Snapshots.** Version 4 (the guard and the transit spread added per-key state in version 2, the guard's
-progress in 3, the surge fleet state in 4); a version-1 snapshot loads with no guard in force and the new
-figures at zero, a version-2 one with a guard in force ending by its time only, a version-3 one with no
-surge seen yet.
+**Snapshots.** Version 4; version 1 loads with no guard in force and the newer figures at zero, version 2
+with a guard in force ending by its time only, version 3 with no surge seen yet.
 
 Parameters
 ----------
@@ -174,13 +105,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int
 from watermark.strategies import fleet_kernel as fk
+from watermark.strategies import fleet_trace_kernel
 from watermark.timeline import NO_RISE
 from watermark.timeutil import NO_WATERMARK
 
@@ -198,12 +130,42 @@ def _decode_f64(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype="<f8").astype(np.float64)
 
 
-class Fleet:
-    """The shared state of a fleet of keys: their lag models, congestion delays, guards and the allocation.
+class SharedFleet(Protocol):
+    """What a combination's generators share (:class:`Fleet`, from :meth:`FleetWatermark.shared_state`)."""
 
-    Built by :meth:`FleetWatermark.shared_state` (one per
-    :class:`~watermark.partitions.combine.PartitionedWatermark`) or by a lone generator for itself. Keys are
-    the partition keys (strings or integers).
+    def prepare(
+        self, keys: list[Hashable], codes: np.ndarray, te: I64, tp: I64, clocks: Mapping[Hashable, int | None]
+    ) -> None:
+        """Run a whole batch of every key in arrival order, for the keys' generators to read."""
+
+    def proposals(self, key: Hashable, te: I64, tp: I64) -> tuple[I64, I64, I64]:
+        """``key``'s arrivals ``te``: its proposal and clock ramp ``(proposal, off, cap)`` per arrival."""
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a key (its partition was evicted)."""
+
+    def delays_ms(self) -> dict[Hashable, int]:
+        """Each key's delay in force."""
+
+    @property
+    def new_key_delay_ms(self) -> int:
+        """The delay a key the fleet has not seen yet starts with."""
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The fleet's figures."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+
+    def load(self, snap: Mapping[str, Any]) -> None:
+        """Take the state of :meth:`snapshot`."""
+
+
+class Fleet:
+    """The shared state of a fleet of keys (:class:`SharedFleet`): lag models, congestion, guards, budget.
+
+    Built by :meth:`FleetWatermark.shared_state` (one per combination) or by a lone generator for itself.
+    Keys are the partition keys (strings or integers).
     """
 
     _kints: NDArray[np.int64]
@@ -490,9 +452,7 @@ class FleetWatermark(WatermarkGenerator):
         "surge": float,
     }
 
-    # its defaults, its frontier following the ingestion clock between arrivals, never running ahead of a
-    # key's largest event time, and with the surge (a regime of longer transits on several keys at once)
-    # and a frontier 4 gaps ahead
+    # its defaults, following the clock, never ahead of the reference, and the surge 4 gaps ahead
     search_space: ClassVar[Sequence[Mapping[str, Any]]] = [
         {},
         {"follow_clock": 1},
@@ -551,23 +511,23 @@ class FleetWatermark(WatermarkGenerator):
         super().__init__()
 
     @classmethod
-    def shared_state(cls, params: Mapping[str, Any]) -> Fleet:
+    def shared_state(cls, params: Mapping[str, Any]) -> SharedFleet:
         """The state the generators of one combination share, from validated ``params`` (built once by it)."""
         return Fleet(params)
 
     def _reset_state(self) -> None:
-        self._fleet = Fleet(self.params)
+        self._fleet: SharedFleet = Fleet(self.params)
         self._key: Hashable = 0
         self._joined = False
         #: After the key's last arrival, ``W(t) >= min(t - off, cap)`` (``cap`` NO_WATERMARK: no ramp).
         self._ramp = (0, NO_WATERMARK)
 
-    def join(self, fleet: Fleet, key: Hashable) -> None:
+    def join(self, fleet: SharedFleet, key: Hashable) -> None:
         """Make this generator key ``key`` of the shared ``fleet`` (its own fleet is dropped)."""
         self._fleet, self._key, self._joined = fleet, key, True
 
     @property
-    def fleet(self) -> Fleet:
+    def fleet(self) -> SharedFleet:
         """The fleet this generator's key belongs to."""
         return self._fleet
 
@@ -611,7 +571,7 @@ class FleetWatermark(WatermarkGenerator):
         rise = np.full(n, NO_RISE, np.int64)
         offset = np.zeros(n, np.int64)
         tp_c = np.ascontiguousarray(tp, np.int64)
-        fk.trace(tp_c, is_arrival, proposals, offs, caps, state, pre, post, rise, offset)
+        fleet_trace_kernel.trace(tp_c, is_arrival, proposals, offs, caps, state, pre, post, rise, offset)
         self._wm = int(state[0])
         self._ramp = (int(state[1]), int(state[2]))
         self._clock = int(tp[-1])

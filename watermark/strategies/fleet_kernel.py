@@ -2,7 +2,7 @@
 
 One function, :func:`run`, takes arrivals of any keys in arrival order and returns, per arrival, the watermark
 its key proposes right after it (its frontier, guarded after a congestion, minus its delay and the congestion
-delays). The
+delays); the watermark between a key's arrivals is :mod:`watermark.strategies.fleet_trace_kernel`'s. The
 scalar path (one arrival) and the batch path (a whole batch of every key) run the same compiled code in the
 same order, so their results are equal by construction. The same source runs uncompiled under
 ``NUMBA_DISABLE_JIT=1``: that is the pure-Python reference the tests compare the compiled kernel with.
@@ -29,17 +29,9 @@ PER_OCTAVE: Final = 8
 #: Bins: lag 0, then up to 2**34 ms (200 days; larger lags go in the last bin).
 N_BINS: Final = 1 + PER_OCTAVE * 34
 
-
-def _edges() -> np.ndarray:
-    """Largest lag of each bin: bin ``b >= 1`` holds lags up to ``ceil(2 ** (b / 8)) - 1`` ms."""
-    out = np.zeros(N_BINS, np.int64)
-    for b in range(1, N_BINS):
-        out[b] = max(out[b - 1], math.ceil(2.0 ** (b / PER_OCTAVE)) - 1)
-    return out
-
-
-#: ``EDGES[b]``: the delay that covers bin ``b`` entirely (every lag ``<= EDGES[b]``).
-EDGES: Final = _edges()
+#: ``EDGES[b]``: the delay that covers bin ``b`` entirely (every lag ``<= EDGES[b]``): bin ``b >= 1`` holds
+#: lags up to ``ceil(2 ** (b / 8)) - 1`` ms.
+EDGES: Final = np.array([0] + [math.ceil(2.0 ** (b / PER_OCTAVE)) - 1 for b in range(1, N_BINS)], np.int64)
 
 # -- per-key ints -------------------------------------------------------------------------------------------
 K_REF: Final = 0  # the key's reference: its largest event time since its last re-base (NO_WATERMARK: none)
@@ -206,13 +198,10 @@ def _add_decayed(hist: Any, floats: Any, inc_at: int, lag: int, memory: int) -> 
 
 
 @_inlined
-def _add(hist: Any, kfloats: Any, s: int, lag: int, memory: int) -> None:
+def _add(hist: Any, kfloats: Any, fhist: Any, ffloats: Any, s: int, lag: int, memory: int) -> None:
+    """Add a lag of key ``s`` to its histogram and to the fleet's (whose memory is 8 times longer)."""
     _add_decayed(hist[s], kfloats[s], F_INC, lag, memory)
-
-
-@_inlined
-def _add_fleet(fhist: Any, ffloats: Any, lag: int, memory: int) -> None:
-    _add_decayed(fhist, ffloats, H_INC, lag, memory)
+    _add_decayed(fhist, ffloats, H_INC, lag, 8 * memory)
 
 
 @_inlined
@@ -231,6 +220,15 @@ def _calm_median(ffloats: Any) -> float:
         if acc >= half and acc > 0.0:
             return float(_EDGES[b])
     return 0.0
+
+
+@_inlined
+def _median(values: Any, n: int) -> float:
+    """The median of ``values[:n]`` (``n >= 1``)."""
+    med = np.sort(values[:n])
+    mid = n // 2
+    m: float = med[mid] if n % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
+    return m
 
 
 @_compiled
@@ -335,13 +333,8 @@ def allocate(
     congestion = 0.0
     level = 0.0
     if n_ratios > 0 and fparams[P_CONGESTION] > 0.0:
-        med = np.sort(ratios[:n_ratios])
-        mid = n_ratios // 2
-        m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
-        congestion = max(0.0, m) * fparams[P_CONGESTION] * SPREAD_WEIGHT
-        med = np.sort(levels[:n_ratios])
-        m = med[mid] if n_ratios % 2 == 1 else 0.5 * (med[mid - 1] + med[mid])
-        level = max(0.0, m) * fparams[P_CONGESTION]
+        congestion = max(0.0, _median(ratios, n_ratios)) * fparams[P_CONGESTION] * SPREAD_WEIGHT
+        level = max(0.0, _median(levels, n_ratios)) * fparams[P_CONGESTION]
     ffloats[H_LEVEL] = max(level, ffloats[H_LEVEL] - elapsed * period / 2.0)
     # It unwinds at half the pace of time: the records a congestion held back (by about its delay) are still
     # arriving, behind fresh ones, for that long after it ends.
@@ -420,13 +413,11 @@ def choose_bins(rate: Any, surv: Any, top: Any, allowed_late: float, start: floa
 
     A key's choice never falls as the multiplier rises (with ``surv`` falling in ``b``, the first minimum
     moves to longer delays as the weight grows), so the choices at the bracket's ends bound the next one:
-    each step scans only the bins between them, not every bin up to ``top_k``. On a sparse fleet an
-    allocation runs at nearly every arrival, and those full scans were most of its cost.
+    each step scans only the bins between them, not every bin up to ``top_k``.
 
     ``start`` (NaN: none): the logarithm of the last allocation's multiplier, which moves little from one
     allocation to the next. The bracket then starts around it (widened until it holds the multiplier) and
-    the bisection stops at a precision of :data:`LOG_LAMBDA_TOL`; without it, 48 halvings of [-20, 60]. A
-    fleet of many keys spent most of an allocation in the first, wide steps of the cold bisection.
+    the bisection stops at a precision of :data:`LOG_LAMBDA_TOL`; without it, 48 halvings of [-20, 60].
     """
     nk = rate.shape[0]
     best = np.zeros(nk, np.int64)
@@ -536,6 +527,153 @@ def _frontier(kints: Any, kfloats: Any, s: int, lead: float, now: int) -> int:
     return front
 
 
+@_inlined
+def _guard_progress(kints: Any, s: int, e: int, ref: int, t: int) -> None:
+    """A guarded key's arrival: the held records' progress, and the guard's end once they came."""
+    if e < ref:  # a held record: the gap behind the fresh one fills
+        kints[s, K_GUARD_FILL] = max(kints[s, K_GUARD_FILL], e)
+    if t >= kints[s, K_GUARD_END]:
+        kints[s, K_GUARD_END] = _NO_WM  # the held records had their time to arrive
+    elif kints[s, K_GUARD_FILL] >= kints[s, K_GUARD_TOP]:
+        # They came: the gap up to the fresh record is filled. The guard ends once the stragglers among
+        # them had the key's delay to come.
+        kints[s, K_GUARD_END] = min(kints[s, K_GUARD_END], t + kints[s, K_DELAY] + 1)
+        kints[s, K_GUARD_TOP] = _MAX_I64
+
+
+@_inlined
+def _congested(kints: Any, ffloats: Any, s: int, t: int, surge: bool) -> int:
+    """The congestion delays (ms) that cover the key's lags: every key's, and a live key's level or surge."""
+    congested: int = math.ceil(ffloats[H_CONGESTION])
+    if kints[s, K_LIVE]:
+        level = ffloats[H_LEVEL]
+        if surge and t < ffloats[H_SURGE_UNTIL]:
+            level = max(level, ffloats[H_SURGE_COVER])
+        congested += math.ceil(level)
+    return congested
+
+
+@_inlined
+def _hold_pending(
+    kints: Any, kfloats: Any, pend: Any, s: int, e: int, lag: int, offset: int, run: int
+) -> None:
+    """A lag far beyond the key's delay (disorder or a clock stepped back), held; ``run`` in a row re-base."""
+    run_len = kints[s, K_RUN]
+    kints[s, K_RUN_MAX] = e if run_len == 0 else max(kints[s, K_RUN_MAX], e)
+    pend[s, run_len] = lag
+    kints[s, K_RUN] = run_len + 1
+    if run_len + 1 >= run:
+        kints[s, K_REF] = kints[s, K_RUN_MAX]
+        kints[s, K_RUN] = 0
+        kints[s, K_STEPS] += 1
+        kfloats[s, F_BASE] = offset
+
+
+@_inlined
+def _reference_rises(
+    kints: Any, kfloats: Any, s: int, e: int, ref: int, t: int, offset: int, guard: int
+) -> None:
+    """The key's event time moves past its reference: its gap, and a guard if its frontier jumped.
+
+    A frontier jump (the event time moved further than the clock since the key's last arrival: its transit
+    fell, by more than ``guard`` > 0) ends a congestion: the frontier follows the clock from the held
+    records' transit until they had time to come.
+    """
+    gap_before = kfloats[s, F_GAP]
+    kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS)
+    level = kfloats[s, F_BASE] + math.expm1(kfloats[s, F_SHORT])
+    jump = min(kints[s, K_LAST] - ref, math.ceil(level)) - offset
+    held = max(kints[s, K_LAST] - ref, math.ceil(kfloats[s, F_BASE] + kfloats[s, F_PEAK]))
+    if guard > 0 and jump > max(guard, 3 * kints[s, K_DELAY] + 100):
+        target = e - max(1, math.ceil(2.0 * gap_before))
+        until = t + held - offset + kints[s, K_DELAY]
+        # A new guard, unless one is in force whose held records are still coming (one whose gap was filled,
+        # ending after the stragglers' time, gives way to this one).
+        if kints[s, K_GUARD_END] == _NO_WM or kints[s, K_GUARD_TOP] == _MAX_I64:
+            kints[s, K_GUARD_FILL] = ref  # the held records start after the old reference
+            kints[s, K_GUARD_TOP] = target
+            kints[s, K_GUARD_OFF] = held
+            kints[s, K_GUARD_END] = until
+        else:
+            kints[s, K_GUARD_TOP] = max(kints[s, K_GUARD_TOP], target)
+            kints[s, K_GUARD_OFF] = max(kints[s, K_GUARD_OFF], held)
+            kints[s, K_GUARD_END] = max(kints[s, K_GUARD_END], until)
+
+
+@_inlined
+def _transit(
+    kints: Any, kfloats: Any, s: int, t: int, offset: int, memory: int, guard: int
+) -> tuple[float, int]:
+    """The key's transit above its baseline (falling at once, rising slowly), its peak and levels.
+
+    Returns the transit above the baseline and the arrivals the averages take in.
+    """
+    base = kfloats[s, F_BASE]
+    if offset < base:
+        base = offset
+    else:
+        base += (offset - base) / memory
+    kfloats[s, F_BASE] = base
+    excess = max(0.0, offset - base)
+    silence = t - kints[s, K_LAST]
+    kfloats[s, F_PEAK] = max(excess, kfloats[s, F_PEAK] * math.exp(-silence / PEAK_MS))
+    v = math.log1p(excess)
+    seen = kints[s, K_ARRIVALS] - 1  # (averages over the arrivals so far until they fill)
+    kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / min(seen, SHORT)
+    if (
+        guard > 0
+        and silence >= excess > max(guard, 3 * kints[s, K_DELAY] + 100)
+        and silence > 4.0 * kfloats[s, F_GAP]
+    ):
+        # The first record after a silence, sent during it: the head of a backlog (a device back
+        # from offline), not one straggler among live records. Its transit is the key's recent
+        # one, so a fresh record right behind it is a frontier jump and guards the backlog.
+        kfloats[s, F_SHORT] = max(kfloats[s, F_SHORT], v)
+    kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
+    return excess, seen
+
+
+@_inlined
+def _watch_surge(
+    kints: Any, kfloats: Any, ffloats: Any, fparams: Any, s: int, t: int, excess: float, memory: int
+) -> None:
+    """The surge: the median of the fleet's last few transits above their keys' baselines.
+
+    Past SURGE_FACTOR calm medians, a regime of longer transits on every key at once. Only live keys count:
+    a key far behind the clock (a backlog, a clock stepped back not re-based yet) is no regime of the fleet's.
+    """
+    lead = fparams[P_LEAD]
+    live = lead > 0.0 and t - kints[s, K_REF] <= math.ceil(kfloats[s, F_BASE]) + _ahead(kfloats, s, lead)
+    if not live:
+        return
+    # The last live arrivals of SURGE_RING different keys: one key whose transit jumped alone
+    # (its clock stepped back) is no regime of the fleet's (nor is a fleet of fewer keys one).
+    nf = int(ffloats[H_RING_N])
+    pos = nf % SURGE_RING
+    for j in range(SURGE_RING):
+        if ffloats[H_RING_KEY + j] == s + 1:
+            pos = j
+            nf -= 1  # (a key's newer transit in its place: no new entry)
+            break
+    nf += 1
+    ffloats[H_RING_N] = nf
+    ffloats[H_RING + pos] = excess
+    ffloats[H_RING_KEY + pos] = s + 1
+    at = ffloats[H_SURGE_AT]
+    x0, x1, x2 = ffloats[H_RING], ffloats[H_RING + 1], ffloats[H_RING + 2]
+    med = max(min(x0, x1), min(max(x0, x1), x2))
+    if nf >= SURGE_RING and at > 0.0 and med > at:
+        # Its cover: ``surge`` of its medians, averaged over its detections; it lasts as long
+        # after the last one (what it held back arrives behind fresh records for that long).
+        cover = fparams[P_SURGE] * med
+        if t < ffloats[H_SURGE_UNTIL]:
+            cover = ffloats[H_SURGE_COVER] + (cover - ffloats[H_SURGE_COVER]) / SURGE_AVERAGE
+        ffloats[H_SURGE_COVER] = cover
+        ffloats[H_SURGE_UNTIL] = t + cover
+    elif t >= ffloats[H_SURGE_UNTIL]:
+        _add_calm(ffloats, math.ceil(excess), 8 * memory)
+
+
 @_compiled
 def run(
     slots: Any,
@@ -566,7 +704,6 @@ def run(
     lead = fparams[P_LEAD]
     period = iparams[P_PERIOD]
     memory = iparams[P_MEMORY]
-    fleet_memory = 8 * memory
     step_run = iparams[P_STEP_RUN]
     step_min = iparams[P_STEP_MIN]
     guard_min = iparams[P_GUARD_MIN]
@@ -604,129 +741,26 @@ def run(
             kfloats[s, F_BASE] = offset
         else:
             if kints[s, K_GUARD_END] != _NO_WM:
-                if e < ref:  # a held record: the gap behind the fresh one fills
-                    kints[s, K_GUARD_FILL] = max(kints[s, K_GUARD_FILL], e)
-                if t >= kints[s, K_GUARD_END]:
-                    kints[s, K_GUARD_END] = _NO_WM  # the held records had their time to arrive
-                elif kints[s, K_GUARD_FILL] >= kints[s, K_GUARD_TOP]:
-                    # They came: the gap up to the fresh record is filled. The guard ends once the stragglers
-                    # among them had the key's delay to come.
-                    kints[s, K_GUARD_END] = min(kints[s, K_GUARD_END], t + kints[s, K_DELAY] + 1)
-                    kints[s, K_GUARD_TOP] = _MAX_I64
+                _guard_progress(kints, s, e, ref, t)
             front = _frontier(kints, kfloats, s, lead, t if follow else kints[s, K_LAST])
             lag = max(0, front - e)
-            congested = math.ceil(ffloats[H_CONGESTION])
-            if kints[s, K_LIVE]:
-                level = ffloats[H_LEVEL]
-                if surge and t < ffloats[H_SURGE_UNTIL]:
-                    level = max(level, ffloats[H_SURGE_COVER])
-                congested += math.ceil(level)
+            congested = _congested(kints, ffloats, s, t, surge)
             if lag > max(step_min, 4 * kints[s, K_DELAY]):
-                # A lag far beyond the key's delay: disorder, or the first arrivals after its clock stepped
-                # back. Held pending; a run of them is a step: the reference moves back to the new clock.
-                run_len = kints[s, K_RUN]
-                kints[s, K_RUN_MAX] = e if run_len == 0 else max(kints[s, K_RUN_MAX], e)
-                pend[s, run_len] = lag
-                kints[s, K_RUN] = run_len + 1
-                if run_len + 1 >= step_run:
-                    kints[s, K_REF] = kints[s, K_RUN_MAX]
-                    kints[s, K_RUN] = 0
-                    kints[s, K_STEPS] += 1
-                    kfloats[s, F_BASE] = offset
+                _hold_pending(kints, kfloats, pend, s, e, lag, offset, step_run)
             else:
                 for j in range(kints[s, K_RUN]):  # the run ended: it was disorder after all
-                    own = max(0, pend[s, j] - congested)
-                    _add(hist, kfloats, s, own, memory)
-                    _add_fleet(fhist, ffloats, own, fleet_memory)
+                    _add(hist, kfloats, fhist, ffloats, s, max(0, pend[s, j] - congested), memory)
                 kints[s, K_RUN] = 0
                 # What the congestion delay covers is the congestion's, not the key's own disorder.
                 own = max(0, lag - congested)
                 if own > 0 or kints[s, K_LIVE] or lead == 0.0:
-                    _add(hist, kfloats, s, own, memory)
-                    _add_fleet(fhist, ffloats, own, fleet_memory)
+                    _add(hist, kfloats, fhist, ffloats, s, own, memory)
                 if e > ref:
-                    gap_before = kfloats[s, F_GAP]
-                    kfloats[s, F_GAP] += (e - ref - kfloats[s, F_GAP]) / min(
-                        kints[s, K_ARRIVALS] - 1, GAP_ARRIVALS
-                    )
-                    # A frontier jump: the event time moved further than the clock since the key's last
-                    # arrival, its transit fell (from its recent typical transit, not from one straggler's):
-                    # a congestion ended, and what was sent before it may still be in flight. Guarded: the
-                    # frontier follows the clock from the held records' transit until they had time to come.
-                    level = kfloats[s, F_BASE] + math.expm1(kfloats[s, F_SHORT])
-                    jump = min(kints[s, K_LAST] - ref, math.ceil(level)) - offset
-                    held = max(kints[s, K_LAST] - ref, math.ceil(kfloats[s, F_BASE] + kfloats[s, F_PEAK]))
-                    if guard_min > 0 and jump > max(guard_min, 3 * kints[s, K_DELAY] + 100):
-                        target = e - max(1, math.ceil(2.0 * gap_before))
-                        until = t + held - offset + kints[s, K_DELAY]
-                        # A new guard, unless one is in force whose held records are still coming (one
-                        # whose gap was filled, ending after the stragglers' time, gives way to this one).
-                        if kints[s, K_GUARD_END] == _NO_WM or kints[s, K_GUARD_TOP] == _MAX_I64:
-                            kints[s, K_GUARD_FILL] = ref  # the held records start after the old reference
-                            kints[s, K_GUARD_TOP] = target
-                            kints[s, K_GUARD_OFF] = held
-                            kints[s, K_GUARD_END] = until
-                        else:
-                            kints[s, K_GUARD_TOP] = max(kints[s, K_GUARD_TOP], target)
-                            kints[s, K_GUARD_OFF] = max(kints[s, K_GUARD_OFF], held)
-                            kints[s, K_GUARD_END] = max(kints[s, K_GUARD_END], until)
+                    _reference_rises(kints, kfloats, s, e, ref, t, offset, guard_min)
                 kints[s, K_REF] = max(ref, e)
-            # Transit above the key's baseline (the baseline falls at once, rises slowly).
-            base = kfloats[s, F_BASE]
-            if offset < base:
-                base = offset
-            else:
-                base += (offset - base) / memory
-            kfloats[s, F_BASE] = base
-            excess = max(0.0, offset - base)
-            silence = t - kints[s, K_LAST]
-            kfloats[s, F_PEAK] = max(excess, kfloats[s, F_PEAK] * math.exp(-silence / PEAK_MS))
-            v = math.log1p(excess)
-            seen = kints[s, K_ARRIVALS] - 1  # (averages over the arrivals so far until they fill)
-            kfloats[s, F_SHORT] += (v - kfloats[s, F_SHORT]) / min(seen, SHORT)
-            if (
-                guard_min > 0
-                and silence >= excess > max(guard_min, 3 * kints[s, K_DELAY] + 100)
-                and silence > 4.0 * kfloats[s, F_GAP]
-            ):
-                # The first record after a silence, sent during it: the head of a backlog (a device back
-                # from offline), not one straggler among live records. Its transit is the key's recent
-                # one, so a fresh record right behind it is a frontier jump and guards the backlog.
-                kfloats[s, F_SHORT] = max(kfloats[s, F_SHORT], v)
-            kfloats[s, F_LONG] += (v - kfloats[s, F_LONG]) / min(seen, memory)
+            excess, seen = _transit(kints, kfloats, s, t, offset, memory, guard_min)
             if surge:
-                # The surge: the median of the fleet's last few transits above their keys' baselines, past
-                # SURGE_FACTOR calm medians, is a regime whose transits are longer, on every key at once.
-                # Only live keys count: a key far behind the clock (a backlog, a clock stepped back that
-                # was not re-based yet) is no regime of the fleet's.
-                live = lead > 0.0 and t - kints[s, K_REF] <= math.ceil(base) + _ahead(kfloats, s, lead)
-                if live:
-                    # The last live arrivals of SURGE_RING different keys: one key whose transit jumped alone
-                    # (its clock stepped back) is no regime of the fleet's (nor is a fleet of fewer keys one).
-                    nf = int(ffloats[H_RING_N])
-                    pos = nf % SURGE_RING
-                    for j in range(SURGE_RING):
-                        if ffloats[H_RING_KEY + j] == s + 1:
-                            pos = j
-                            nf -= 1  # (a key's newer transit in its place: no new entry)
-                            break
-                    nf += 1
-                    ffloats[H_RING_N] = nf
-                    ffloats[H_RING + pos] = excess
-                    ffloats[H_RING_KEY + pos] = s + 1
-                    at = ffloats[H_SURGE_AT]
-                    x0, x1, x2 = ffloats[H_RING], ffloats[H_RING + 1], ffloats[H_RING + 2]
-                    med = max(min(x0, x1), min(max(x0, x1), x2))
-                    if nf >= SURGE_RING and at > 0.0 and med > at:
-                        # Its cover: ``surge`` of its medians, averaged over its detections; it lasts as long
-                        # after the last one (what it held back arrives behind fresh records for that long).
-                        cover = fparams[P_SURGE] * med
-                        if t < ffloats[H_SURGE_UNTIL]:
-                            cover = ffloats[H_SURGE_COVER] + (cover - ffloats[H_SURGE_COVER]) / SURGE_AVERAGE
-                        ffloats[H_SURGE_COVER] = cover
-                        ffloats[H_SURGE_UNTIL] = t + cover
-                    elif t >= ffloats[H_SURGE_UNTIL]:
-                        _add_calm(ffloats, math.ceil(excess), fleet_memory)
+                _watch_surge(kints, kfloats, ffloats, fparams, s, t, excess, memory)
             v = math.log1p(abs(offset - kfloats[s, F_PREV]))
             kfloats[s, F_SPREAD_SHORT] += (v - kfloats[s, F_SPREAD_SHORT]) / min(seen, SHORT)
             kfloats[s, F_SPREAD_LONG] += (v - kfloats[s, F_SPREAD_LONG]) / min(seen, memory)
@@ -757,45 +791,3 @@ def run(
         else:
             out_off[i] = 0
             out_cap[i] = _NO_WM  # no ramp
-
-
-@_compiled
-def trace(
-    tp: Any,
-    is_arrival: Any,
-    proposals: Any,
-    offs: Any,
-    caps: Any,
-    state: Any,
-    pre: Any,
-    post: Any,
-    rise: Any,
-    offset: Any,
-) -> None:
-    """One key's watermark over events (its arrivals and idle ticks), given its arrivals' :func:`run` output.
-
-    ``state`` is ``[wm, off, cap, has_clock, clock]`` before the run (``cap`` ``NO_WATERMARK``: no ramp), and
-    is updated. Between events the watermark follows the clock, ``W(t) = max(W, min(t - off, cap))``, with
-    the ramp of the last arrival; ``rise``/``offset`` describe it per gap (as a timeline's component does).
-    """
-    wm, off, cap, has_clock, clock = state[0], state[1], state[2], state[3], state[4]
-    k = 0
-    for j in range(tp.shape[0]):
-        t = tp[j]
-        if cap > wm:
-            r = wm + off + 1
-            if has_clock and r < clock + 1:
-                r = clock + 1
-            if r <= t:
-                rise[j] = r
-                offset[j] = off
-                wm = min(t - off, cap)
-        pre[j] = wm
-        if is_arrival[j]:
-            if proposals[k] > wm:
-                wm = proposals[k]
-            off, cap = offs[k], caps[k]
-            k += 1
-        post[j] = wm
-        clock, has_clock = t, 1
-    state[0], state[1], state[2], state[3], state[4] = wm, off, cap, has_clock, clock
