@@ -521,7 +521,7 @@ def _run(args: argparse.Namespace) -> int:
         log.warning("interrupted: restart with the same --checkpoint to continue exactly where it stopped")
         return 130
     except Exception as exc:
-        if options.format == "kafka":
+        if options.source.authenticates:
             kafka_failure(exc, options.kafka)  # a refused login as one line; never a secret
         raise
     finally:

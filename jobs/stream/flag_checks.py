@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from jobs.stream.options import trigger_interval_ms
+from jobs.stream.sources.kinds import source_kind
 
 
 def config_doc(args: argparse.Namespace) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def config_doc(args: argparse.Namespace) -> dict[str, Any]:
         "window_ms": args.window_ms,
         "slide_ms": args.slide_ms,
         "late_slo_pct": args.late_slo_pct,
-        "partition_mode": args.partition_mode or ("scoped" if args.format == "kafka" else "min"),
+        "partition_mode": args.partition_mode or source_kind(args.format).default_partition_mode,
     }
     if args.idle_timeout_ms is not None:  # absent: the default (config.default_idle_timeout_ms)
         doc["idle_timeout_ms"] = idle_timeout_flag(args.idle_timeout_ms)
@@ -63,21 +64,10 @@ def partition_retention_flag(given: str) -> int | None:
 
 def check_source_flags(args: argparse.Namespace) -> None:
     """Refuse flags that do not fit ``--format``: input, Kafka's, a rate source that would never end."""
-    if args.format not in ("rate", "kafka") and not args.input:
-        msg = f"--input is required with --format {args.format}"
-        raise ValueError(msg)
-    if args.format in ("rate", "kafka") and args.input:
-        msg = f"--format {args.format} reads no --input"
-        raise ValueError(msg)
-    if args.format == "kafka" and not (args.kafka_bootstrap_servers and args.topic):
-        msg = "--format kafka needs --kafka-bootstrap-servers HOST:PORT and --topic NAME"
-        raise ValueError(msg)
-    if args.format != "kafka" and (args.kafka_bootstrap_servers or args.topic or args.kafka_option):
-        msg = "--kafka-bootstrap-servers, --topic and --kafka-option are for --format kafka"
-        raise ValueError(msg)
-    if trigger_interval_ms(args.trigger) is None and args.format == "rate":  # a bad --trigger: its error
-        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
-        raise ValueError(msg)
+    kind = source_kind(args.format)
+    kind.check_flags(args)
+    if trigger_interval_ms(args.trigger) is None and kind.endless:  # a bad --trigger: its error
+        raise ValueError(kind.endless_refusal)
 
 
 def check_counts(args: argparse.Namespace) -> None:

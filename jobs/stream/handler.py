@@ -95,7 +95,7 @@ class BatchHandler:
         shared = getattr(strategy_class(start.config.strategy), "shared_state", None) is not None
         executors = (
             start.config.partition_mode == "scoped"  # keyed: a partition's executor cannot judge by key
-            and opts.format == "kafka"
+            and opts.source.partition_per_task
             and opts.stage_in != "driver"
             and not shared
         )

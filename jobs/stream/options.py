@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.stream.sources.kinds import SOURCES, SourceKind, source_kind
 from watermark.config import PipelineConfig
 
 
@@ -23,7 +24,7 @@ class Fields:
     value: str = "value"
 
 
-FORMATS = ("json", "csv", "parquet", "rate", "kafka")
+FORMATS = tuple(SOURCES)
 RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
 DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
 #: ``--max-event-ahead-ms``: how far an event time may be ahead of its own arrival time (clock skew) before
@@ -496,7 +497,7 @@ class JobOptions:
                 "by partition; key-scoped firing runs its stage on the driver (--stage-in driver or auto)"
             )
             raise ValueError(msg)
-        if self.stage_in == "executors" and self.format != "kafka":
+        if self.stage_in == "executors" and not self.source.partition_per_task:
             msg = (
                 "--stage-in executors needs the Kafka source (--format kafka), where a Kafka partition is "
                 "a Spark partition"
@@ -506,7 +507,12 @@ class JobOptions:
     @property
     def timer(self) -> bool:
         """Whether a timer source makes every trigger a batch (wall clock, Kafka, an interval trigger)."""
-        return self.clock == "wall" and self.format == "kafka" and self.trigger != "available-now"
+        return self.clock == "wall" and self.source.timer and self.trigger != "available-now"
+
+    @property
+    def source(self) -> SourceKind:
+        """The source ``format`` names (:mod:`jobs.stream.sources.kinds`)."""
+        return source_kind(self.format)
 
     def boundary_ms(self, ingest_ms: int) -> int | None:
         """The ingestion-clock instant of a batch's boundary (wall clock), or None (arrival clock)."""

@@ -92,7 +92,7 @@ def on_driver(
     if config.partition_mode == "keyed":  # each key is its own partition of the watermark
         narrow = by_key(narrow)
     numbers = RecordNumbers(narrow_all.column("file").to_numpy(), narrow_all.column("line").to_numpy())
-    keys = RecordKeys(files, numbers, offsets=options.format == "kafka")
+    keys = RecordKeys(files, numbers, offsets=options.source.offset_keys)
     report = BatchReport(batch_id=batch_id, rows=narrow_all.num_rows, config_version=config.version)
     report.phases["prepare"] = prepare - source.collect_seconds
     report.phases["collect"] = source.collect_seconds
@@ -180,7 +180,7 @@ def _quarantine(
         rows = quarantine_rows(source.quarantined(), keys, batch_id, ingest_ms)
     else:
         rows = QUARANTINE_SCHEMA.empty_table()
-    if unread.num_rows and options.format not in ("rate", "kafka"):  # files quarantined as files
+    if unread.num_rows and options.source.landing_files:  # files quarantined as files
         files = file_quarantine_rows(unread, batch_id, ingest_ms)
         rows = pa.concat_tables([rows, files])
         report.quarantined += files.num_rows
@@ -379,7 +379,7 @@ def in_executors(
         if outcome.invalid:
             bad = rows.filter(rows.reason.isNotNull()).select("raw", "reason", "file", "line").toArrow()
             report.driver_bytes += bad.nbytes
-            keys = RecordKeys(files, None, offsets=options.format == "kafka")
+            keys = RecordKeys(files, None, offsets=options.source.offset_keys)
             rows_out["quarantine"] = quarantine_rows(bad, keys, batch_id, ingest_ms)
             report.reasons = reason_counts(rows_out["quarantine"])
         tick = report.mark("quarantine", tick)

@@ -63,9 +63,8 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     assert options.app_id is not None
     StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
     check_not_rewound(options.checkpoint, options.output, options.app_id)  # tables ahead: refuse too
-    if trigger_interval_ms(options.trigger) is None and options.format == "rate":
-        msg = "--format rate never runs out of input: use --trigger interval=<duration> (and --max-batches N)"
-        raise ValueError(msg)
+    if trigger_interval_ms(options.trigger) is None and options.source.endless:
+        raise ValueError(options.source.endless_refusal)
     server = None
     if metrics is None and options.metrics_port is not None:
         metrics, server = serve_metrics(options)
@@ -94,7 +93,7 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
 def _run_query(
     spark: Any, options: JobOptions, metrics: JobMetrics | None, tables: DeltaTables
 ) -> list[BatchReport]:
-    if options.format not in ("rate", "kafka"):
+    if options.source.landing_files:
         storage.make_dirs(options.input)
     for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)

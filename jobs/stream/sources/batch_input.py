@@ -34,7 +34,7 @@ class BatchInput:
     def __init__(self, spark: Any, options: JobOptions) -> None:
         self.spark, self.options = spark, options
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
-        self._listed = ListedFiles(spark, options) if options.format not in ("rate", "kafka") else None
+        self._listed = ListedFiles(spark, options) if options.source.landing_files else None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         # Lines too long to read whole (record_too_long): landing files' copies without them.
         self.screen = (
@@ -85,8 +85,8 @@ class BatchInput:
             future_bound_ms=opts.future_bound_ms,
             max_field_bytes=opts.max_field_bytes,
             max_event_ahead_ms=opts.max_event_ahead_ms,
-            malformed="malformed_json" if opts.format == "kafka" else f"malformed_{opts.format}",
-            reread_corrupt=opts.format in ("json", "kafka"),
+            malformed=opts.source.malformed_reason,
+            reread_corrupt=opts.source.reread_corrupt,
             plans=self._plans,
             too_long_marker=marker,
         )
