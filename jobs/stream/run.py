@@ -27,7 +27,6 @@ from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.report import BatchReport
 from jobs.stream.sinks.commit import job_tables
 from jobs.stream.sinks.rows import aggregate_rows
-from jobs.stream.sources.readers import source_stream
 from jobs.stream.stage.executors import read_open_windows
 from monitoring.metrics import JobMetrics
 from watermark import storage
@@ -100,7 +99,7 @@ def _run_query(
     finished = finish_interrupted_flush(spark, options, tables)  # before any batch goes on from its state
     if metrics is not None and finished:
         metrics.windows.labels("flush").inc(finished)
-    files = source_stream(spark, options)
+    files = options.source.reading().open_stream(spark, options)
     # The executors run the project's Python on the Arrow path and in the Kafka stage: on a cluster they
     # import it from spark-submit's --py-files archive, else from a zip shipped now (jobs.common.session).
     if (shipped := ship_code(spark)) is not None:

@@ -23,6 +23,31 @@ def test_the_command_line_offers_every_registered_source():
     assert FORMATS == tuple(SOURCES) == ("json", "csv", "parquet", "rate", "kafka")
 
 
+def test_each_source_is_read_by_the_module_its_kind_names_and_nothing_else_branches_on_it():
+    """A source is its reader module and its kind: the stream and a batch's input come from the module."""
+    import inspect
+
+    readers = {name: kind.reading() for name, kind in SOURCES.items()}
+    assert {name: r.__name__ for name, r in readers.items()} == {
+        "json": "jobs.stream.sources.landing",
+        "csv": "jobs.stream.sources.landing",
+        "parquet": "jobs.stream.sources.landing",
+        "rate": "jobs.stream.sources.rate_source",
+        "kafka": "jobs.stream.sources.kafka_topic",
+    }
+    for reader in readers.values():
+        for name, params in [
+            ("open_stream", ["spark", "options"]),
+            ("batch_files", ["batch", "batch_id", "options"]),
+        ]:
+            assert list(inspect.signature(getattr(reader, name)).parameters) == params, (reader, name)
+    # The job opens the stream and a batch's input through the kind alone.
+    run = (ROOT / "jobs" / "stream" / "run.py").read_text()
+    batch_input = (ROOT / "jobs" / "stream" / "sources" / "batch_input.py").read_text()
+    assert "options.source.reading().open_stream(spark, options)" in run
+    assert "self._reader.batch_files(batch, batch_id, self.options)" in batch_input
+
+
 def test_no_module_outside_the_sources_tests_the_format_by_name():
     tests = re.compile(r"""\b(options|opts|args|self)\.format\s*(==|!=|in\b|not in\b)""")
     found = [

@@ -1,8 +1,9 @@
 """A micro-batch's input: the files (or Kafka partitions) it read, then its records numbered and validated.
 
-Landing files are the ones the file source logged for the batch (:func:`logged_batch_files`), in landing
-order, less those that cannot be read (quarantined as files, :func:`screen_files`); Kafka's are its
-``TOPIC/PARTITION`` names, the rate source's one name. The records are read from exactly those files
+What a batch read is its source's (:meth:`jobs.stream.sources.kinds.SourceKind.reading`): landing files
+are the ones the file source logged for the batch, in landing order, less those that cannot be read
+(quarantined as files, :func:`screen_files`); Kafka's are its ``TOPIC/PARTITION`` names, the rate source's
+one name. The records are read from exactly those files
 (:class:`jobs.stream.sources.readers.ListedFiles`), numbered, validated
 (:mod:`jobs.stream.sources.validate`) and, with ``--dedup-horizon-ms``, their repeated ids marked
 (:mod:`jobs.stream.checkpoint.dedup`).
@@ -15,16 +16,10 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
-from jobs.stream.options import RATE_FILE, TIMER_FILE, JobOptions
+from jobs.stream.options import JobOptions
 from jobs.stream.sources.long_lines import LongLineScreen
-from jobs.stream.sources.readers import (
-    ListedFiles,
-    kafka_batch_files,
-    modified_ms,
-    number_records,
-    screen_files,
-)
-from jobs.stream.sources.source_log import landing_order, logged_batch_files
+from jobs.stream.sources.readers import ListedFiles, modified_ms, number_records, screen_files
+from jobs.stream.sources.source_log import landing_order
 from jobs.stream.sources.validate import validate
 
 
@@ -33,6 +28,7 @@ class BatchInput:
 
     def __init__(self, spark: Any, options: JobOptions) -> None:
         self.spark, self.options = spark, options
+        self._reader = options.source.reading()
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
         self._listed = ListedFiles(spark, options) if options.source.landing_files else None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
@@ -52,17 +48,7 @@ class BatchInput:
         The files are None when the source log does not name them (another source layout):
         :meth:`listed_by_spark` asks Spark.
         """
-        opts = self.options
-        unread = screen_files([])[1]
-        if opts.format == "rate":
-            files: list[str] | None = [RATE_FILE]
-        elif opts.format == "kafka":
-            if opts.timer:  # the timer source's row: it made the batch, it is not a record
-                batch = batch.filter(batch["file"] != TIMER_FILE)
-            files = kafka_batch_files(batch)
-        else:
-            files, unread = screen_files(logged_batch_files(opts.checkpoint, batch_id))
-        return batch, files, unread
+        return self._reader.batch_files(batch, batch_id, self.options)
 
     def listed_by_spark(self, batch: Any) -> tuple[list[str] | None, pa.Table]:
         """The batch's files as Spark's micro-batch names them (one more action), and those set aside."""

@@ -5,9 +5,9 @@ the landing files of ``--input``, what a record's key means (a file and a line, 
 offset), the partition mode it defaults to, whether a Spark partition of its batches is one watermark
 partition (so the stage can run in the executors), whether a wall-clock timer may drive it, and whether it
 ever runs out of input. The modules outside ``jobs/stream/sources/`` ask the kind, never the format's
-name; how a source's stream is opened and a batch's input read is in :mod:`jobs.stream.sources.readers`
-and :mod:`jobs.stream.sources.batch_input`. A new source adds its reader there and registers its kind
-here (docs/architecture.md, "Adding a source").
+name. How a source's stream is opened and what a batch read is its reader module's (a
+:class:`SourceReader`: :mod:`.landing`, :mod:`.kafka_topic`, :mod:`.rate_source`). A new source is its
+reader module and its kind registered here (docs/architecture.md, "Adding a source").
 
 This module imports nothing of the job's, so the options and the command line can use it.
 
@@ -25,8 +25,24 @@ ValueError: --format must be one of json, csv, parquet, rate, kafka, got 'avro'
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
+
+
+class SourceReader(Protocol):
+    """How a source is read: the module a :class:`SourceKind` names (:attr:`SourceKind.reader`)."""
+
+    def open_stream(self, spark: Any, options: Any) -> Any:
+        """The source as a stream of records: ``file`` plus every input field and the corrupt record."""
+
+    def batch_files(self, batch: Any, batch_id: int, options: Any) -> tuple[Any, list[str] | None, Any]:
+        """A micro-batch's records, the names of what it read, and the files set aside.
+
+        The records are the batch less rows that are not records (a timer's); the names are None when the
+        source's log does not name them (ask Spark); the files set aside are a table of those that cannot
+        be read, quarantined as files.
+        """
 
 
 @dataclass(frozen=True)
@@ -34,6 +50,8 @@ class SourceKind:
     """One source of records, as the job's options, stage and tables see it."""
 
     name: str
+    #: The module that reads it (a :class:`SourceReader`), imported when the job first reads.
+    reader: str = "jobs.stream.sources.landing"
     #: It reads the landing files the file source lists under ``--input`` (else it takes no ``--input``).
     landing_files: bool = True
     #: A record's key is its Kafka partition and offset (else its file and line).
@@ -59,6 +77,10 @@ class SourceKind:
     reread_corrupt: bool = False
     #: It logs in to a service (Kafka's SASL): a refused login is told in one line, without a secret.
     authenticates: bool = False
+
+    def reading(self) -> SourceReader:
+        """The source's reader module (:attr:`reader`)."""
+        return cast(SourceReader, importlib.import_module(self.reader))
 
     @property
     def endless_refusal(self) -> str:
@@ -94,9 +116,16 @@ SOURCES: dict[str, SourceKind] = {
         _files("json", reread_corrupt=True),
         _files("csv"),
         _files("parquet"),
-        SourceKind("rate", landing_files=False, endless=True, malformed_reason="malformed_rate"),
+        SourceKind(
+            "rate",
+            reader="jobs.stream.sources.rate_source",
+            landing_files=False,
+            endless=True,
+            malformed_reason="malformed_rate",
+        ),
         SourceKind(
             "kafka",
+            reader="jobs.stream.sources.kafka_topic",
             landing_files=False,
             offset_keys=True,
             default_partition_mode="scoped",

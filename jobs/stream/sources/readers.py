@@ -1,9 +1,9 @@
-"""Where records come from: landing files (JSON lines, CSV, Parquet), a Kafka topic or Spark's rate source.
+"""Reading landing files (JSON lines, CSV, Parquet), and numbering any source's records.
 
-Every source gives records as ``file`` plus every input field (text, or typed where the reader types them)
-and the corrupt-record column. Each micro-batch's records are then numbered: ``file`` becomes the index of
-the record's landing file among the batch's files and ``line`` a record id, which :class:`RecordNumbers`
-turns into the record's 0-based number in its file.
+Every source (:mod:`jobs.stream.sources.kinds`) gives records as ``file`` plus every input field (text,
+or typed where the reader types them) and the corrupt-record column. Each micro-batch's records are then
+numbered: ``file`` becomes the index of the record's landing file among the batch's files and ``line`` a
+record id, which :class:`RecordNumbers` turns into the record's 0-based number in its file.
 
 Landing files are read exactly as the file source listed them (:class:`ListedFiles`): a file whose name
 Hadoop cannot open, or that is gone, is quarantined as a file (:func:`screen_files`).
@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.common.schemas import QUARANTINE_SCHEMA
-from jobs.stream.options import FORMATS, RATE_FILE, TIMER_FILE, Fields, JobOptions, KafkaOptions, RateOptions
-from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
+from jobs.stream.options import FORMATS, JobOptions
+from jobs.stream.sources.validate import CORRUPT, typed_json_schema
 from watermark import storage
 from watermark.storage import Location
 
@@ -150,47 +150,6 @@ def csv_columns(directory: str, default: list[str], encoding: str = "utf-8") -> 
     return header
 
 
-def source_stream(spark: Any, options: JobOptions) -> Any:
-    """The input as a stream of records: ``file`` plus every input field as text (and the corrupt record).
-
-    JSON is read with times as integers and the value as a number (:func:`typed_json_schema`); a record
-    that does not fit lands in the corrupt-record column and :func:`validate` re-reads it as text. CSV is
-    read with every field as text; Parquet keeps its schema (taken from the oldest landing file). Either
-    way :func:`validate` checks the types, with a reason. The rate source generates records for load
-    tests (see :class:`RateOptions`).
-
-    For landing files the stream's own micro-batch DataFrame is not what the job reads: Spark's reader
-    expands glob characters in the names it lists, and cannot open a name with a colon. The file source
-    lists the files and records each batch's list in its log (exactly once, with the checkpoint);
-    :class:`ListedFiles` then reads exactly those files.
-    """
-    if options.format == "rate":
-        return rate_stream(spark, options.rate, options.fields)
-    if options.format == "kafka":
-        stream = kafka_stream(spark, options.kafka, options.fields)
-        return with_timer(spark, stream) if options.timer else stream
-    return ListedFiles(spark, options).stream()
-
-
-def with_timer(spark: Any, stream: Any) -> Any:
-    """``stream`` with one timer row in every micro-batch, so that every trigger runs a batch.
-
-    Spark runs a micro-batch only when a source has new data; a live source with a wall-clock ingestion
-    clock must still fire windows when no record comes (``--clock wall``). Spark's ``rate-micro-batch``
-    source has one new row at every trigger; its rows have ``file`` = :data:`TIMER_FILE` and nulls
-    elsewhere, and the job drops them before anything else. Its offsets are in the checkpoint as the
-    Kafka source's are, so a replayed batch is the same batch.
-    """
-    from pyspark.sql import functions as F
-
-    ticks = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", "1").load()
-    columns = [
-        (F.lit(TIMER_FILE) if name == "file" else F.lit(None).cast(kind)).alias(name)
-        for name, kind in stream.dtypes
-    ]
-    return stream.unionByName(ticks.select(*columns))
-
-
 class ListedFiles:
     """Landing files: the streaming file source, and batch reads of exactly the files a batch listed.
 
@@ -200,6 +159,11 @@ class ListedFiles:
     of the batch. :meth:`screen` sets aside the files that cannot be read (a missing file, such a name),
     to be quarantined as files; :meth:`frame` reads the others, each by its literal path (Hadoop's glob
     escapes), with the stream's schema and options.
+
+    JSON is read with times as integers and the value as a number (:func:`typed_json_schema`); a record
+    that does not fit lands in the corrupt-record column and ``validate`` re-reads it as text. CSV is read
+    with every field as text; Parquet keeps its schema (taken from the oldest landing file). Either way
+    ``validate`` checks the types, with a reason.
     """
 
     def __init__(self, spark: Any, options: JobOptions) -> None:
@@ -416,110 +380,6 @@ def file_quarantine_rows(unread: pa.Table, batch_id: int, ingest_ms: int) -> pa.
         },
         schema=QUARANTINE_SCHEMA,
     )
-
-
-def rate_stream(spark: Any, rate: RateOptions, fields: Fields) -> Any:
-    """Spark's rate source as records, for load tests.
-
-    The sequence number is the event id and the record key; key and delay are hashed from it; arrival
-    time is the rate source's timestamp and event time the arrival minus the delay.
-    """
-    from pyspark.sql import functions as F
-
-    if rate.rows_per_batch is None:
-        stream = (
-            spark.readStream.format("rate")
-            .option("rowsPerSecond", str(rate.rows_per_second))
-            .option("numPartitions", str(rate.num_partitions))
-            .load()
-        )
-    else:  # deterministic batches (RateOptions.rows_per_batch)
-        stream = (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", str(rate.rows_per_batch))
-            .option("startTimestamp", str(rate.start_ms))
-            .option("advanceMillisPerBatch", str(max(1, 1000 * rate.rows_per_batch // rate.rows_per_second)))
-            .option("numPartitions", str(rate.num_partitions))
-            .load()
-        )
-    seq = F.col("value")
-    tp = F.unix_millis("timestamp")
-    delay = F.pmod(F.xxhash64(seq, F.lit("delay")), F.lit(rate.max_delay_ms + 1))
-    values = {
-        "event_id": seq.cast("string"),
-        "key": F.concat(F.lit("k"), F.pmod(F.xxhash64(seq, F.lit("key")), F.lit(rate.keys)).cast("string")),
-        "partition": F.pmod(seq, F.lit(rate.partitions)).cast("string"),
-        "event_time_ms": tp - delay,
-        "arrival_time_ms": tp,
-        "value": F.pmod(seq, F.lit(1000)) / F.lit(10.0),
-    }
-    slots = dict(zip(vars(Fields()).values(), vars(fields).values(), strict=True))  # default -> given name
-    named = {name: values[default] for default, name in slots.items()}
-    return stream.select(
-        F.lit(RATE_FILE).alias("file"),
-        *[column.alias(name) for name, column in named.items()],
-        F.lit(None).cast("string").alias(CORRUPT),
-        seq.alias("_seq"),
-    )
-
-
-def kafka_stream(spark: Any, kafka: KafkaOptions, fields: Fields) -> Any:
-    """A Kafka topic as records: each value a JSON event, parsed as landing files are.
-
-    ``file`` is ``TOPIC/PARTITION`` and the record's number (``_seq``) its offset, so a quarantined value
-    names its topic, partition and offset. The watermark partition is the Kafka partition and the arrival
-    time the record's timestamp (:data:`SOURCE_COLUMNS`), whatever the value holds: give production topics
-    ``message.timestamp.type=LogAppendTime`` so that it is the broker's ingestion time. Spark keeps the
-    offsets in the query's checkpoint, so a replayed batch reads the same records.
-
-    The source's options are :meth:`KafkaOptions.reader_options`: the flags' and the checked
-    ``--kafka-option`` pairs (security, group ids, where a new query starts, ``failOnDataLoss``); they are
-    logged with their secrets as ``***`` (:meth:`KafkaOptions.describe`). Spark writes no source option to
-    the checkpoint (its offset log holds offsets and SQL settings).
-    """
-    from pyspark.sql import functions as F
-
-    log.info("Kafka source: %s", kafka.describe())
-    reader = spark.readStream.format("kafka")
-    for key, option in kafka.reader_options().items():
-        reader = reader.option(key, option)
-    stream = reader.load()
-    value = F.col("value").cast("string")
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    parsed = F.from_json(value, typed_json_schema(fields), options).alias("_rec")
-    names = list(dict.fromkeys(vars(fields).values()))
-    # A value that is not a JSON object at all parses to null, and one that is not valid UTF-8 would
-    # parse with U+FFFD in place of its bad bytes: either is kept whole as a corrupt record.
-    # (``_value``: in the second projection a bare ``value`` is not the record's value.)
-    text = F.col("_value")
-    corrupt = F.coalesce(
-        F.when(~F.is_valid_utf8(text), text),
-        F.col(f"_rec.{CORRUPT}"),
-        F.when(F.col("_rec").isNull(), F.coalesce(text, F.lit(""))),
-    )
-    return stream.select(
-        F.concat_ws("/", F.col("topic"), F.col("partition").cast("string")).alias("file"),
-        parsed,
-        F.col("partition").cast("string").alias(SOURCE_COLUMNS["partition"]),
-        F.unix_millis(F.col("timestamp")).alias(SOURCE_COLUMNS["tp"]),
-        F.col("offset").alias("_seq"),
-        value.alias("_value"),
-    ).select(
-        "file",
-        *[F.col(f"_rec.`{n}`").alias(n) for n in names],
-        corrupt.alias(CORRUPT),
-        SOURCE_COLUMNS["partition"],
-        SOURCE_COLUMNS["tp"],
-        "_seq",
-    )
-
-
-def kafka_batch_files(batch: Any) -> list[str]:
-    """The ``TOPIC/PARTITION`` names of a Kafka micro-batch, in partition order (one small action)."""
-    pairs = {
-        (r[0], int(r[1])) for r in batch.select("file", SOURCE_COLUMNS["partition"]).distinct().collect()
-    }
-    return [name for name, _ in sorted(pairs, key=lambda p: (p[0].rsplit("/", 1)[0], p[1]))]
 
 
 def reason_counts(quarantine: pa.Table) -> dict[str, int]:

@@ -100,8 +100,8 @@ def test_the_skew_bound_is_the_flag_s_and_the_arrival_time_is_the_record_s_own_o
 
 
 def test_on_kafka_the_arrival_time_is_the_record_timestamp_not_the_value_s(spark):
-    """The Kafka source's records (jobs.stream.sources.readers.kafka_stream): the value parsed with the typed
-    schema, the partition and the record timestamp in :data:`SOURCE_COLUMNS`."""
+    """The Kafka source's records (jobs.stream.sources.kafka_topic.kafka_stream): the value parsed with the
+    typed schema, the partition and the record timestamp in :data:`SOURCE_COLUMNS`."""
     from pyspark.sql import functions as F
 
     ts = BASE

@@ -129,7 +129,7 @@ def test_a_file_deleted_after_the_source_listed_it_is_quarantined_by_name_and_co
 ):
     from prometheus_client import CollectorRegistry
 
-    import jobs.stream.sources.batch_input as handler
+    import jobs.stream.sources.landing as handler
     from monitoring.metrics import JobMetrics
 
     land(
