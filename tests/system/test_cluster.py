@@ -11,7 +11,9 @@ the tables the same job writes in local mode (its command line's options run in 
 session), row for row but for the columns of the wall clock; and the tasks of a third submission, made the
 same way, find the project's modules in the shipped archive under Spark's work directory, not in the checkout.
 The runs go one after the other (at once they were no faster on two cores, and slowed the suite's other
-workers); nothing is timed.
+workers); nothing is timed. The landing files' run and the probe take one executor (``spark.cores.max``:
+what they check is the driver apart from an executor and the code shipped to it), the Kafka run both
+workers' executors (a partition's stage may run on either from one batch to the next).
 """
 
 from __future__ import annotations
@@ -83,12 +85,15 @@ def code_zip(tmp_path_factory) -> Path:
     return out
 
 
-def submit_command(cluster, code: Path, script: Path | str, *args: str) -> list[str]:
-    """spark-submit of ``script`` to the cluster, the code shipped by --py-files only (docs/deployment.md)."""
+def submit_command(cluster, code: Path, script: Path | str, *args: str, executors: int = 2) -> list[str]:
+    """spark-submit of ``script`` to the cluster, the code shipped by --py-files only (docs/deployment.md),
+    on ``executors`` executors (one core each, one per worker)."""
     return [
         str(SPARK_SUBMIT),
         "--master",
         cluster.master_url,
+        "--conf",
+        f"spark.cores.max={executors}",
         "--py-files",
         str(code),
         "--jars",
@@ -131,7 +136,9 @@ def job_flags(tmp: Path, source: list[str]) -> list[str]:
     ]
 
 
-def run_both(spark, tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str]) -> list[str]:
+def run_both(
+    spark, tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str], executors: int
+) -> list[str]:
     """The job in local mode, then on the cluster; the cluster run's progress lines (``batch N: ...``) and
     the line that says where its executors import the job's code from.
 
@@ -146,7 +153,11 @@ def run_both(spark, tmp: Path, source: list[str], cluster, code: Path, env: dict
     summary = summarize(local.output)
     assert summary["events"] == RECORDS + 1, summary  # and the late record
     submit = submit_command(
-        cluster, code, ROOT / "jobs" / "stream" / "__main__.py", *job_flags(tmp / "cluster", source)
+        cluster,
+        code,
+        ROOT / "jobs" / "stream" / "__main__.py",
+        *job_flags(tmp / "cluster", source),
+        executors=executors,
     )
     proc = subprocess.run(
         submit,
@@ -216,7 +227,8 @@ def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
     os.utime(bad, (newest + 5, newest + 5))
 
     source = ["--input", str(inp), "--max-files-per-trigger", "1"]
-    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+    # One executor: what this run checks is the split between the driver and an executor of its own.
+    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env, executors=1)
 
     tables = assert_same_tables(tmp_path)
     assert [q["reason"] for q in tables["quarantine"]] == ["malformed_json", "event_time_before_1970"]
@@ -248,7 +260,8 @@ def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local
     # source's path, and the shipped archive's differs from one application to the next): 30 s or more.
     source += ["--stage-in", "executors", "--max-offsets-per-trigger", "600"]
     source += ["--strategy", "periodic", "--set", "delay_ms=100", "--set", "period_ms=50"]
-    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env)
+    # Both workers' executors: a partition's stage may run on either from one batch to the next.
+    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env, executors=2)
 
     tables = assert_same_tables(tmp_path)
     assert sorted(q["reason"] for q in tables["quarantine"]) == ["event_time_before_1970", "malformed_json"]
@@ -264,7 +277,7 @@ def test_the_executors_import_the_project_from_the_shipped_archive_only(
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     proc = subprocess.run(
-        submit_command(spark_cluster, code_zip, probe),
+        submit_command(spark_cluster, code_zip, probe, executors=1),
         cwd=tmp_path,
         env=submit_environment(jvm_process.env),
         capture_output=True,

@@ -139,13 +139,29 @@ def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_
     assert where["malformed_json"][0] == "b.json" and where["missing_key"] == ("b.json", 22)
 
 
-def test_job_matches_the_library_replay_on_a_real_stream(spark, tmp_path):
-    # 4 micro-batches of 250 (the stage's state carried across three batch boundaries); the stream's late
-    # rows (14 with these settings) all fall in its first 750 records, so more records add batches, not cases
-    records = iot_records(1_000)
-    feed(records, tmp_path / "in", rows_per_file=250)
-    params = {"delay_ms": 100, "period_ms": 50}
-    sink, _ = run(spark, tmp_path, tmp_path / "in", config(params=params), flush_at_end=True)
+#: The real stream's run that two tests read: 1,000 records in 4 landing files of 250, one file a trigger.
+REAL_RECORDS, REAL_PARAMS = 1_000, {"delay_ms": 100, "period_ms": 50}
+
+
+@pytest.fixture(scope="module")
+def four_batches(spark_sessions, tmp_path_factory):
+    """The job's run on the real stream in 4 micro-batches of 250 (the stage's state carried across three
+    batch boundaries), computed once per module: (tables, reports, landing folder). The stream's late rows
+    (14 with these settings) all fall in its first 750 records, so more records add batches, not cases."""
+    tmp = tmp_path_factory.mktemp("four-batches")
+    feed(iot_records(REAL_RECORDS), tmp / "in", rows_per_file=250)
+    cfg = config(params=REAL_PARAMS)
+    sink, reports = run(
+        spark_sessions.get(), tmp, tmp / "in", cfg, max_files_per_trigger=1, flush_at_end=True
+    )
+    return sink, reports, tmp / "in"
+
+
+def test_job_matches_the_library_replay_on_a_real_stream(four_batches):
+    records = iot_records(REAL_RECORDS)
+    params = REAL_PARAMS
+    sink, reports, _ = four_batches
+    assert len(reports) == 4
     expected = replay(
         records.column("event_time_ms").to_numpy(),
         records.column("arrival_time_ms").to_numpy(),
@@ -179,15 +195,11 @@ def stable(table: pa.Table, order):
     return table.select(keep).sort_by([(c, "ascending") for c in order]).to_pylist()
 
 
-def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_path):
-    # four batches against one, 13 late rows among the 1,000 (the stream's late rows are in its first 750)
-    records = iot_records(1_000)
-    feed(records, tmp_path / "in", rows_per_file=250)
-    cfg = config("sliding", {})
-    one, rep_one = run(
-        spark, tmp_path / "one", tmp_path / "in", cfg, max_files_per_trigger=1, flush_at_end=True
-    )
-    all_, rep_all = run(spark, tmp_path / "all", tmp_path / "in", cfg, flush_at_end=True)
+def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_path, four_batches):
+    # the four batches of the module's run against one, 14 late rows among the 1,000 (the stream's late rows
+    # are in its first 750); the library's cuts of every strategy: tests/unit/test_contract.py
+    one, rep_one, inp = four_batches
+    all_, rep_all = run(spark, tmp_path / "all", inp, config(params=REAL_PARAMS), flush_at_end=True)
     assert len(rep_one) == 4 and len(rep_all) == 1
     assert one.read("late_events").num_rows > 0  # the comparison is not vacuous
     assert stable(one.read("aggregates"), ["window_start_ms", "key"]) == stable(
@@ -402,17 +414,33 @@ def arrow_input(tmp_path):
     return tmp_path / "in"
 
 
+#: The settings of the Arrow path's comparisons with Spark's reader, per strategy.
+ARROW_PARAMS = {
+    "periodic": {"delay_ms": 300, "period_ms": 50},
+    "adaptive": {"warmup": 50, "heartbeat_ms": 100, "skew": "mean"},
+}
+
+
+@pytest.fixture(scope="module")
+def spark_reader_periodic(spark_sessions, tmp_path_factory):
+    """Spark's reader on :func:`arrow_input` under ``periodic``, two files a trigger: the reference of the
+    Arrow path's run and of the mixed run (computed once per module): (tables, reports)."""
+    tmp = tmp_path_factory.mktemp("spark-reader")
+    cfg = config("periodic", ARROW_PARAMS["periodic"])
+    kw = {"max_files_per_trigger": 2, "flush_at_end": True}
+    return run(spark_sessions.get(), tmp / "spark", arrow_input(tmp), cfg, reader="spark", **kw)
+
+
 @pytest.mark.parametrize("strategy", ["periodic", "adaptive"])
-def test_the_arrow_path_gives_the_tables_of_spark_reader(spark, tmp_path, strategy):
+def test_the_arrow_path_gives_the_tables_of_spark_reader(spark, tmp_path, strategy, request):
     inp = arrow_input(tmp_path)
-    params = {
-        "periodic": {"delay_ms": 300, "period_ms": 50},
-        "adaptive": {"warmup": 50, "heartbeat_ms": 100, "skew": "mean"},
-    }
-    cfg = config(strategy, params[strategy])
+    cfg = config(strategy, ARROW_PARAMS[strategy])
     kw = {"max_files_per_trigger": 2, "flush_at_end": True}
     arrow, rep_arrow = run(spark, tmp_path / "arrow", inp, cfg, **kw)
-    plain, rep_plain = run(spark, tmp_path / "spark", inp, cfg, reader="spark", **kw)
+    if strategy == "periodic":
+        plain, rep_plain = request.getfixturevalue("spark_reader_periodic")
+    else:
+        plain, rep_plain = run(spark, tmp_path / "spark", inp, cfg, reader="spark", **kw)
     assert [r.path for r in rep_arrow] == ["arrow", "arrow"]
     assert [r.path for r in rep_plain] == ["spark", "spark"]
     assert sum(r.late for r in rep_arrow) > 0
@@ -424,23 +452,28 @@ def test_the_arrow_path_gives_the_tables_of_spark_reader(spark, tmp_path, strate
     ]:
         assert stable(arrow.read(table), order) == stable(plain.read(table), order), table
 
-    # Record numbers are the same too (the stable comparison leaves file and line out).
+    # Record numbers are the same too (the stable comparison leaves file and line out); the runs' landing
+    # folders differ, their files' names do not.
     def record_keys(sink):
-        return sink.read("late_events").select(["event_id", "file", "line"]).sort_by("event_id").to_pylist()
+        rows = sink.read("late_events").select(["event_id", "file", "line"]).sort_by("event_id").to_pylist()
+        return [(r["event_id"], r["file"].rsplit("/", 1)[-1], r["line"]) for r in rows]
 
     assert record_keys(arrow) == record_keys(plain)
 
 
-def test_a_batch_with_a_record_to_judge_is_read_by_spark_and_the_others_by_arrow(spark, tmp_path):
+def test_a_batch_with_a_record_to_judge_is_read_by_spark_and_the_others_by_arrow(
+    spark, tmp_path, spark_reader_periodic
+):
     inp = arrow_input(tmp_path)
     bad = inp / "part-01.json"
     stamp = bad.stat()
     bad.write_text(bad.read_text() + '{"event_id": "x", "key": "k", "event_time_ms": "soon"}\n')
     os.utime(bad, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # keep the files' order
-    cfg = config(params={"delay_ms": 300})
-    kw = {"max_files_per_trigger": 1, "flush_at_end": True}
-    mixed, reports = run(spark, tmp_path / "mixed", inp, cfg, **kw)
-    plain, _ = run(spark, tmp_path / "spark", inp, cfg, reader="spark", **kw)
+    cfg = config("periodic", ARROW_PARAMS["periodic"])
+    mixed, reports = run(spark, tmp_path / "mixed", inp, cfg, max_files_per_trigger=1, flush_at_end=True)
+    # The reference: Spark's reader on the same records without the bad line, two files a trigger (the
+    # tables do not depend on the cut; a quarantined record moves no clock).
+    plain, _ = spark_reader_periodic
     assert [r.path for r in reports] == ["arrow", "spark", "arrow", "arrow"]
     quarantine = mixed.read("quarantine").to_pylist()
     assert [(q["reason"], q["line"]) for q in quarantine] == [("bad_event_time", 400)]
