@@ -294,8 +294,8 @@ def _instrument_job_runs() -> None:
 def file_of(nodeid: str) -> str:
     """The test's file relative to ``tests/`` (``unit/test_x.py``), or the module of a doctest.
 
-    >>> file_of("tests/unit/test_tune.py::test_a[x]")
-    'unit/test_tune.py'
+    >>> file_of("tests/unit/watermark/tuning/test_tune.py::test_a[x]")
+    'unit/watermark/tuning/test_tune.py'
     >>> file_of("watermark/tuning/tune.py::watermark.tuning.tune.choose")
     'doctest:watermark/tuning/tune.py'
     """

@@ -1,4 +1,6 @@
-"""A ninth strategy, registered through the registry alone, for tests/unit/test_strategy_registration.py.
+"""A ninth strategy, registered through the registry alone.
+
+For tests/unit/watermark/strategies/test_strategy_registration.py.
 
 ``W = max event time seen - lag_ms`` (a bounded out-of-orderness without timers): the class declares all the
 library needs of it, and :func:`install` registers it. Only a test's own process calls it (importing the

@@ -1,7 +1,8 @@
 """The column reference of ``docs/tables.md``, generated from the table schemas of :mod:`jobs.common.schemas`.
 
 The reference sits between the markers :data:`BEGIN` and :data:`END` of ``docs/tables.md``;
-``tests/unit/test_docs.py`` fails when it differs from :func:`render_table_reference`. Regenerate it with::
+``tests/unit/project/test_docs.py`` fails when it differs from :func:`render_table_reference`. Regenerate
+it with::
 
     python -m jobs.common.tabledocs --write
 

@@ -27,7 +27,8 @@ same regular expressions (:data:`EPOCH_MS_RE`, :data:`ISO_RE`, valid in RE2, whi
 :func:`java_regex` renames the groups, in Java, which Spark uses) and the same calendar arithmetic
 (:func:`civil_ms`, written once over numpy arrays or Spark columns), so it does not depend on Spark's
 timestamp parser or session time zone. :func:`parse_job_text` is its pyarrow/numpy twin
-(``tests/unit/test_timeparse.py`` holds all of them to the same answers on a corpus of texts). One instant
+(``tests/unit/watermark/streams/test_timeparse.py`` holds all of them to the same answers on a corpus of
+texts). One instant
 given as text to a command or a DAG (the backfill's interval, say) has the same syntax and meaning:
 :func:`instant_ms`.
 """

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.samples import IOT, IOT_FLAGS
 from tools.feed.cli import main
 from tools.feed.kafka import KafkaFeedError, feed_kafka, kafka_partition_map
 from tools.feed.landing import feed
@@ -21,17 +22,6 @@ from tools.feed.records import records_from_synthetic
 from tools.local.kafka_broker import LocalKafka
 
 ROOT = Path(__file__).resolve().parents[3]
-IOT = ROOT / "samples" / "ooo-iot-d1.csv"
-IOT_FLAGS = [
-    "--delimiter",
-    ";",
-    "--event-time",
-    "S.Client.Detection.Time",
-    "--arrival-time",
-    "S.Message.received.time.ms",
-    "--partition",
-    "S.Device.ID",
-]
 
 
 #: bin/kafka-local's wait for a start or stop: long enough for any machine (its default, 30 s, is the

@@ -5,7 +5,7 @@ tools.feed``) produced through the SCRAM listener, both given their credentials 
 every input record of each key and window. Wrong credentials fail the job quickly with one error line and
 nothing committed. No secret is in the job's logs, its checkpoint, its tables, its metrics or ``--help``.
 ``bin/kafka-local start --sasl-scram`` is checked as a user runs it. (Option checks and redaction without a
-broker: tests/unit/test_kafka_options.py.)
+broker: tests/unit/jobs/stream/test_kafka_options.py.)
 """
 
 from __future__ import annotations

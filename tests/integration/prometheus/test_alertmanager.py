@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.unit.test_alert_rules import PROM, ROOT
+from tests.unit.monitoring.test_alert_rules import PROM, ROOT
 from tools.local.alertmanager import (
     CONFIG,
     DEFAULT_WEBHOOK,

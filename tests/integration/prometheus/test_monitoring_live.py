@@ -29,7 +29,7 @@ from monitoring.metrics import JobMetrics
 from monitoring.push import push_outcome
 from monitoring.server import serve
 from tests.integration.spark.test_stream import config
-from tests.unit.test_dashboards import metric_names as dashboard_metric_names
+from tests.unit.monitoring.test_dashboards import metric_names as dashboard_metric_names
 from tools.local.alertmanager import WebhookReceiver, alertmanager_config, start_alertmanager
 from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
 

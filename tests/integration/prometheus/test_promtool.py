@@ -1,11 +1,11 @@
 """Prometheus configuration, recording and alert rules through promtool: its checks and its unit tests
-(the rules' content, runbooks and links: tests/unit/test_alert_rules.py)."""
+(the rules' content, runbooks and links: tests/unit/monitoring/test_alert_rules.py)."""
 
 import subprocess
 
 import pytest
 
-from tests.unit.test_alert_rules import PROM, TESTS
+from tests.unit.monitoring.test_alert_rules import PROM, TESTS
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from watermark.storage import Location
 def test_results_data_docs_and_retention_live_on_s3_and_are_read_back_from_there(s3_server, tmp_path):
     from jobs.batch.quality_results import read_history
     from jobs.batch.quality_store import DOCS_DIR, GX_DIR, index_page, stored_runs
-    from tests.unit.test_quality import run_suites
+    from tests.unit.jobs.batch.test_quality import run_suites
 
     root = Location.of(f"s3a://{s3_server.new_bucket()}/tables/_quality")
     first = run_suites(root, [1, 2], "monday", keep_runs=2)
@@ -42,7 +42,7 @@ def test_runs_the_index_no_longer_lists_keep_their_results_and_pages_on_s3(s3_se
     import jobs.batch.quality_store
     from jobs.batch.quality_results import read_history
     from jobs.batch.quality_store import index_page
-    from tests.unit.test_quality import run_suites
+    from tests.unit.jobs.batch.test_quality import run_suites
 
     monkeypatch.setattr(jobs.batch.quality_store, "INDEX_RUNS", 1)
     root = Location.of(f"s3a://{s3_server.new_bucket()}/tables/_quality")

@@ -14,8 +14,8 @@ from jobs.stream.checkpoint.dedup import IDS_SCHEMA, SeenIds
 from jobs.stream.checkpoint.layout import MANIFEST
 from jobs.stream.checkpoint.state import CheckpointError, StageStore, checkpoint_app_id
 from jobs.stream.sinks.deferred import PendingRows
-from tests.unit.test_checkpoint_state import V1, run_batches
-from tests.unit.test_deferred import BASE, arrivals
+from tests.unit.jobs.stream.sinks.test_deferred import BASE, arrivals
+from tests.unit.jobs.stream.test_checkpoint_state import V1, run_batches
 from watermark import storage
 from watermark.config import ConfigWatcher, write_config
 from watermark.storage import Location, StorageError

@@ -1,8 +1,11 @@
-"""The Arrow path in PySpark's Python workers (its pure parts: tests/unit/test_arrow_path.py)."""
+"""The Arrow path in PySpark's Python workers.
+
+Its pure parts: tests/unit/jobs/stream/workers/test_arrow_path.py.
+"""
 
 from jobs.stream.sources import arrow_reader
 from jobs.stream.sources.arrow_reader import plan_splits
-from tests.unit.test_arrow_path import CHECKS, line
+from tests.unit.jobs.stream.workers.test_arrow_path import CHECKS, line
 
 
 def test_python_workers_leave_the_job_imports_out_of_the_collection_after_each_task(spark, tmp_path):

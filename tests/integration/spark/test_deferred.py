@@ -10,7 +10,7 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.options import DeferPolicy, JobOptions
 from jobs.stream.run import run_job
 from jobs.stream.sinks.deferred import PendingRows
-from tests.unit.test_deferred import BASE, arrivals
+from tests.unit.jobs.stream.sinks.test_deferred import BASE, arrivals
 from watermark.config import PipelineConfig
 
 DEFERRED = ("late_events", "watermark_log", "arrivals")

@@ -12,9 +12,9 @@ from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import good, write_lines
+from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 
-BASE = 1_600_000_000_000
 ROUND_MS = 10_000
 
 

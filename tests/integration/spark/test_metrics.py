@@ -1,5 +1,5 @@
 """The job's Prometheus metrics over a real run, checked against the job's own tables (the metrics alone:
-tests/unit/test_metrics.py)."""
+tests/unit/monitoring/test_metrics.py)."""
 
 import os
 import time

@@ -1,7 +1,7 @@
 """Issue 29, items 10 and 11 (part), on the job: one record far ahead of its own arrival time is quarantined
 (``event_time_ahead_of_arrival``) instead of making its partition's later records late, on every read path;
 a line too long to read whole is quarantined (``record_too_long``) and the file's other records are read.
-The rules without Spark: tests/unit/test_record_bounds.py."""
+The rules without Spark: tests/unit/jobs/stream/sources/test_record_bounds.py."""
 
 import json
 
@@ -13,9 +13,9 @@ from jobs.stream.options import Fields, JobOptions
 from jobs.stream.run import run_job
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema, validate
 from tests.integration.spark.test_source_hardening import land, read
+from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 
-BASE = 1_600_000_000_000
 HOUR = 3_600_000
 
 

@@ -11,7 +11,7 @@ from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.unit.test_source_hardening import BASE
+from tests.unit.jobs.stream.sources.test_source_hardening import BASE
 from watermark.config import PipelineConfig
 
 

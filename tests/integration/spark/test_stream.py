@@ -13,13 +13,13 @@ from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
+from tests.samples import IOT
 from tools.feed.landing import feed
 from tools.feed.records import records_from_file
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
 
 ROOT = Path(__file__).resolve().parents[3]
-IOT = ROOT / "samples" / "ooo-iot-d1.csv"
 
 
 def config(strategy="periodic", params=None, window_ms=1_000, version=1):
@@ -197,7 +197,8 @@ def stable(table: pa.Table, order):
 
 def test_tables_do_not_depend_on_how_the_input_is_cut_into_batches(spark, tmp_path, four_batches):
     # the four batches of the module's run against one, 14 late rows among the 1,000 (the stream's late rows
-    # are in its first 750); the library's cuts of every strategy: tests/unit/test_contract.py
+    # are in its first 750); the library's cuts of every strategy:
+    # tests/unit/watermark/strategies/test_contract.py
     one, rep_one, inp = four_batches
     all_, rep_all = run(spark, tmp_path / "all", inp, config(params=REAL_PARAMS), flush_at_end=True)
     assert len(rep_one) == 4 and len(rep_all) == 1

@@ -13,10 +13,10 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_eviction import land
 from tests.integration.spark.test_stream import good
+from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
 
-BASE = 1_600_000_000_000
 PARAMS = {"max_event_time_lag_ms": 300, "max_watermark_lag_ms": 1_000_000}
 ROWS = [  # (id, partition = key, event time, arrival time), two landing files
     [("b0", "b", BASE + 100, BASE + 100), ("a0", "a", BASE + 500, BASE + 500)],

@@ -14,10 +14,10 @@ from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_eviction import land
 from tests.integration.spark.test_stream import good
+from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
 
-BASE = 1_600_000_000_000
 PARAMS = {"delay_ms": 300, "period_ms": 100}  # W = max event time - 300, moved every 100 ms
 ROWS = [  # (id, key, event time, arrival time), two landing files, all in partition p0
     [("a0", "a", 2_100, 2_100), ("b0", "b", 200, 2_200), ("a1", "a", 2_600, 2_600), ("b1", "b", 700, 2_700)],

@@ -1,5 +1,5 @@
 """One time syntax on the Spark path and the Arrow path: they agree with the library parser on its corpus
-(the corpus and the library's own checks: tests/unit/test_timeparse.py)."""
+(the corpus and the library's own checks: tests/unit/watermark/streams/test_timeparse.py)."""
 
 import json
 import re
@@ -7,7 +7,7 @@ import re
 from jobs.stream.options import Fields
 from jobs.stream.sources.validate import CORRUPT, text_schema, typed_json_schema, validate
 from jobs.stream.workers.arrow_path import RecordChecks, parse_clean
-from tests.unit.test_timeparse import BASE, BLANK, CORPUS, lib, ms
+from tests.unit.watermark.streams.test_timeparse import BASE, BLANK, CORPUS, lib, ms
 
 FIELDS = Fields()
 

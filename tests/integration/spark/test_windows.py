@@ -1,7 +1,10 @@
-"""Windows: the Spark expression follows the one definition (replay and Arrow: tests/unit/test_windows.py)."""
+"""Windows: the Spark expression follows the one definition.
+
+Replay and Arrow: tests/unit/jobs/common/test_windows.py.
+"""
 
 from jobs.common.windows import assign_windows
-from tests.unit.test_windows import SPECS, TRICKY, python_windows
+from tests.unit.jobs.common.test_windows import SPECS, TRICKY, python_windows
 
 
 def test_the_spark_expression_follows_the_one_definition(spark):
