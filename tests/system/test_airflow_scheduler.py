@@ -76,7 +76,7 @@ def test_a_real_scheduler_on_postgresql_runs_a_scheduled_backfill_then_data_qual
 
     import psycopg2
 
-    from tests.conftest import airflow_environment
+    from tests.plugins.services import airflow_environment
     from tools.local.prometheus import start_pushgateway
     from watermark import storage
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import free_port
+from tests.plugins.services import free_port
 from watermark import storage
 
 

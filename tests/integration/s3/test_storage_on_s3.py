@@ -47,7 +47,7 @@ def test_a_missing_bucket_and_storage_that_does_not_answer_are_one_line_each(s3_
     with pytest.raises(StorageError, match="'no-such-bucket' does not exist") as info:
         storage.check_reachable("s3a://no-such-bucket/tables", "--output")
     assert "\n" not in str(info.value)
-    from tests.conftest import free_port
+    from tests.plugins.services import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     started = time.monotonic()

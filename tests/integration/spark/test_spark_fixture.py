@@ -42,7 +42,7 @@ def test_the_sessions_jvm_compiles_with_c2_while_the_jvms_tests_start_keep_c1_on
     # tests/conftest.py: the worker's session, rebuilt above in a new JVM, is the run's longest-lived JVM.
     # With the suite's own options it drops C1-only; options the caller set (or AWM_TEST_SESSION_JIT=c1)
     # reach it unchanged.
-    from tests.conftest import C1_ONLY, INTERPRETED, SESSION_JIT
+    from tests.plugins.spark import C1_ONLY, INTERPRETED, SESSION_JIT
 
     options = os.environ.get("SPARK_SUBMIT_OPTS", "")
     own = SESSION_JIT == "c2" and options.startswith(f"{C1_ONLY} {INTERPRETED}")

@@ -1,0 +1,1 @@
+"""The suite's pytest plugins (tests/conftest.py lists them)."""
