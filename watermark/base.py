@@ -29,7 +29,7 @@ import abc
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -39,6 +39,35 @@ from watermark.timeutil import NO_WATERMARK, as_ms_array
 
 I64 = NDArray[np.int64]
 Idx = NDArray[np.intp]
+
+
+class SharedState(Protocol):
+    """State the generators of one combination share (a strategy whose class has ``shared_state``).
+
+    A :class:`~watermark.partitions.combine.PartitionedWatermark` builds it once from the strategy's
+    settings, hands it to each partition's generator (``generator.join(state, partition)``), runs each batch
+    of every partition through it first (:meth:`prepare`), drops an evicted partition (:meth:`forget`) and
+    keeps it in its snapshot. ``fleet``'s (:class:`~watermark.strategies.fleet.SharedFleet`) is one.
+    """
+
+    def prepare(
+        self,
+        keys: list[Hashable],
+        codes: NDArray[np.int64],
+        te: NDArray[np.int64],
+        tp: NDArray[np.int64],
+        clocks: Mapping[Hashable, int | None],
+    ) -> None:
+        """Run a whole batch of every partition in arrival order, for the generators to read."""
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a partition (it was evicted)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+
+    def load(self, snap: Mapping[str, Any]) -> None:
+        """Take the state of :meth:`snapshot`."""
 
 
 @dataclass(frozen=True)

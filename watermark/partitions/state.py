@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
-from watermark.base import WatermarkGenerator, WatermarkReadout, check_int
+from watermark.base import SharedState, WatermarkGenerator, WatermarkReadout, check_int
 from watermark.partitions.idle import IdleLearning
 from watermark.strategies.registry import StrategySpec, strategy_class
 from watermark.timeutil import NO_WATERMARK
@@ -81,7 +81,7 @@ class CombinationState(WatermarkReadout):
         #: State the partitions' generators share
         #: (:meth:`~watermark.strategies.fleet.FleetWatermark.shared_state`:
         #: the fleet's lag models and late budget), built once; ``None`` for the other strategies.
-        self._shared_state: Any = None
+        self._shared_state: SharedState | None = None
         factory = getattr(strategy_class(strategy), "shared_state", None)
         if factory is not None and mode != "global":
             self._shared_state = factory(self.spec.build().params)

@@ -110,7 +110,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from watermark.base import I64, Idx, WatermarkGenerator, check_float, check_int
+from watermark.base import I64, Idx, SharedState, WatermarkGenerator, check_float, check_int
 from watermark.strategies import fleet_kernel as fk
 from watermark.strategies import fleet_trace_kernel
 from watermark.timeline import NO_RISE
@@ -130,8 +130,11 @@ def _decode_f64(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype="<f8").astype(np.float64)
 
 
-class SharedFleet(Protocol):
-    """What a combination's generators share (:class:`Fleet`, from :meth:`FleetWatermark.shared_state`)."""
+class SharedFleet(SharedState, Protocol):
+    """What a combination's generators share (:class:`Fleet`, from :meth:`FleetWatermark.shared_state`).
+
+    The combination's :class:`~watermark.base.SharedState`, and what the keys' generators read of it.
+    """
 
     def prepare(
         self, keys: list[Hashable], codes: np.ndarray, te: I64, tp: I64, clocks: Mapping[Hashable, int | None]
