@@ -99,7 +99,7 @@ from watermark.tuning.rule import (  # noqa: E402
     ranked,
     stable_choice,
 )
-from watermark.tuning.space import SLO_SHARES  # noqa: E402
+from watermark.tuning.space import expand_settings  # noqa: E402
 from watermark.tuning.tune import TuneError, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,9 +144,10 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
     """:data:`SPACE` (``full``: the tuner's default space) and every other registered strategy.
 
     A registered strategy missing from it gets its settings in the tuner's default space (thinned to
-    :data:`OTHER_SETTINGS` unless ``full``) or its defaults; a required ``*_pct`` parameter (a late budget)
-    is set to each :data:`~watermark.tuning.space.SLO_SHARES` fraction of the target, as the tuner does for
-    ``slo``.
+    :data:`OTHER_SETTINGS` unless ``full``) or its defaults; a strategy that takes the late budget
+    (``late_slo_pct``, declared by the strategy) gets one candidate per
+    :data:`~watermark.tuning.space.SLO_SHARES` fraction of the target, as the tuner gives them
+    (:func:`~watermark.tuning.space.expand_settings`).
     """
     chosen = DEFAULT_SPACE if full else SPACE
     space = {name: list(settings) for name, settings in chosen.items() if name in STRATEGIES}
@@ -157,14 +158,12 @@ def search_space(target: float, full: bool = False) -> dict[str, list[dict[str, 
         if len(settings) > OTHER_SETTINGS and not full:
             pick = np.linspace(0, len(settings) - 1, OTHER_SETTINGS).round().astype(int)
             settings = [settings[i] for i in sorted(set(pick.tolist()))]
+        settings = expand_settings(name, settings, target)  # the late budget, as the tuner fills it
         missing = [p for p in required_params(cls) if all(p not in s for s in settings)]
-        if any(not p.endswith("_pct") for p in missing):
+        if missing:
             print(f"# {name}: left out (required {missing} unknown here)", file=sys.stderr)
             continue
-        # a late budget, as the tuner does for slo: one candidate per fraction of the target (SLO_SHARES)
-        space[name] = [
-            dict(s) | {p: round(target * f, 4) for p in missing} for s in settings for f in SLO_SHARES
-        ]
+        space[name] = settings
     return space
 
 
