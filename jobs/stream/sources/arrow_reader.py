@@ -337,8 +337,8 @@ class ArrowReader:
         return rows
 
     def _checks(self, ingest_ms: int) -> RecordChecks:
-        opts = self.options
-        f = opts.fields
+        rules = self.options.record_rules
+        f = rules.fields
         return RecordChecks(
             f.event_id,
             f.key,
@@ -347,9 +347,9 @@ class ArrowReader:
             f.arrival_time,
             f.value,
             ingest_ms=ingest_ms,
-            future_bound_ms=opts.future_bound_ms,
-            max_field_bytes=opts.max_field_bytes,
-            max_event_ahead_ms=opts.max_event_ahead_ms,
-            max_record_bytes=opts.max_record_bytes,
+            future_bound_ms=rules.future_bound_ms,
+            max_field_bytes=rules.max_field_bytes,
+            max_event_ahead_ms=rules.max_event_ahead_ms,
+            max_record_bytes=rules.max_record_bytes,
             spill=str(self.spill_folder()),
         )

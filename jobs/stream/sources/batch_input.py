@@ -29,12 +29,14 @@ class BatchInput:
     def __init__(self, spark: Any, options: JobOptions) -> None:
         self.spark, self.options = spark, options
         self._reader = options.source.reading()
+        #: What a record must meet (the fields, the bounds of its times and sizes).
+        self.rules = options.record_rules
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
         self._listed = ListedFiles(spark, options) if options.source.landing_files else None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run
         # Lines too long to read whole (record_too_long): landing files' copies without them.
         self.screen = (
-            LongLineScreen(options.checkpoint, options.format, options.max_record_bytes)
+            LongLineScreen(options.checkpoint, options.format, self.rules.max_record_bytes)
             if self._listed is not None
             else None
         )
@@ -64,13 +66,14 @@ class BatchInput:
             batch = self._listed.frame(batch, files, copies)
             marker = self.screen.marker if self.screen is not None and self.screen.on else None
         records = number_records(batch, files)
+        rules = self.rules
         rows = validate(
             records,
-            opts.fields,
+            rules.fields,
             ingest_ms=ingest_ms,
-            future_bound_ms=opts.future_bound_ms,
-            max_field_bytes=opts.max_field_bytes,
-            max_event_ahead_ms=opts.max_event_ahead_ms,
+            future_bound_ms=rules.future_bound_ms,
+            max_field_bytes=rules.max_field_bytes,
+            max_event_ahead_ms=rules.max_event_ahead_ms,
             malformed=opts.source.malformed_reason,
             reread_corrupt=opts.source.reread_corrupt,
             plans=self._plans,
