@@ -4,12 +4,14 @@ The job (``python -m jobs.stream`` in its own JVM) reads a 4-partition topic tha
 tools.feed``) produced through the SCRAM listener, both given their credentials as options; the tables hold
 every input record of each key and window. Wrong credentials fail the job quickly with one error line and
 nothing committed. No secret is in the job's logs, its checkpoint, its tables, its metrics or ``--help``.
-``bin/kafka-local start --sasl-scram`` is checked as a user runs it. (Option checks and redaction without a
+``bin/kafka-local start --sasl-scram`` is checked as a user runs it: it starts the module's broker, and a
+restart in the same directory replaces a user's password. (Option checks and redaction without a
 broker: tests/unit/jobs/stream/test_kafka_options.py.)
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -20,12 +22,13 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tools.feed.records import records_from_file
 
-pytestmark = pytest.mark.slow  # three runs of the job's JVM and three broker starts
+pytestmark = pytest.mark.slow  # two runs of the job's JVM and two broker starts
 
 ROOT = Path(__file__).resolve().parents[3]
 IOT = ROOT / "samples" / "ooo-iot-d1.csv"
@@ -42,6 +45,9 @@ IOT_FLAGS = [
 USER = "awm-job"
 PASSWORD = f"pw-{uuid.uuid4().hex}"  # distinctive: any occurrence anywhere is a leak
 WRONG = f"wrong-{uuid.uuid4().hex}"
+#: alice's password at the module broker's first start and after the restart test's restart; bob's.
+ALICE_FIRST, ALICE_SECOND = f"first-{uuid.uuid4().hex}", f"second-{uuid.uuid4().hex}"
+BOB = "b0b-pw"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 TOPIC = "secured"
 PARTITIONS = 4
@@ -93,21 +99,61 @@ def files_holding(root: Path, secret: str) -> list[str]:
     return [str(p) for p in sorted(root.rglob("*")) if p.is_file() and needle in p.read_bytes()]
 
 
+def kafka_local(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``bin/kafka-local ARGS --dir HOME``, as a user runs it."""
+    return subprocess.run(
+        [str(ROOT / "bin" / "kafka-local"), *args, "--dir", str(home)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def kafka_local_start(broker: SimpleNamespace, alice: str) -> subprocess.CompletedProcess:
+    """Start the module's broker with ``bin/kafka-local start --sasl-scram``: USER, alice (password
+    ``alice``) and bob; up to 600 s (a busy machine: how long a start takes is no test's subject)."""
+    users = [f"{USER}:{PASSWORD}", f"alice:{alice}", f"bob:{BOB}"]
+    start = ["start", "--port", str(broker.port), "--sasl-port", str(broker.sasl_port), "--timeout", "600"]
+    return kafka_local(broker.home, broker.env, *start, *[arg for u in users for arg in ("--sasl-scram", u)])
+
+
 @pytest.fixture(scope="module")
 def scram_kafka(tmp_path_factory):
-    """A broker of this module's own: its plaintext listener, and SASL_PLAINTEXT with the SCRAM user USER."""
-    from tools.local.kafka_broker import LocalKafka
+    """A broker of this module's own, started as a user starts one: ``bin/kafka-local start --sasl-scram``
+    in a fresh directory, its plaintext listener and SASL_PLAINTEXT with the SCRAM users USER (the job's),
+    alice (password ALICE_FIRST; the restart test restarts the broker in the same directory with her
+    ALICE_SECOND, and USER's password unchanged) and bob.
+
+    ``started`` is the first start's output. At the end the broker is stopped (``bin/kafka-local stop``,
+    which must succeed) and its directory must hold no password (not even salted)."""
     from tools.local.processes import free_port
 
-    broker = LocalKafka(
-        port=free_port(),
-        dir=tmp_path_factory.mktemp("kafka-scram"),
-        scram_users={USER: PASSWORD},
-        start_timeout=600,  # a busy machine: how long a start takes is no test's subject
+    port = free_port()
+    sasl_port = free_port()
+    while sasl_port == port:
+        sasl_port = free_port()
+    broker = SimpleNamespace(
+        home=tmp_path_factory.mktemp("kafka-scram") / "kafka",
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        port=port,
+        sasl_port=sasl_port,
+        sasl_bootstrap_servers=f"127.0.0.1:{sasl_port}",
     )
-    broker.start()
-    yield broker
-    broker.stop()
+    broker.started = kafka_local_start(broker, ALICE_FIRST)
+    try:
+        assert broker.started.returncode == 0, broker.started.stderr
+        yield broker
+    finally:
+        stopped = kafka_local(broker.home, broker.env, "stop", "--timeout", "600")
+    assert stopped.returncode == 0, stopped.stderr
+    assert [files_holding(broker.home, secret) for secret in (PASSWORD, ALICE_FIRST, ALICE_SECOND, BOB)] == [
+        [],
+        [],
+        [],
+        [],
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -257,53 +303,47 @@ def test_wrong_credentials_fail_the_job_quickly_with_one_error_and_commit_nothin
     assert WRONG not in done.stdout + done.stderr and files_holding(ck, WRONG) == []
 
 
-def test_bin_kafka_local_starts_a_scram_listener_and_a_restart_replaces_the_password(tmp_path, jvm_process):
+def test_bin_kafka_local_starts_a_scram_listener_and_a_restart_replaces_the_password(
+    scram_kafka, jvm_process
+):
+    # The module's broker: bin/kafka-local start --sasl-scram in a fresh directory (scram_kafka), then here
+    # stopped and started again in the same directory with alice's second password.
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     from tools.local.kafka_scram import scram_client_config
 
-    port, home = jvm_process.free_port(), tmp_path / "kafka"
-    sasl = jvm_process.free_port()
-    first, second = f"first-{uuid.uuid4().hex}", f"second-{uuid.uuid4().hex}"
+    home, port, sasl = scram_kafka.home, scram_kafka.port, scram_kafka.sasl_port
 
-    def kafka_local(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(ROOT / "bin" / "kafka-local"), *args, "--dir", str(home)],
-            cwd=ROOT,
-            env=jvm_process.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-    def logs_in(password: str) -> bool:
-        config = scram_client_config(f"127.0.0.1:{sasl}", "alice", password) | {"log_level": 0}
+    def logs_in(user: str, password: str) -> bool:
+        config = scram_client_config(f"127.0.0.1:{sasl}", user, password) | {"log_level": 0}
         try:
             return bool(AdminClient(config).list_topics(timeout=5).brokers)
         except KafkaException:
             return False
 
+    listeners = (
+        f"127.0.0.1:{port} and SASL_PLAINTEXT 127.0.0.1:{sasl} (SCRAM-SHA-256/SCRAM-SHA-512, users: "
+        f"alice, {USER}, bob)"
+    )
     outputs = []
-    try:
-        for password in (first, second):  # a fresh directory, then the same directory again
-            start = ["start", "--port", str(port), "--sasl-port", str(sasl), "--timeout", "600"]
-            started = kafka_local(*start, "--sasl-scram", f"alice:{password}", "--sasl-scram", "bob:b0b-pw")
-            assert started.returncode == 0, started.stderr
-            listeners = (
-                f"127.0.0.1:{port} and SASL_PLAINTEXT 127.0.0.1:{sasl} (SCRAM-SHA-256/SCRAM-SHA-512, users: "
-                "alice, bob)"
-            )
-            assert f"listening on {listeners} (dir" in started.stdout
-            status = kafka_local("status")
-            assert status.returncode == 0 and f", {listeners} (dir {home})" in status.stdout
-            assert logs_in(password)
-            assert not logs_in(first if password == second else second)  # a restart replaced it
-            outputs += [started.stdout, started.stderr, status.stdout, status.stderr]
-            stopped = kafka_local("stop", "--timeout", "600")
+    for password in (ALICE_FIRST, ALICE_SECOND):  # the fixture's start, then the restart
+        if password == ALICE_FIRST:
+            started = scram_kafka.started
+        else:
+            stopped = kafka_local(home, scram_kafka.env, "stop", "--timeout", "600")
             assert stopped.returncode == 0, stopped.stderr
-    finally:
-        kafka_local("stop", "--timeout", "600")
+            outputs += [stopped.stdout, stopped.stderr]
+            started = kafka_local_start(scram_kafka, password)
+            assert started.returncode == 0, started.stderr
+        assert f"listening on {listeners} (dir" in started.stdout
+        status = kafka_local(home, scram_kafka.env, "status")
+        assert status.returncode == 0 and f", {listeners} (dir {home})" in status.stdout
+        assert logs_in("alice", password)
+        assert not logs_in("alice", ALICE_FIRST if password == ALICE_SECOND else ALICE_SECOND)  # replaced
+        assert logs_in(USER, PASSWORD)  # the other users' passwords as given again
+        outputs += [started.stdout, started.stderr, status.stdout, status.stderr]
     for text in outputs:
-        assert first not in text and second not in text and "b0b-pw" not in text
-    assert files_holding(home, first) == [] and files_holding(home, second) == []  # not even salted
+        assert not [secret for secret in (PASSWORD, ALICE_FIRST, ALICE_SECOND, BOB) if secret in text]
+    # not even salted (the directory again once the broker stopped: scram_kafka)
+    assert [files_holding(home, secret) for secret in (ALICE_FIRST, ALICE_SECOND, BOB)] == [[], [], []]

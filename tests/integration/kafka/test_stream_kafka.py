@@ -5,6 +5,7 @@ apart, so that the suite's workers run the two at once.
 """
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -54,9 +55,15 @@ def produce_raw(servers, topic, values, partition, timestamp_ms):
     assert producer.flush() == 0  # every record delivered (however long a busy broker takes)
 
 
-def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(spark, tmp_path, kafka_broker):
+@pytest.fixture(scope="module")
+def iot_run(spark_sessions, tmp_path_factory, kafka_broker):
+    """One run of the job (one micro-batch) over a 4-partition topic of IoT records with bad values at the
+    end of partition 2: its tables as they were after the run (the replay, quarantine and conservation test
+    reads them), its topic and its checkpoint (the restart test feeds the topic more and resumes from it)."""
+    spark = spark_sessions.get()  # the session of the tests (a fixture of the module's scope)
+    tmp = tmp_path_factory.mktemp("kafka-iot")
     servers = kafka_broker.bootstrap_servers
-    records = iot_records(2_000)
+    records = iot_records(RUN_RECORDS)
     topic = "iot"
     kafka_broker.create_topic(topic, PARTITIONS)
     feed_kafka(records, servers, topic, partitions=PARTITIONS)
@@ -69,14 +76,23 @@ def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(s
         b'{"event_id": "x4", "key": "a\xffb", "event_time_ms": %d, "value": 1}' % base,  # not UTF-8
     ]
     produce_raw(servers, topic, bad, partition=2, timestamp_ms=base)
-
     # One micro-batch: a batch cut by offsets (--max-offsets-per-trigger) ends each partition at another
     # time, so the job then sees the stream in batch order, not in global timestamp order.
-    tables, reports = run_kafka(spark, tmp_path, servers, topic)
-    assert len(reports) == 1
+    sink, reports = run_kafka(spark, tmp, servers, topic)
+    tables = {name: sink.read(name) for name in ("quarantine", "late_events", "aggregates", "arrivals")}
+    return SimpleNamespace(tmp=tmp, topic=topic, records=records, base=base, tables=tables, reports=reports)
+
+
+#: The records of :func:`iot_run`'s topic; the restart test feeds it the next RESUME_RECORDS of the sample.
+RUN_RECORDS, RESUME_RECORDS = 2_000, 200
+
+
+def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(iot_run):
+    records, base, tables = iot_run.records, iot_run.base, iot_run.tables
+    assert len(iot_run.reports) == 1
 
     # Quarantine: every bad value, with its reason, topic/partition and offset.
-    quarantine = tables.read("quarantine").sort_by("line").to_pylist()
+    quarantine = tables["quarantine"].sort_by("line").to_pylist()
     assert [(q["reason"], q["file"]) for q in quarantine] == [
         ("malformed_json", "iot/2"),
         ("missing_key", "iot/2"),
@@ -112,33 +128,37 @@ def test_a_kafka_topic_gives_the_library_replay_and_bad_values_are_quarantined(s
         key=np.asarray(records.column("key").to_pylist(), dtype=object)[order],
     )
     ids = np.asarray(records.column("event_id").to_pylist(), dtype=object)[order]
-    late = tables.read("late_events")
+    late = tables["late_events"]
     assert sorted(late.column("event_id").to_pylist()) == sorted(ids[expected.late_rows].tolist())
     assert late.num_rows > 0
     assert set(late.column("partition").to_pylist()) <= {str(p) for p in range(PARTITIONS)}
 
     # Conservation: every valid record is in a window's count or in late_events (windows flushed at the end).
-    agg = tables.read("aggregates")
+    agg = tables["aggregates"]
     assert int(np.sum(agg.column("count").to_numpy())) + late.num_rows == records.num_rows
     got = {(r["key"], r["window_start_ms"]): r["count"] for r in agg.to_pylist()}
     w = expected.windows
     want = {(expected.keys[k], int(s)): int(c) for k, s, c in zip(w.key, w.start_ms, w.count, strict=True)}
     assert got == want
-    arrivals = tables.read("arrivals")
+    arrivals = tables["arrivals"]
     assert arrivals.num_rows == records.num_rows
     assert sorted(arrivals.column("arrival_time_ms").to_pylist()) == sorted(tp.tolist())
 
 
-def test_a_restarted_kafka_query_resumes_from_its_checkpoint_offsets(spark, tmp_path, kafka_broker):
+def test_a_restarted_kafka_query_resumes_from_its_checkpoint_offsets(spark, iot_run, kafka_broker):
+    # The job again on iot_run's checkpoint, after more records came to its topic: it reads the new ones
+    # only, in a batch after the first run's.
     servers = kafka_broker.bootstrap_servers
-    records = iot_records(1_200)
-    kafka_broker.create_topic("resume", 2)
-    feed_kafka(records.slice(0, 600), servers, "resume", partitions=2)
-    run_kafka(spark, tmp_path, servers, "resume")
-    feed_kafka(records.slice(600), servers, "resume", partitions=2)
-    again, _ = run_kafka(spark, tmp_path, servers, "resume")
+    more = iot_records(RUN_RECORDS + RESUME_RECORDS).slice(RUN_RECORDS)  # the sample's next records
+    feed_kafka(more, servers, iot_run.topic, partitions=PARTITIONS)
+    again, _ = run_kafka(spark, iot_run.tmp, servers, iot_run.topic)
     arrivals = again.read("arrivals")
-    assert arrivals.num_rows == records.num_rows  # each record read once across the two runs
+    # each record read once across the two runs
+    assert (
+        arrivals.num_rows
+        == iot_run.tables["arrivals"].num_rows + more.num_rows
+        == RUN_RECORDS + RESUME_RECORDS
+    )
     assert pa.compute.max(arrivals.column("batch_id")).as_py() >= 1
 
 
