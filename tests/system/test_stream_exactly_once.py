@@ -22,7 +22,8 @@ from watermark import storage
 
 pytestmark = pytest.mark.slow
 
-#: 2,000 records in 8 micro-batches of 250 (a file, or 250 Kafka offsets, each).
+#: 2,000 records in 8 micro-batches of 250 (a file each): 4 batches after the last kill (after batch 3), so
+#: that a fast batch cannot end the killed run before the kill lands (a batch of 400 took under a second).
 RECORDS, PER_BATCH = 2_000, 250
 
 
@@ -40,7 +41,7 @@ def job_command(tmp: Path | str, inp: Path | str | list[str]) -> list[str]:
         "--checkpoint",
         f"{tmp}/ck",
         # The adaptive watermark (state to restore at each restart) with late rows on both sources (3 of the
-        # landing files' records, 40 of the topic's: the library's replay of these settings).
+        # landing files' 2,000 records, 18 of the topic's 1,000: the library's replay of these settings).
         "--strategy",
         "adaptive",
         "--set",
@@ -156,6 +157,7 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     crashed_input: str | None = None,
     kills: int = 2,
     records: int = RECORDS,
+    per_batch: int = PER_BATCH,
 ) -> None:
     """An uninterrupted run (in the session ``spark``: :func:`run_in_process`), then a run SIGKILLed inside
     its batches ``kills`` times (3 or fewer: the job as a process with the environment ``env``) and
@@ -170,19 +172,21 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     it (``kills=1``) kill once, after batch 3 of a warm first run: what differs there is the source's
     offsets and the store's commits, which one restart replays; the restart of a restarted run is the same
     checkpoint and Delta logic whatever the source, proved here. ``records``: how many records ``inp``
-    holds (the first of :func:`iot_records`; at least 5 batches of ``PER_BATCH``, so that the last kill
-    leaves a batch)."""
+    holds (the first of :func:`iot_records`), ``per_batch`` in each batch (a file's lines, or the offsets
+    of ``--max-offsets-per-trigger``): at least 5 batches, so that the last kill leaves a batch."""
     LOGS[:] = [tmp_path / "job-stderr.log"]
     reference = tmp_path / "reference"
-    assert run_in_process(spark, reference, inp)[: records // PER_BATCH] == list(range(records // PER_BATCH))
+    batches = records // per_batch
+    assert run_in_process(spark, reference, inp)[:batches] == list(range(batches))
 
     crashed = crashed or str(tmp_path / "crashed")
     inp = crashed_input or inp
     rng = random.Random(0)
-    # Each kill falls a random moment after batch 0-5 completed (drawn: 0, 3 and 5), in the next batch:
-    # after 0 and 3 (two kills), or after 3 (one).
-    points = sorted(rng.sample(range(RECORDS // PER_BATCH - 2), 3))[:2][-kills:]
-    assert points[-1] < records // PER_BATCH - 1, (points, records)
+    # Each kill falls a random moment after batch 0-5 completed (drawn: 0, 3 and 5, whatever the input's
+    # size, and with them the moments into the next batch, 0.39 and 0.77 s), in the next batch: after 0 and
+    # 3 (two kills), or after 3 (one).
+    points = sorted(rng.sample(range(6), 3))[:2][-kills:]
+    assert points[-1] < batches - 1, (points, records, per_batch)
     previous = 0
     for point in points:
         before = batches_done(crashed)
@@ -207,7 +211,8 @@ def killed_and_restarted_gives_the_tables_of_one_run(
     assert stable(got.read("aggregates"), ["window_start_ms", "key", "flushed"]) == aggregates
     assert stable(got.read("late_events"), ["event_id"]) == late
     assert got.read("quarantine").num_rows == want.read("quarantine").num_rows == 0
-    # One file (250 offsets) per batch in both runs, so batch ids match: the log is compared batch by batch.
+    # One file (or per_batch offsets) per batch in both runs, so batch ids match: the log is compared batch by
+    # batch.
     # Unless a kill fell inside Spark's write of the next batch's offsets (on an object store, where that
     # write is not a rename, the window is wide): the restart then plans the batch again from the source
     # log and takes the killed run's file and the next one together (Spark's own replanning; the tables
