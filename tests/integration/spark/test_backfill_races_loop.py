@@ -34,9 +34,10 @@ def merge_commits(table) -> list[dict]:
 
 
 def test_backfills_and_the_streaming_appends_running_at_the_same_time_all_commit(spark, tmp_path):
-    # 8 more batches of 250 rows after the first 1,000: the backfills loop beside the whole stream, each
-    # racing the batches that commit meanwhile (8 batches, not 12: the same races, a third less CPU).
-    records = one_partition(iot_records(3_000))
+    # 4 more batches of 250 rows after the first 1,000: the backfills loop beside the whole stream, each
+    # racing the batches that commit meanwhile (4 batches, not 12: a folding backfill takes as long as
+    # several batches, so the first already spans the stream's appends).
+    records = one_partition(iot_records(2_000))
     out, stream_opts = run_then_land_the_rest(spark, tmp_path, records, 1_000, 250)
     worker = threading.Thread(target=run_job, args=(spark, stream_opts), daemon=True)
     worker.start()

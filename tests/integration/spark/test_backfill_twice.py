@@ -5,6 +5,8 @@ item 2) or from two writers. Folding late rows into both would double them; the 
 the second row is there when it reads or appears between its read and its MERGE.
 """
 
+import shutil
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -18,13 +20,22 @@ from tests.integration.spark.test_stream import good, write_lines
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def streamed(spark, tmp_path):
-    """One partition: late rows at te 500 and 1950 for the emitted windows [0, 1000) and [1000, 2000)."""
+@pytest.fixture(scope="module")
+def streamed_once(spark_sessions, tmp_path_factory):
+    """One partition: late rows at te 500 and 1950 for the emitted windows [0, 1000) and [1000, 2000).
+
+    The job runs once per module; each test gets a copy of its tables (``streamed``)."""
+    tmp = tmp_path_factory.mktemp("streamed")
     rows = [(0, 100, 10), (1, 1_900, 20), (2, 500, 30), (3, 2_600, 40), (4, 1_950, 50)]
-    write_lines(tmp_path / "in" / "a.jsonl", [good(i, te, tp) for i, te, tp in rows])
-    run_job(spark, job(tmp_path))
-    return tmp_path / "out"
+    write_lines(tmp / "in" / "a.jsonl", [good(i, te, tp) for i, te, tp in rows])
+    run_job(spark_sessions.get(), job(tmp))
+    return tmp / "out"
+
+
+@pytest.fixture
+def streamed(streamed_once, tmp_path):
+    """The module's tables, copied for this test (a Delta table's log names its files relative to it)."""
+    return shutil.copytree(streamed_once, tmp_path / "out")
 
 
 def emit_again(spark, out, start_ms):

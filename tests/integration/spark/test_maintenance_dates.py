@@ -62,8 +62,8 @@ def test_optimize_rewrites_only_the_dates_written_since_the_last_run(spark, tmp_
     root = str(tmp_path / "tables")
     sink = DeltaTables(root, "writer", spark)
     batch = 0
-    for day in (0, 1, 2):
-        for _ in range(3):  # several small appends a day, as the stream commits them
+    for day in (0, 1):
+        for _ in range(2):  # several small appends a day, as the stream commits them
             sink.append("late_events", tiny_rows("late_events", day, batch), batch)
             batch += 1
     options = MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=None)
@@ -71,51 +71,51 @@ def test_optimize_rewrites_only_the_dates_written_since_the_last_run(spark, tmp_
     assert first.tables["late_events"].optimized is None  # no state yet: every date
     path = sink.path("late_events")
     compacted = files_by_date(spark, path, "event_date")
-    assert {d: len(f) for d, f in compacted.items()} == {"2025-11-01": 1, "2025-11-02": 1, "2025-11-03": 1}
-    # a new day of appends, and one late row for day 1
-    for day in (3, 3, 3, 1):
+    assert {d: len(f) for d, f in compacted.items()} == {"2025-11-01": 1, "2025-11-02": 1}
+    # a new day of appends, and one late row for day 0: the dates rewritten lie either side of day 1's
+    for day in (2, 2, 0):
         sink.append("late_events", tiny_rows("late_events", day, batch), batch)
         batch += 1
     second = run_maintenance(spark, options)
     tr = second.tables["late_events"]
-    # read: the 4 appends and the last run's own commits (OPTIMIZE, VACUUM START and END), which add no data
-    assert tr.optimized == ["2025-11-02", "2025-11-04"] and tr.versions_read == 4 + 3
+    # read: the 3 appends and the last run's own commits (OPTIMIZE, VACUUM START and END), which add no data
+    assert tr.optimized == ["2025-11-01", "2025-11-03"] and tr.versions_read == 3 + 3
     newest = history(spark, path, "OPTIMIZE")[0]
     predicate = newest["operationParameters"]["predicate"].replace(" ", "")
-    assert predicate == '["\'event_dateIN(2025-11-02,2025-11-04)"]'
-    assert newest["operationMetrics"]["numRemovedFiles"] == "5" == str(tr.files_rewritten)
+    assert predicate == '["\'event_dateIN(2025-11-01,2025-11-03)"]'
+    assert newest["operationMetrics"]["numRemovedFiles"] == "4" == str(tr.files_rewritten)
     now = files_by_date(spark, path, "event_date")
-    assert now["2025-11-01"] == compacted["2025-11-01"] and now["2025-11-03"] == compacted["2025-11-03"]
-    assert now["2025-11-02"] != compacted["2025-11-02"] and len(now["2025-11-04"]) == 1
-    assert tr.rows_after == tr.rows_before == 13 * 5
+    assert now["2025-11-02"] == compacted["2025-11-02"]
+    assert now["2025-11-01"] != compacted["2025-11-01"] and len(now["2025-11-03"]) == 1
+    assert tr.rows_after == tr.rows_before == 7 * 5
 
 
 def test_the_arrivals_retention_drops_whole_dates_without_rewriting_a_file(spark, tmp_path):
     root = str(tmp_path / "tables")
     sink = DeltaTables(root, "writer", spark)
-    for batch, day in enumerate((0, 0, 1, 1, 2, 2, 3, 4)):
+    for batch, day in enumerate((0, 0, 1, 2)):
         sink.append("arrivals", tiny_rows("arrivals", day, batch), batch)
     before = sink.read("arrivals").to_pylist()
-    now = DAY0_MS + 4 * DAY_MS + DAY_MS // 2  # day 4, noon: 2 days ago is day 2, noon
+    now = DAY0_MS + 3 * DAY_MS + DAY_MS // 2  # day 3, noon: 2 days ago is day 1, noon
     report = run_maintenance(
         spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
     )
-    cutoff = DAY0_MS + 2 * DAY_MS  # the whole of day 2 stays (it ended less than 2 days ago)
+    cutoff = DAY0_MS + DAY_MS  # the whole of day 1 stays (it ended less than 2 days ago)
     assert report.arrivals_cutoff_ms == cutoff
     kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
-    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 4 * 5
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 2 * 5
     tr = report.tables["arrivals"]
-    assert (tr.retention, tr.rows_deleted, tr.retention_files_written) == ("dates", 4 * 5, 0)
+    assert (tr.retention, tr.rows_deleted, tr.retention_files_written) == ("dates", 2 * 5, 0)
     delete = history(spark, sink.path("arrivals"), "DELETE")[0]
     predicate = re.sub(r"#\d+", "", delete["operationParameters"]["predicate"])  # Spark's column ids
-    assert predicate == '["(arrival_date < 2025-11-03)"]'
+    assert predicate == '["(arrival_date < 2025-11-02)"]'
     metrics = delete["operationMetrics"]
-    assert (metrics["numCopiedRows"], metrics["numAddedFiles"], metrics["numRemovedFiles"]) == ("0", "0", "4")
+    assert (metrics["numCopiedRows"], metrics["numAddedFiles"], metrics["numRemovedFiles"]) == ("0", "0", "2")
     # the next day's run finds nothing more that old: nothing deleted (not the earlier DELETE's figures)
     again = run_maintenance(
         spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=2), now_ms=now
     )
-    assert (again.tables["arrivals"].rows_deleted, again.tables["arrivals"].rows_after) == (0, 4 * 5)
+    assert (again.tables["arrivals"].rows_deleted, again.tables["arrivals"].rows_after) == (0, 2 * 5)
 
 
 def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retention_and_migrates(
@@ -123,7 +123,7 @@ def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retenti
 ):
     root = str(tmp_path / "tables")
     path = DeltaTables(root, "reader").path("arrivals")
-    for batch, day in enumerate((0, 1, 2, 3)):  # as the previous version wrote it: no partition column
+    for batch, day in enumerate((0, 1, 2)):  # as the previous version wrote it: no partition column
         (
             arrow_frame(spark, tiny_rows("arrivals", day, batch))
             .write.format("delta")
@@ -135,7 +135,7 @@ def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retenti
     assert table_layout(path, "arrivals") is None
     sink = DeltaTables(root, "writer")
     before = sink.read("arrivals").to_pylist()
-    now = DAY0_MS + 3 * DAY_MS + DAY_MS // 2
+    now = DAY0_MS + 2 * DAY_MS + DAY_MS // 2
     with caplog.at_level(logging.WARNING, logger="jobs.batch.maintenance"):
         report = run_maintenance(
             spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now
@@ -143,16 +143,16 @@ def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retenti
     assert (
         "--migrate-layout" in caplog.text and "arrivals was created before its date partition" in caplog.text
     )
-    cutoff = DAY0_MS + 2 * DAY_MS
+    cutoff = DAY0_MS + DAY_MS
     kept = sorted((r for r in before if r["arrival_time_ms"] >= cutoff), key=repr)
     assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept and len(kept) == 2 * 5
     tr = report.tables["arrivals"]
-    assert (tr.retention, tr.rows_deleted, tr.partition_column, tr.optimized) == ("rows", 2 * 5, None, None)
+    assert (tr.retention, tr.rows_deleted, tr.partition_column, tr.optimized) == ("rows", 5, None, None)
 
     assert migrate_layout(spark, root) == ["arrivals"]
     assert table_layout(path, "arrivals") == "arrival_date"
     assert sorted(sink.read("arrivals").to_pylist(), key=repr) == kept
-    assert sink.committed_version("arrivals") == 3  # the stream's idempotency survives the rewrite
+    assert sink.committed_version("arrivals") == 2  # the stream's idempotency survives the rewrite
     assert migrate_layout(spark, root) == []  # nothing left to migrate
     later = run_maintenance(
         spark, MaintenanceOptions(root, retain_hours=0.0, arrivals_retain_days=1), now_ms=now + DAY_MS
