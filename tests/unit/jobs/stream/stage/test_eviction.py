@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from jobs.common.windows import empty_partials, table_partials
@@ -322,6 +322,16 @@ ROWS = st.tuples(
     wall=st.booleans(),
     retention=st.sampled_from([1, 5_000, 15_000, 30_000]),
 )
+# Found by this test's random search (2026-12-03), the fix still to come: in scoped mode on the wall clock
+# with a retention of 1 ms, partition p1's row of the shared key s2 (a partition never forgotten, its key's
+# owner) is judged against a watermark 1 ms higher than in the run that forgets nothing. Pinned as an
+# expected failure so that the case is kept; the mark goes when eviction leaves that decision alone.
+@example(
+    batches=[[(2, 0, 0, 0)], [(0, 0, 0, 0)] * 4 + [(0, 2, 0, 0)], [(0, 0, 0, 0)] * 9 + [(1, 2, 0, 303)]],
+    mode="scoped",
+    wall=True,
+    retention=1,
+).xfail(reason="eviction floor: a partition behind is judged 1 ms high after another is forgotten")
 def test_eviction_never_emits_a_window_twice_and_leaves_live_partitions_decisions_alone(
     batches, mode, wall, retention
 ):
