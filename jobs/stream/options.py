@@ -427,21 +427,6 @@ class DeferPolicy:
 
 
 @dataclass(frozen=True)
-class RecordRules:
-    """What a record must meet to be counted: its fields' names and the bounds of its times and sizes.
-
-    The part of :class:`JobOptions` that reading and validating a batch's records needs
-    (:mod:`jobs.stream.sources.batch_input`, :mod:`jobs.stream.sources.arrow_reader`).
-    """
-
-    fields: Fields
-    future_bound_ms: int
-    max_field_bytes: int
-    max_event_ahead_ms: int
-    max_record_bytes: int
-
-
-@dataclass(frozen=True)
 class JobOptions:
     """Everything a run of the job needs."""
 
@@ -523,17 +508,6 @@ class JobOptions:
     def timer(self) -> bool:
         """Whether a timer source makes every trigger a batch (wall clock, Kafka, an interval trigger)."""
         return self.clock == "wall" and self.source.timer and self.trigger != "available-now"
-
-    @property
-    def record_rules(self) -> RecordRules:
-        """The rules a record must meet (:class:`RecordRules`)."""
-        return RecordRules(
-            self.fields,
-            self.future_bound_ms,
-            self.max_field_bytes,
-            self.max_event_ahead_ms,
-            self.max_record_bytes,
-        )
 
     @property
     def source(self) -> SourceKind:

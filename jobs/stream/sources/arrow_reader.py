@@ -48,6 +48,7 @@ from jobs.common.schemas import RECORD_SCHEMA
 from jobs.stream.options import JobOptions
 from jobs.stream.report import BatchReport
 from jobs.stream.sources.readers import listed_location
+from jobs.stream.sources.record_rules import RecordRules
 from jobs.stream.stage.driver import label_thresholds
 from jobs.stream.workers.arrow_path import (
     LateThresholds,
@@ -337,7 +338,7 @@ class ArrowReader:
         return rows
 
     def _checks(self, ingest_ms: int) -> RecordChecks:
-        rules = self.options.record_rules
+        rules = RecordRules.of(self.options)
         f = rules.fields
         return RecordChecks(
             f.event_id,
