@@ -18,20 +18,15 @@ from jobs.stream.checkpoint.state import (
     checkpoint_app_id,
 )
 from jobs.stream.flag_checks import check_counts, check_source_flags, config_doc
-from jobs.stream.options import (
+from jobs.stream.options import DEFAULT_METRICS_PORT, FORMATS, Fields, JobOptions, KafkaOptions, RateOptions
+from jobs.stream.run import run_job, serve_metrics
+from jobs.stream.sinks.sink_options import DeferPolicy
+from jobs.stream.sources.record_rules import (
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_METRICS_PORT,
-    FORMATS,
-    DeferPolicy,
-    Fields,
-    JobOptions,
-    KafkaOptions,
-    RateOptions,
     check_max_event_ahead_ms,
     check_max_record_bytes,
 )
-from jobs.stream.run import run_job, serve_metrics
 from watermark import storage
 from watermark.config import (
     IDLE_TIMEOUT_WINDOWS,

@@ -8,7 +8,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.stream.sinks.sink_options import DeferPolicy, SinkOptions
 from jobs.stream.sources.kinds import SOURCES, SourceKind, source_kind
+from jobs.stream.sources.record_rules import (
+    DEFAULT_MAX_EVENT_AHEAD_MS,
+    DEFAULT_MAX_RECORD_BYTES,
+    RecordRules,
+    check_max_event_ahead_ms,
+    check_max_record_bytes,
+)
+from jobs.stream.sources.source_options import SourceOptions
+from jobs.stream.stage.stage_options import StageOptions
 from watermark.config import PipelineConfig
 
 
@@ -27,21 +37,6 @@ class Fields:
 FORMATS = tuple(SOURCES)
 RATE_FILE = "rate"  # the ``file`` of rate-source records (their ``line`` is the sequence number)
 DEFAULT_METRICS_PORT = 9108  # the job's /metrics (infra/prometheus/prometheus.yml scrapes it)
-#: ``--max-event-ahead-ms``: how far an event time may be ahead of its own arrival time (clock skew) before
-#: the record is quarantined as ``event_time_ahead_of_arrival``. In the bundled streams an event time is
-#: never ahead of its arrival (largest event - arrival: 0 ms in debs2015-taxi-sample, -22 ms and -30 ms in
-#: ooo-iot-d1/d2) nor in the synthetic ones (arrival = event + a delay >= 0); 5 minutes leaves room for
-#: producers whose clocks are minutes off (ooo-iot's NTP offsets reach 6 s) and caps what one record can do
-#: to its partition's watermark at 5 minutes instead of the future bound's day.
-DEFAULT_MAX_EVENT_AHEAD_MS = 300_000
-#: The largest ``--max-event-ahead-ms`` (one day: the future bound's default).
-MAX_EVENT_AHEAD_LIMIT_MS = 86_400_000
-#: ``--max-record-bytes``: a record's line may be this long; a longer one is quarantined as
-#: ``record_too_long`` and never read whole (jobs.stream.sources.long_lines). 16 MiB: 256 fields of the
-#: 64 KiB ``--max-field-bytes`` allows.
-DEFAULT_MAX_RECORD_BYTES = 16 << 20
-#: The range of ``--max-record-bytes``: from a KiB to a GiB (what one reader may hold of a line).
-MAX_RECORD_BYTES_RANGE = (1 << 10, 1 << 30)
 
 
 @dataclass(frozen=True)
@@ -407,28 +402,12 @@ class KafkaOptions:
 
 
 @dataclass(frozen=True)
-class DeferPolicy:
-    """When the deferred tables (``late_events``, ``quarantine``, ``watermark_log``, ``arrivals``) commit.
-
-    Every ``batches`` batches, or when the oldest batch waiting is ``max_delay_ms`` old (ingestion time),
-    and when the query ends (:mod:`jobs.stream.sinks.deferred`). ``batches=1``: with every batch.
-    """
-
-    batches: int = 10
-    max_delay_ms: int = 60_000
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.batches <= 10_000:
-            msg = f"--defer-batches must be between 1 and 10000, got {self.batches}"
-            raise ValueError(msg)
-        if not 0 <= self.max_delay_ms <= 86_400_000:
-            msg = f"--defer-max-delay-ms must be between 0 and 1 day, got {self.max_delay_ms} ms"
-            raise ValueError(msg)
-
-
-@dataclass(frozen=True)
 class JobOptions:
-    """Everything a run of the job needs."""
+    """Everything a run of the job needs: what the command line builds.
+
+    Each stage takes its part: :attr:`source_options` (with :attr:`record_rules`), :attr:`stage_options`
+    (the watermark stage's) and :attr:`sink_options`.
+    """
 
     input: str
     output: str
@@ -514,34 +493,57 @@ class JobOptions:
         """The source ``format`` names (:mod:`jobs.stream.sources.kinds`)."""
         return source_kind(self.format)
 
+    @property
+    def record_rules(self) -> RecordRules:
+        """What a record must meet: its fields' names, the bounds of its times and sizes."""
+        return RecordRules(
+            fields=self.fields,
+            future_bound_ms=self.future_bound_ms,
+            max_field_bytes=self.max_field_bytes,
+            max_event_ahead_ms=self.max_event_ahead_ms,
+            max_record_bytes=self.max_record_bytes,
+        )
+
+    @property
+    def source_options(self) -> SourceOptions:
+        """What opening the source's stream and reading a batch's input need."""
+        return SourceOptions(
+            format=self.format,
+            input=self.input,
+            checkpoint=self.checkpoint,
+            record_rules=self.record_rules,
+            rate=self.rate,
+            kafka=self.kafka,
+            max_files_per_trigger=self.max_files_per_trigger,
+            timer=self.timer,
+            reader=self.reader,
+            dedup_horizon_ms=self.dedup_horizon_ms,
+        )
+
+    @property
+    def stage_options(self) -> StageOptions:
+        """What the watermark stage needs: its configuration and state's place, where it runs, its clock."""
+        return StageOptions(
+            checkpoint=self.checkpoint,
+            config=self.config,
+            config_path=self.config_path,
+            format=self.format,
+            stage_in=self.stage_in,
+            clock=self.clock,
+            clock_margin_ms=self.clock_margin_ms,
+            arrival_history=self.arrival_history,
+        )
+
+    @property
+    def sink_options(self) -> SinkOptions:
+        """What the job's tables and a batch's commit need."""
+        return SinkOptions(
+            output=self.output, checkpoint=self.checkpoint, app_id=self.app_id, defer=self.defer
+        )
+
     def boundary_ms(self, ingest_ms: int) -> int | None:
         """The ingestion-clock instant of a batch's boundary (wall clock), or None (arrival clock)."""
-        return ingest_ms - self.clock_margin_ms if self.clock == "wall" else None
-
-
-def check_max_event_ahead_ms(value: int) -> int:
-    """``--max-event-ahead-ms`` as given, or ValueError outside ``[0, one day]``.
-
-    >>> check_max_event_ahead_ms(0), check_max_event_ahead_ms(86_400_000)
-    (0, 86400000)
-    """
-    if not 0 <= value <= MAX_EVENT_AHEAD_LIMIT_MS:
-        msg = f"--max-event-ahead-ms must be between 0 and {MAX_EVENT_AHEAD_LIMIT_MS} (one day), got {value}"
-        raise ValueError(msg)
-    return value
-
-
-def check_max_record_bytes(value: int) -> int:
-    """``--max-record-bytes`` as given, or ValueError outside :data:`MAX_RECORD_BYTES_RANGE`.
-
-    >>> check_max_record_bytes(1024)
-    1024
-    """
-    low, high = MAX_RECORD_BYTES_RANGE
-    if not low <= value <= high:
-        msg = f"--max-record-bytes must be between {low} and {high} (1 KiB to 1 GiB), got {value}"
-        raise ValueError(msg)
-    return value
+        return self.stage_options.boundary_ms(ingest_ms)
 
 
 STAGE_SITES = ("auto", "executors", "driver")

@@ -37,7 +37,7 @@ from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables, conform
 from jobs.stream.checkpoint.layout import PENDING_META, CheckpointLayout, spark_done
 from jobs.stream.checkpoint.state import RECOVERY, CheckpointError, parquet_bytes, remove_entry
-from jobs.stream.options import DeferPolicy
+from jobs.stream.sinks.sink_options import DeferPolicy
 from watermark import storage
 from watermark.storage import Location
 

@@ -48,7 +48,6 @@ from jobs.common.schemas import RECORD_SCHEMA
 from jobs.stream.options import JobOptions
 from jobs.stream.report import BatchReport
 from jobs.stream.sources.readers import listed_location
-from jobs.stream.sources.record_rules import RecordRules
 from jobs.stream.stage.driver import label_thresholds
 from jobs.stream.workers.arrow_path import (
     LateThresholds,
@@ -338,7 +337,7 @@ class ArrowReader:
         return rows
 
     def _checks(self, ingest_ms: int) -> RecordChecks:
-        rules = RecordRules.of(self.options)
+        rules = self.options.record_rules
         f = rules.fields
         return RecordChecks(
             f.event_id,

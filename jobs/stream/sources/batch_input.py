@@ -19,7 +19,6 @@ from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
 from jobs.stream.options import JobOptions
 from jobs.stream.sources.long_lines import LongLineScreen
 from jobs.stream.sources.readers import ListedFiles, modified_ms, number_records, screen_files
-from jobs.stream.sources.record_rules import RecordRules
 from jobs.stream.sources.source_log import landing_order
 from jobs.stream.sources.validate import validate
 
@@ -31,7 +30,7 @@ class BatchInput:
         self.spark, self.options = spark, options
         self._reader = options.source.reading()
         #: What a record must meet (the fields, the bounds of its times and sizes).
-        self.rules = RecordRules.of(options)
+        self.rules = options.record_rules
         # Landing files: read exactly the files the source listed; set aside those that cannot be read.
         self._listed = ListedFiles(spark, options) if options.source.landing_files else None
         self._plans: dict[Any, list[list[Any]]] = {}  # validate()'s expressions, built once per run

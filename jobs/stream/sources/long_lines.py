@@ -3,8 +3,8 @@
 Spark's line reader (Hadoop's ``LineRecordReader``, under the JSON and CSV sources) holds a whole line in
 memory, and so did the Arrow path's read of a split: one multi-gigabyte line without a newline failed its
 batch, at every restart. A record is now at most ``--max-record-bytes`` long (the bytes of its line, without
-the newline; default :data:`jobs.stream.options.DEFAULT_MAX_RECORD_BYTES`, 16 MiB), and neither reader
-ever holds a longer one:
+the newline; default :data:`jobs.stream.sources.record_rules.DEFAULT_MAX_RECORD_BYTES`, 16 MiB), and
+neither reader ever holds a longer one:
 
 - **The Arrow path** (:func:`jobs.stream.workers.arrow_path.read_split`, with
   :func:`~jobs.stream.workers.arrow_path.has_long_line`) reads its split and, to end the

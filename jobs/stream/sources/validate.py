@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.common.schemas import QUARANTINE_REASONS
-from jobs.stream.options import DEFAULT_MAX_EVENT_AHEAD_MS, Fields
+from jobs.stream.options import Fields
+from jobs.stream.sources.record_rules import DEFAULT_MAX_EVENT_AHEAD_MS
 from watermark.streams.timeparse import spark_epoch_ms
 
 __all__ = [

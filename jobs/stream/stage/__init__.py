@@ -1,5 +1,6 @@
 """The watermark stage, as the driver runs it.
 
+* :mod:`~jobs.stream.stage.stage_options`: what the stage needs of the run's options;
 * :mod:`~jobs.stream.stage.states`: the configuration in force and the state each batch starts from;
 * :mod:`~jobs.stream.stage.driver`: the generators over a batch's narrow columns, the lateness thresholds;
 * :mod:`~jobs.stream.stage.labelling`: the late rows as a Spark ``CASE``;
