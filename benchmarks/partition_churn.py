@@ -82,7 +82,7 @@ def config(mode: str, retention: int | None) -> PipelineConfig:
 
 @dataclass
 class Boundary:
-    """The wall clock's batch boundary (``JobOptions.boundary_ms`` with ``--clock wall``, no margin)."""
+    """The wall clock's batch boundary (``StageOptions.boundary_ms`` with ``--clock wall``, no margin)."""
 
     def boundary_ms(self, ingest_ms: int) -> int:
         return ingest_ms

@@ -44,6 +44,8 @@ class BatchHandler:
     """``foreachBatch`` target: runs the watermark stage and writes the tables for one micro-batch.
 
     ``tables``: the run's Delta tables (:func:`jobs.stream.sinks.commit.job_tables`, built when not given).
+    Each step takes its part of ``options``: the input and the Arrow reader the source's, the states and
+    the paths the stage's, the commits the sinks'.
     """
 
     def __init__(
@@ -55,18 +57,21 @@ class BatchHandler:
     ) -> None:
         self.spark = spark
         self.options = options
+        self.stage = options.stage_options
         self.metrics = metrics
+        sinks = options.sink_options
         if tables is None:  # a handler built on its own (not by run_job)
-            tables = job_tables(spark, options)
-        self.commits = BatchCommits(spark, options, tables)
-        self.states = StageStates(options, metrics)
+            tables = job_tables(spark, sinks)
+        self.commits = BatchCommits(spark, sinks, tables)
+        self.states = StageStates(self.stage, metrics)
         self.reports: list[BatchReport] = []
         self.past_limit: int | None = None  # a batch refused after --max-batches (BatchLimitReached)
         # The driver path collects a batch's late rows here while Spark aggregates its on-time ones.
         self._late_rows = ThreadPoolExecutor(max_workers=1, thread_name_prefix="late-rows")
         self._cpu0 = 0.0  # process CPU time at the start of the batch
-        self.input = BatchInput(spark, options)
-        self.arrow = ArrowReader(spark, options)
+        source = options.source_options
+        self.input = BatchInput(spark, source)
+        self.arrow = ArrowReader(spark, source)
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         """Process one micro-batch of landing files (idempotent per ``batch_id``).
@@ -89,14 +94,14 @@ class BatchHandler:
         batch, files, unread = self.input.files(batch, batch_id)
         if self.metrics is not None:
             self.metrics.batch_started(batch_id, oldest_input_ms(files, started))
-        opts = self.options
+        stage = self.stage
         scoped = start.config.partition_mode in SCOPED_MODES
         # A strategy whose partitions share state (fleet) runs its stage on the driver, over the whole batch.
         shared = getattr(strategy_class(start.config.strategy), "shared_state", None) is not None
         executors = (
             start.config.partition_mode == "scoped"  # keyed: a partition's executor cannot judge by key
-            and opts.source.partition_per_task
-            and opts.stage_in != "driver"
+            and stage.source.partition_per_task
+            and stage.stage_in != "driver"
             and not shared
         )
         if start.open_dir is not None and not executors:  # the last batch kept its windows in Spark
@@ -113,7 +118,7 @@ class BatchHandler:
         if arrow is not None:
             assert files is not None
             self._commit(
-                on_driver(arrow, start, files, unread, batch_id, opts, tick), start, batch_id, started
+                on_driver(arrow, start, files, unread, batch_id, stage, tick), start, batch_id, started
             )
             return
         if files is None:  # not in the source log (another source layout): ask Spark, at one more action
@@ -121,7 +126,7 @@ class BatchHandler:
             assert files is not None
         rows = self.input.records(batch, files, batch_id, start.ingest_ms)
         if executors:
-            outcome = in_executors(self.spark, rows, start, files, batch_id, opts, tick)
+            outcome = in_executors(self.spark, rows, start, files, batch_id, stage, tick)
             self._commit(outcome, start, batch_id, started)
             return
         # The typed columns are kept for the batch's few actions, so that the files are parsed once; the
@@ -130,7 +135,7 @@ class BatchHandler:
         try:
             source = SparkRows(self.spark, rows, parsed, self._late_rows, with_key=scoped)
             self._commit(
-                on_driver(source, start, files, unread, batch_id, opts, tick), start, batch_id, started
+                on_driver(source, start, files, unread, batch_id, stage, tick), start, batch_id, started
             )
         finally:
             parsed.unpersist()

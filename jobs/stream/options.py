@@ -541,10 +541,6 @@ class JobOptions:
             output=self.output, checkpoint=self.checkpoint, app_id=self.app_id, defer=self.defer
         )
 
-    def boundary_ms(self, ingest_ms: int) -> int | None:
-        """The ingestion-clock instant of a batch's boundary (wall clock), or None (arrival clock)."""
-        return self.stage_options.boundary_ms(ingest_ms)
-
 
 STAGE_SITES = ("auto", "executors", "driver")
 CLOCKS = ("arrivals", "wall")

@@ -26,7 +26,6 @@ import pyarrow as pa
 
 from jobs.common.schemas import QUARANTINE_SCHEMA, WATERMARK_LOG_SCHEMA
 from jobs.common.windows import credit_timeline, empty_partials, fire, flush, merge_partials
-from jobs.stream.options import JobOptions
 from jobs.stream.report import BatchReport
 from jobs.stream.sinks.observation import executors_observation, observation
 from jobs.stream.sinks.rows import (
@@ -45,6 +44,7 @@ from jobs.stream.sources.spark_rows import SparkRows
 from jobs.stream.stage.driver import StageResult, arrival_order, evict_partitions, run_stage
 from jobs.stream.stage.executors import release, run_in_executors
 from jobs.stream.stage.scoped import claim, claims_of, fire_scoped, open_owners, row_floors
+from jobs.stream.stage.stage_options import StageOptions
 from jobs.stream.stage.states import StageStart
 from monitoring.metrics import BatchObservation
 from watermark.partitions.combine import PartitionedWatermark
@@ -76,7 +76,7 @@ def on_driver(
     files: list[str],
     unread: pa.Table,
     batch_id: int,
-    options: JobOptions,
+    options: StageOptions,
     prepared: float,
 ) -> PathOutcome:
     """The batch with its stage on the driver; ``unread``: its files set aside (quarantined as files)."""
@@ -173,7 +173,7 @@ def _quarantine(
     unread: pa.Table,
     batch_id: int,
     ingest_ms: int,
-    options: JobOptions,
+    options: StageOptions,
 ) -> pa.Table:
     """``quarantine`` rows of the batch's invalid records, and of its files that could not be read."""
     if report.quarantined:
@@ -190,7 +190,7 @@ def _quarantine(
 class _DriverStage:
     """The stage of one batch on the driver: its generators' run, then the windows it fires."""
 
-    def __init__(self, start: StageStart, options: JobOptions) -> None:
+    def __init__(self, start: StageStart, options: StageOptions) -> None:
         self.start, self.options = start, options
         self.scoped = start.config.partition_mode in SCOPED_MODES
         self.owners = start.owners
@@ -344,7 +344,7 @@ def in_executors(
     start: StageStart,
     files: list[str],
     batch_id: int,
-    options: JobOptions,
+    options: StageOptions,
     prepared: float,
 ) -> PathOutcome:
     """The batch with its stage in the executors: no row reaches the driver (``rows``: validated)."""

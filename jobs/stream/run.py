@@ -57,7 +57,7 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
     ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
     """
-    tables = job_tables(spark, options)  # the run's one writer: its batches' and its flush's
+    tables = job_tables(spark, options.sink_options)  # the run's one writer: its batches' and its flush's
     options = replace(options, app_id=tables.app_id)
     assert options.app_id is not None
     StageStore(options.checkpoint).check()  # a missing or damaged newest state: refuse to start
@@ -99,7 +99,7 @@ def _run_query(
     finished = finish_interrupted_flush(spark, options, tables)  # before any batch goes on from its state
     if metrics is not None and finished:
         metrics.windows.labels("flush").inc(finished)
-    files = options.source.reading().open_stream(spark, options)
+    files = options.source.reading().open_stream(spark, options.source_options)
     # The executors run the project's Python on the Arrow path and in the Kafka stage: on a cluster they
     # import it from spark-submit's --py-files archive, else from a zip shipped now (jobs.common.session).
     if (shipped := ship_code(spark)) is not None:
@@ -209,7 +209,7 @@ def flush_open_windows(spark: Any, options: JobOptions, tables: DeltaTables | No
     assert options.app_id is not None  # run_job resolved it
     intent = FlushIntent(last, flush_app_id(options.app_id))
     record_flush_intent(options.checkpoint, intent)
-    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options))
+    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options.sink_options))
     clear_flush_intent(options.checkpoint)
     return flushed
 
@@ -233,7 +233,7 @@ def finish_interrupted_flush(spark: Any, options: JobOptions, tables: DeltaTable
         )
         raise CheckpointError(msg)
     log.warning("finishing the flush at the end of batch %d, interrupted in an earlier run", intent.batch_id)
-    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options))
+    flushed = _flush_state(spark, store, intent, tables or job_tables(spark, options.sink_options))
     clear_flush_intent(options.checkpoint)
     return flushed
 

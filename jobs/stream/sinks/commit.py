@@ -19,13 +19,13 @@ from typing import Any
 from jobs.common.schemas import TABLES
 from jobs.common.tables import DeltaTables
 from jobs.stream.checkpoint.state import CheckpointError, checkpoint_app_id
-from jobs.stream.options import JobOptions
 from jobs.stream.sinks.deferred import DEFERRED_TABLES, PendingRows
+from jobs.stream.sinks.sink_options import SinkOptions
 
 log = logging.getLogger("jobs.stream")
 
 
-def job_tables(spark: Any, options: JobOptions) -> DeltaTables:
+def job_tables(spark: Any, options: SinkOptions) -> DeltaTables:
     """The job's Delta tables, written under ``options.app_id`` (none: the checkpoint's application id).
 
     A run builds them once (:func:`jobs.stream.run.run_job`) and hands them to its batches' commits and to
@@ -38,7 +38,7 @@ def job_tables(spark: Any, options: JobOptions) -> DeltaTables:
 class BatchCommits:
     """Commits the batches' tables of one run (``aggregates`` with each batch, the others deferred)."""
 
-    def __init__(self, spark: Any, options: JobOptions, tables: DeltaTables) -> None:
+    def __init__(self, spark: Any, options: SinkOptions, tables: DeltaTables) -> None:
         self.spark = spark
         self.policy = options.defer
         self.tables = tables

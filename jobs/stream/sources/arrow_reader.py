@@ -45,9 +45,9 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from jobs.common.schemas import RECORD_SCHEMA
-from jobs.stream.options import JobOptions
 from jobs.stream.report import BatchReport
 from jobs.stream.sources.readers import listed_location
+from jobs.stream.sources.source_options import SourceOptions
 from jobs.stream.stage.driver import label_thresholds
 from jobs.stream.workers.arrow_path import (
     LateThresholds,
@@ -278,7 +278,7 @@ class ArrowReader:
     After the executors fail to run it once (say, no pyarrow there), the run reads JSON with Spark's reader.
     """
 
-    def __init__(self, spark: Any, options: JobOptions) -> None:
+    def __init__(self, spark: Any, options: SourceOptions) -> None:
         self.spark, self.options = spark, options
         self._off = ""  # why the Arrow path is off for the rest of the run (empty: it is on)
         self._spill: Path | None = None  # the run's private folder for parsed splits (spill_folder)

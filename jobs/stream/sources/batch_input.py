@@ -16,17 +16,17 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.stream.checkpoint.dedup import SeenIds, mark_duplicates
-from jobs.stream.options import JobOptions
 from jobs.stream.sources.long_lines import LongLineScreen
 from jobs.stream.sources.readers import ListedFiles, modified_ms, number_records, screen_files
 from jobs.stream.sources.source_log import landing_order
+from jobs.stream.sources.source_options import SourceOptions
 from jobs.stream.sources.validate import validate
 
 
 class BatchInput:
     """The input of each micro-batch of one run."""
 
-    def __init__(self, spark: Any, options: JobOptions) -> None:
+    def __init__(self, spark: Any, options: SourceOptions) -> None:
         self.spark, self.options = spark, options
         self._reader = options.source.reading()
         #: What a record must meet (the fields, the bounds of its times and sizes).

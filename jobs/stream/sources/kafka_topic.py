@@ -12,21 +12,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.stream.options import Fields, JobOptions, KafkaOptions
+from jobs.stream.options import Fields, KafkaOptions
 from jobs.stream.sources.readers import screen_files
+from jobs.stream.sources.source_options import SourceOptions
 from jobs.stream.sources.timer import with_timer, without_timer
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema
 
 log = logging.getLogger("jobs.stream")
 
 
-def open_stream(spark: Any, options: JobOptions) -> Any:
+def open_stream(spark: Any, options: SourceOptions) -> Any:
     """The topic's stream of records (:func:`kafka_stream`), with the timer's rows under ``--clock wall``."""
     stream = kafka_stream(spark, options.kafka, options.fields)
     return with_timer(spark, stream) if options.timer else stream
 
 
-def batch_files(batch: Any, batch_id: int, options: JobOptions) -> tuple[Any, list[str] | None, pa.Table]:
+def batch_files(batch: Any, batch_id: int, options: SourceOptions) -> tuple[Any, list[str] | None, pa.Table]:
     """A Kafka batch without the timer's row, its ``TOPIC/PARTITION`` names, and no file set aside."""
     if options.timer:
         batch = without_timer(batch)

@@ -9,7 +9,8 @@ name. How a source's stream is opened and what a batch read is its reader module
 :class:`SourceReader`: :mod:`.landing`, :mod:`.kafka_topic`, :mod:`.rate_source`). A new source is its
 reader module and its kind registered here (docs/architecture.md, "Adding a source").
 
-This module imports nothing of the job's, so the options and the command line can use it.
+This module imports nothing of the job's (but, for its types, the source's options), so the options and
+the command line can use it.
 
 Examples
 --------
@@ -27,16 +28,25 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    from jobs.stream.sources.source_options import SourceOptions
 
 
 class SourceReader(Protocol):
-    """How a source is read: the module a :class:`SourceKind` names (:attr:`SourceKind.reader`)."""
+    """How a source is read: the module a :class:`SourceKind` names (:attr:`SourceKind.reader`).
 
-    def open_stream(self, spark: Any, options: Any) -> Any:
+    Either function takes the source's part of the run's options
+    (:class:`~jobs.stream.sources.source_options.SourceOptions`).
+    """
+
+    def open_stream(self, spark: Any, options: SourceOptions) -> Any:
         """The source as a stream of records: ``file`` plus every input field and the corrupt record."""
 
-    def batch_files(self, batch: Any, batch_id: int, options: Any) -> tuple[Any, list[str] | None, Any]:
+    def batch_files(
+        self, batch: Any, batch_id: int, options: SourceOptions
+    ) -> tuple[Any, list[str] | None, Any]:
         """A micro-batch's records, the names of what it read, and the files set aside.
 
         The records are the batch less rows that are not records (a timer's); the names are None when the

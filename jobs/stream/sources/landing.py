@@ -11,17 +11,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.stream.options import JobOptions
 from jobs.stream.sources.readers import ListedFiles, screen_files
 from jobs.stream.sources.source_log import logged_batch_files
+from jobs.stream.sources.source_options import SourceOptions
 
 
-def open_stream(spark: Any, options: JobOptions) -> Any:
+def open_stream(spark: Any, options: SourceOptions) -> Any:
     """The file source's stream of the landing files (:meth:`ListedFiles.stream`)."""
     return ListedFiles(spark, options).stream()
 
 
-def batch_files(batch: Any, batch_id: int, options: JobOptions) -> tuple[Any, list[str] | None, pa.Table]:
+def batch_files(batch: Any, batch_id: int, options: SourceOptions) -> tuple[Any, list[str] | None, pa.Table]:
     """The batch, the files the source logged for it less those set aside, and those set aside."""
     files, unread = screen_files(logged_batch_files(options.checkpoint, batch_id))
     return batch, files, unread

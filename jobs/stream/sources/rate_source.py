@@ -10,17 +10,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.stream.options import RATE_FILE, Fields, JobOptions, RateOptions
+from jobs.stream.options import RATE_FILE, Fields, RateOptions
 from jobs.stream.sources.readers import screen_files
+from jobs.stream.sources.source_options import SourceOptions
 from jobs.stream.sources.validate import CORRUPT
 
 
-def open_stream(spark: Any, options: JobOptions) -> Any:
+def open_stream(spark: Any, options: SourceOptions) -> Any:
     """The rate source's stream of records (:func:`rate_stream`)."""
     return rate_stream(spark, options.rate, options.fields)
 
 
-def batch_files(batch: Any, batch_id: int, options: JobOptions) -> tuple[Any, list[str] | None, pa.Table]:
+def batch_files(batch: Any, batch_id: int, options: SourceOptions) -> tuple[Any, list[str] | None, pa.Table]:
     """A rate batch, its one name, and no file set aside."""
     return batch, [RATE_FILE], screen_files([])[1]
 

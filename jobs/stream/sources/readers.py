@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.common.schemas import QUARANTINE_SCHEMA
-from jobs.stream.options import FORMATS, JobOptions
+from jobs.stream.options import FORMATS
+from jobs.stream.sources.source_options import SourceOptions
 from jobs.stream.sources.validate import CORRUPT, typed_json_schema
 from watermark import storage
 from watermark.storage import Location
@@ -166,7 +167,7 @@ class ListedFiles:
     ``validate`` checks the types, with a reason.
     """
 
-    def __init__(self, spark: Any, options: JobOptions) -> None:
+    def __init__(self, spark: Any, options: SourceOptions) -> None:
         from pyspark.sql import types as T
 
         self.spark, self.options = spark, options

@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from jobs.common.windows import empty_partials
 from jobs.stream.checkpoint.state import CheckpointError, SavedStage, StageStore
-from jobs.stream.options import JobOptions
 from jobs.stream.stage.executors import prune_open_dirs
 from jobs.stream.stage.scoped import OWNERS_SCHEMA
+from jobs.stream.stage.stage_options import StageOptions
 from monitoring.metrics import JobMetrics
 from watermark.config import ConfigWatcher, PipelineConfig, shape_change
 from watermark.partitions.combine import PartitionedWatermark
@@ -44,7 +44,7 @@ class StageStart:
 class StageStates:
     """The configuration in force and the stage's state, batch after batch, for one run."""
 
-    def __init__(self, options: JobOptions, metrics: JobMetrics | None = None) -> None:
+    def __init__(self, options: StageOptions, metrics: JobMetrics | None = None) -> None:
         self.options = options
         self.metrics = metrics
         self.store = StageStore(options.checkpoint)

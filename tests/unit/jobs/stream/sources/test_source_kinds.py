@@ -44,7 +44,7 @@ def test_each_source_is_read_by_the_module_its_kind_names_and_nothing_else_branc
     # The job opens the stream and a batch's input through the kind alone.
     run = (ROOT / "jobs" / "stream" / "run.py").read_text()
     batch_input = (ROOT / "jobs" / "stream" / "sources" / "batch_input.py").read_text()
-    assert "options.source.reading().open_stream(spark, options)" in run
+    assert "options.source.reading().open_stream(spark, options.source_options)" in run
     assert "self._reader.batch_files(batch, batch_id, self.options)" in batch_input
 
 
