@@ -129,10 +129,11 @@ def make_class_archive() -> str:
 
 
 def compile_kernels() -> str:
-    """Replay each numba-compiled strategy once in every partition mode (compiles and caches its kernels)."""
+    """Compile and cache the kernels: each numba strategy's vectorised core and its update loop."""
     import numpy as np
 
     from watermark.evaluation.replay import PARTITION_MODES, replay
+    from watermark.strategies.registry import make
     from watermark.windowspec import WindowSpec
 
     started = time.monotonic()
@@ -141,6 +142,8 @@ def compile_kernels() -> str:
     tp = np.cumsum(rng.integers(1, 40, n)).astype(np.int64) + 1_700_000_000_000
     te = tp - rng.exponential(300, n).astype(np.int64)
     partition = rng.integers(0, 3, n).astype(np.int64)
+    later = rng.exponential(5_000, n - n // 2).astype(np.int64)
+    shifted = tp - np.concatenate([tp[: n // 2] - te[: n // 2], later])  # the delays change halfway
     key = partition * 2 + rng.integers(0, 2, n).astype(np.int64)  # each key in one partition (scoped, keyed)
     for strategy in ("slo", "fleet"):
         for mode in PARTITION_MODES:
@@ -149,6 +152,11 @@ def compile_kernels() -> str:
                 partition=partition, key=key,
                 partition_mode=mode, idle_timeout_ms=5_000,
             )  # fmt: skip
+        # and the tuple-by-tuple path (short runs, the job's small batches, idle time): kernels of its own
+        generator = make(strategy, {"late_slo_pct": 0.5})
+        for a, b in zip(shifted.tolist(), tp.tolist(), strict=True):
+            generator.update(a, b)
+        generator.on_idle(int(tp[-1]) + 60_000)
     took = time.monotonic() - started
     return f"numba kernels: compiled or loaded from watermark/strategies/__pycache__ ({took:.0f} s)"
 
