@@ -164,23 +164,15 @@ def check(spark: Any, root: Path, files: list[LandedFile], reader: str = "arrow"
     """Run the job over ``files`` in ``root`` and check that every record ends in exactly one table."""
     from jobs.common.schemas import QUARANTINE_REASONS
     from jobs.common.tables import DeltaTables
-    from jobs.stream.options import JobOptions
     from jobs.stream.run import run_job
+    from tests.landing import folder_job
     from watermark.config import PipelineConfig
 
     land(root / "in", files)
     config = PipelineConfig.from_dict(
         {"version": 1, "strategy": "periodic", "params": {"delay_ms": 500}, "window_ms": 1_000}
     )
-    opts = JobOptions(
-        input=str(root / "in"),
-        output=str(root / "out"),
-        checkpoint=str(root / "ck"),
-        config=config,
-        progress=False,
-        flush_at_end=True,
-        reader=reader,
-    )
+    opts = folder_job(root, config, flush_at_end=True, reader=reader)
     run_job(spark, opts)
     tables = DeltaTables(opts.output, "fuzz")
 

@@ -100,9 +100,8 @@ def warm_up(session) -> None:
     stage) is then the shared set-up's, not the first Spark file's on the worker. A new session's first
     small job run costs about 29 CPU s, the fourth about 4: without this a file's figure depended on
     whether it was its worker's first (docs/development.md). Its folder is removed; nothing is asserted."""
-    from jobs.stream.options import JobOptions
     from jobs.stream.run import run_job
-    from tests.integration.spark.test_stream import good, write_lines
+    from tests.landing import folder_job, good, write_lines
     from watermark.config import PipelineConfig
 
     folder = Path(tempfile.mkdtemp(prefix="awm-warm-up-"))
@@ -124,15 +123,7 @@ def warm_up(session) -> None:
         config = PipelineConfig.from_dict(
             {"version": 1, "strategy": "periodic", "params": {"delay_ms": 100}, "window_ms": 1_000}
         )
-        options = JobOptions(
-            input=str(folder / "in"),
-            output=str(folder / "out"),
-            checkpoint=str(folder / "ck"),
-            config=config,
-            progress=False,
-            max_files_per_trigger=1,
-            flush_at_end=True,
-        )
+        options = folder_job(folder, config, max_files_per_trigger=1, flush_at_end=True)
         jobs = suite_costs.RECORDER.in_process_jobs
         try:
             run_job(session, options)

@@ -8,7 +8,8 @@ import pytest
 
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import batch_aggregation, job, one_partition, table_aggregates
-from tests.integration.spark.test_stream import iot_records, write_lines
+from tests.integration.spark.test_stream import iot_records
+from tests.landing import folder_job, write_lines
 from tools.feed.landing import feed
 from watermark.config import load_config, write_config
 
@@ -340,7 +341,7 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
     import threading
     import time
 
-    from jobs.stream.options import DeferPolicy, JobOptions
+    from jobs.stream.options import DeferPolicy
     from jobs.stream.run import run_job
     from tests.integration.spark.test_stream import config
 
@@ -349,15 +350,12 @@ def test_a_version_published_by_the_retuning_dag_is_applied_by_the_running_job(d
     feed(records.slice(0, 2_000), inp, rows_per_file=500)
     cfg_path = tmp_path / "watermark.json"
     write_config(cfg_path, config(params={"delay_ms": 5_000, "period_ms": 200}))  # safe but slow
-    opts = JobOptions(
-        input=str(inp),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=load_config(cfg_path),
+    opts = folder_job(
+        tmp_path,
+        load_config(cfg_path),
         config_path=str(cfg_path),
         trigger="interval=500 milliseconds",
         max_files_per_trigger=1,
-        progress=False,
         # the arrival history and the watermark log committed with every batch, not every 10: the DAG
         # reads the history while the job runs
         defer=DeferPolicy(batches=1),

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions, KafkaOptions
+from jobs.stream.options import KafkaOptions
 from jobs.stream.run import run_job
+from tests.landing import folder_job
 from watermark.config import PipelineConfig
 
 BASE = 1_600_000_000_000
@@ -34,14 +35,12 @@ def test_a_kafka_record_23_hours_ahead_of_its_timestamp_is_quarantined(
         {"version": 1, "strategy": "periodic", "params": {"delay_ms": 0, "period_ms": 10}, "window_ms": 1_000}
         | {"partition_mode": "scoped", "idle_timeout_ms": None}
     )
-    opts = JobOptions(
+    opts = folder_job(
+        tmp_path,
+        config,
         input="",
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=config,
         format="kafka",
         kafka=KafkaOptions(bootstrap_servers=servers, topic=topic),
-        progress=False,
         flush_at_end=True,
         stage_in=stage_in,
     )

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions, KafkaOptions
+from jobs.stream.options import KafkaOptions
 from jobs.stream.run import run_job
 from tests.integration.spark.test_stream import iot_records
+from tests.landing import folder_job
 from tools.feed.kafka import feed_kafka, kafka_partition_map
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
@@ -31,14 +32,12 @@ def run_kafka(spark, tmp, servers, topic, mode="min", stage_in="auto", **kw):
         {"version": 1, "strategy": "periodic", "params": PARAMS, "window_ms": 1_000, "partition_mode": mode}
         | {"idle_timeout_ms": None}
     )
-    opts = JobOptions(
+    opts = folder_job(
+        tmp,
+        cfg,
         input="",
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=cfg,
         format="kafka",
         kafka=KafkaOptions(bootstrap_servers=servers, topic=topic, **kw),
-        progress=False,
         flush_at_end=True,
         stage_in=stage_in,
     )
@@ -188,14 +187,12 @@ def test_on_the_wall_clock_a_window_fires_on_the_triggers_timer_when_no_record_c
             "idle_timeout_ms": None,
         }
     )
-    opts = JobOptions(
+    opts = folder_job(
+        tmp_path,
+        cfg,
         input="",
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=cfg,
         format="kafka",
         kafka=KafkaOptions(bootstrap_servers=servers, topic=topic),
-        progress=False,
         stage_in=stage_in,
         clock="wall",
         clock_margin_ms=margin_ms,

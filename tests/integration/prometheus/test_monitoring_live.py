@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from monitoring import dashboards, rules
 from monitoring.metrics import JobMetrics
 from monitoring.push import push_outcome
 from monitoring.server import serve
 from tests.integration.spark.test_stream import config
+from tests.landing import folder_job
 from tests.unit.monitoring.test_dashboards import metric_names as dashboard_metric_names
 from tools.local.alertmanager import WebhookReceiver, alertmanager_config, start_alertmanager
 from tools.local.prometheus import prometheus_config, start_prometheus, start_pushgateway
@@ -221,13 +221,11 @@ def test_prometheus_scraping_a_live_job_evaluates_every_query_and_a_silent_parti
         servers.append(prom)
 
         source.start()
-        opts = JobOptions(
+        opts = folder_job(
+            tmp_path,
+            config("adaptive", {"warmup": 50, "heartbeat_ms": 200}).with_version(1, late_slo_pct=5.0),
             input=str(source.landing),
-            output=str(tmp_path / "out"),
-            checkpoint=str(tmp_path / "ck"),
-            config=config("adaptive", {"warmup": 50, "heartbeat_ms": 200}).with_version(1, late_slo_pct=5.0),
             trigger="interval=1 second",
-            progress=False,
         )
         worker = threading.Thread(target=run_job, args=(spark, opts, metrics), daemon=True)
         worker.start()
@@ -358,14 +356,7 @@ def test_a_failed_streaming_query_is_scraped_before_the_job_exits_and_pages_muti
     try:
         feed(iot_records(400), tmp_path / "in", rows_per_file=200)
         (tmp_path / "out").write_text("a file where the tables should be\n")
-        opts = JobOptions(
-            input=str(tmp_path / "in"),
-            output=str(tmp_path / "out"),
-            checkpoint=str(tmp_path / "ck"),
-            config=config(),
-            progress=False,
-            metrics_port=port,
-        )
+        opts = folder_job(tmp_path, config(), metrics_port=port)
         with pytest.raises(Exception):  # noqa: B017, PT011 - whatever Spark raises for the failed query
             run_job(spark, opts)
         # run_job has returned: its server is down, so only what was scraped before counts

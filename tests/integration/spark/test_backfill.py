@@ -10,9 +10,9 @@ from deltalake import DeltaTable
 from jobs.batch.backfill import BackfillError, BackfillOptions, run_backfill
 from jobs.common.session import arrow_frame
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.integration.spark.test_stream import config, iot_records, write_lines
+from tests.integration.spark.test_stream import config, iot_records
+from tests.landing import folder_job, write_lines
 from tools.feed.landing import feed
 from watermark.evaluation.replay import WindowSpec
 
@@ -29,16 +29,7 @@ def one_partition(records: pa.Table) -> pa.Table:
 
 
 def job(tmp, **kw):
-    opts = JobOptions(
-        input=str(tmp / "in"),
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=config(params=AGGRESSIVE),
-        progress=False,
-        max_files_per_trigger=2,
-        **kw,
-    )
-    return opts
+    return folder_job(tmp, config(params=AGGRESSIVE), max_files_per_trigger=2, **kw)
 
 
 def batch_aggregation(spark, records: pa.Table) -> dict:
@@ -119,7 +110,7 @@ def test_backfill_makes_every_window_equal_a_batch_aggregation_and_a_rerun_chang
 
 
 def test_a_late_row_of_a_window_still_open_waits_for_a_later_run(spark, tmp_path):
-    from tests.integration.spark.test_stream import good
+    from tests.landing import good
 
     # te 500 arrives after te 1_900 has pushed the watermark to 1_900: late, but its window [0, 1000) is
     # closed only when the watermark passes 1000 -- which it has. The row at te 1_950 arriving after

@@ -16,7 +16,7 @@ import pytest
 from jobs.common.tables import DeltaTables
 from jobs.stream.run import run_job
 from tests.integration.spark.test_backfill import AGGRESSIVE, FAR_FUTURE_MS, backfill, job
-from tests.integration.spark.test_stream import good, write_lines
+from tests.landing import good, write_lines
 from watermark.config import PipelineConfig
 
 pytestmark = pytest.mark.slow

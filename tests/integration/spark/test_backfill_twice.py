@@ -15,7 +15,7 @@ from jobs.batch.backfill import BackfillError
 from jobs.common.tables import DeltaTables
 from jobs.stream.run import run_job
 from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job
-from tests.integration.spark.test_stream import good, write_lines
+from tests.landing import good, write_lines
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,10 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import DeferPolicy, JobOptions
+from jobs.stream.options import DeferPolicy
 from jobs.stream.run import run_job
 from jobs.stream.sinks.deferred import PendingRows
+from tests.landing import folder_job
 from tests.unit.jobs.stream.sinks.test_deferred import BASE, arrivals
 from watermark.config import PipelineConfig
 
@@ -61,15 +62,7 @@ def run(spark, inp: Path, root: Path, defer: DeferPolicy):
     cfg = PipelineConfig.from_dict(
         {"version": 1, "strategy": "periodic", "params": {"delay_ms": 500}, "window_ms": 1_000}
     )
-    opts = JobOptions(
-        input=str(inp),
-        output=str(root / "out"),
-        checkpoint=str(root / "ck"),
-        config=cfg,
-        max_files_per_trigger=1,
-        progress=False,
-        defer=defer,
-    )
+    opts = folder_job(root, cfg, input=str(inp), max_files_per_trigger=1, defer=defer)
     reports = run_job(spark, opts)
     return DeltaTables(opts.output, "reader"), reports
 

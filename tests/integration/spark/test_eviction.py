@@ -1,7 +1,6 @@
 """Partitions that go silent are forgotten by the job: bounded state and log, and no window emitted twice."""
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,9 +8,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.integration.spark.test_stream import good, write_lines
+from tests.landing import folder_job, good, land
 from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 
@@ -48,12 +46,6 @@ def dying_round(r, dead):
     return lines
 
 
-def land(folder: Path, name: str, lines: list[str], order: int) -> None:
-    write_lines(folder / name, lines)
-    stamp = 1_700_000_000 + order  # landing order: modification time
-    os.utime(folder / name, (stamp, stamp))
-
-
 def latest_state(checkpoint: Path) -> dict:
     folder = sorted((checkpoint / "stage").glob("state-*"))[-1]
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -80,14 +72,7 @@ def test_forgotten_partitions_bound_the_state_and_the_log_and_never_emit_a_windo
         good("live-end", t + 9_000, t + 9_000, key="klive", part="live"),
     ]
     land(inp, f"r{rounds:02d}.json", back, rounds)
-    opts = JobOptions(
-        input=str(inp),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=config(),
-        progress=False,
-        max_files_per_trigger=1,
-    )
+    opts = folder_job(tmp_path, config(), max_files_per_trigger=1)
     reports = run_job(spark, opts)
     assert len(reports) == rounds + 1
     sink = DeltaTables(opts.output, "r")

@@ -4,8 +4,8 @@ import json
 import os
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
+from tests.landing import folder_job
 from watermark.config import PipelineConfig
 
 BASE = 1_600_000_000_000
@@ -41,14 +41,7 @@ def run(spark, tmp, mtimes):
     config = PipelineConfig.from_dict(
         {"version": 1, "strategy": "sliding", "params": {"initial_delay_ms": 100}, "window_ms": 1_000}
     )
-    opts = JobOptions(
-        input=str(tmp / "in"),
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=config,
-        progress=False,
-        flush_at_end=True,
-    )
+    opts = folder_job(tmp, config, flush_at_end=True)
     (report,) = run_job(spark, opts)
     tables = DeltaTables(opts.output, "test-reader")
     late = sorted(

@@ -20,7 +20,8 @@ from jobs.batch.maintenance import (
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import job, one_partition
-from tests.integration.spark.test_stream import iot_records, write_lines
+from tests.integration.spark.test_stream import iot_records
+from tests.landing import write_lines
 from tools.feed.landing import feed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -8,10 +8,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
 from monitoring.metrics import JobMetrics
-from tests.integration.spark.test_stream import config, good, iot_records, write_lines
+from tests.integration.spark.test_stream import config, iot_records
+from tests.landing import folder_job, good, write_lines
 from tools.feed.landing import feed
 from watermark.timeutil import NO_WATERMARK
 
@@ -25,14 +25,7 @@ def test_a_job_run_counts_every_row_once_as_its_tables_do(spark, tmp_path):
     os.utime(bad, (later, later))  # files are read oldest first: this one last
     registry = CollectorRegistry()
     metrics = JobMetrics(registry)
-    opts = JobOptions(
-        input=str(inp),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=config("periodic", {"delay_ms": 2_000}),
-        max_files_per_trigger=1,
-        progress=False,
-    )
+    opts = folder_job(tmp_path, config("periodic", {"delay_ms": 2_000}), max_files_per_trigger=1)
     started_s = time.time()
     reports = run_job(spark, opts, metrics)
     assert reports[-1].watermark_ms > 0

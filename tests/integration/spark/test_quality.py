@@ -11,7 +11,8 @@ from jobs.batch.quality_store import results_root
 from jobs.common.schemas import AGGREGATES_SCHEMA, QUARANTINE_SCHEMA
 from jobs.common.tables import DeltaTables
 from tests.integration.spark.test_backfill import FAR_FUTURE_MS, backfill, job, one_partition
-from tests.integration.spark.test_stream import iot_records, write_lines
+from tests.integration.spark.test_stream import iot_records
+from tests.landing import write_lines
 from tools.feed.landing import feed
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import Fields, JobOptions
+from jobs.stream.options import Fields
 from jobs.stream.run import run_job
 from jobs.stream.sources.validate import CORRUPT, SOURCE_COLUMNS, typed_json_schema, validate
 from tests.integration.spark.test_source_hardening import land, read
+from tests.landing import folder_job
 from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 
@@ -38,15 +39,7 @@ def record(i, ahead_ms=0):
 
 
 def run(spark, tmp, **kw):
-    opts = JobOptions(
-        input=str(tmp / "in"),
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=periodic(),
-        progress=False,
-        flush_at_end=True,
-        **kw,
-    )
+    opts = folder_job(tmp, periodic(), flush_at_end=True, **kw)
     reports = run_job(spark, opts)
     return DeltaTables(opts.output, "test-reader"), reports
 

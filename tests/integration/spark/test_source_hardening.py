@@ -9,8 +9,8 @@ import pytest
 
 from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
+from tests.landing import folder_job
 from tests.unit.jobs.stream.sources.test_source_hardening import BASE
 from watermark.config import PipelineConfig
 
@@ -43,15 +43,7 @@ def land(folder, files):
 
 
 def run(spark, tmp, metrics=None, **kw):
-    opts = JobOptions(
-        input=str(tmp / "in"),
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=config(),
-        progress=False,
-        flush_at_end=True,
-        **kw,
-    )
+    opts = folder_job(tmp, config(), flush_at_end=True, **kw)
     reports = run_job(spark, opts, metrics)
     return DeltaTables(opts.output, "test-reader"), reports
 

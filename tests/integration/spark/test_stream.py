@@ -13,6 +13,7 @@ from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
 from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
+from tests.landing import folder_job, good, write_lines
 from tests.samples import IOT
 from tools.feed.landing import feed
 from tools.feed.records import records_from_file
@@ -31,9 +32,7 @@ def config(strategy="periodic", params=None, window_ms=1_000, version=1):
 
 
 def run(spark, tmp, inp, cfg, **kw):
-    opts = JobOptions(
-        input=str(inp), output=str(tmp / "out"), checkpoint=str(tmp / "ck"), config=cfg, progress=False, **kw
-    )
+    opts = folder_job(tmp, cfg, input=str(inp), **kw)
     reports = run_job(spark, opts)
     return DeltaTables(opts.output, "test-reader"), reports
 
@@ -47,24 +46,6 @@ def iot_records(rows):
         delimiter=";",
     )
     return rec.slice(0, rows)
-
-
-def write_lines(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines))
-
-
-def good(i, te, tp, key="k", part="p", value=1.0):
-    return json.dumps(
-        {
-            "event_id": str(i),
-            "key": key,
-            "partition": part,
-            "event_time_ms": te,
-            "arrival_time_ms": tp,
-            "value": value,
-        }
-    )
 
 
 def test_bad_input_is_quarantined_with_reasons_and_every_valid_row_is_accounted_for(spark, tmp_path):
@@ -220,15 +201,12 @@ def test_a_new_configuration_version_applies_at_a_batch_boundary_without_restart
     feed(records.slice(0, 1_000), inp, rows_per_file=500)
     cfg_path = tmp_path / "watermark.json"
     write_config(cfg_path, config(params={"delay_ms": 100}))
-    opts = JobOptions(
-        input=str(inp),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=load_config(cfg_path),
+    opts = folder_job(
+        tmp_path,
+        load_config(cfg_path),
         config_path=str(cfg_path),
         trigger="interval=500 milliseconds",
         max_files_per_trigger=1,
-        progress=False,
     )
     worker = threading.Thread(target=run_job, args=(spark, opts), daemon=True)
     worker.start()

@@ -9,10 +9,8 @@ idleness).
 import numpy as np
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.integration.spark.test_eviction import land
-from tests.integration.spark.test_stream import good
+from tests.landing import folder_job, good, land
 from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
@@ -31,14 +29,7 @@ def test_a_stopped_partitions_last_window_reaches_the_aggregates_at_the_replays_
     )
     for n, rows in enumerate(ROWS):
         land(tmp_path / "in", f"f{n}.json", [good(i, te, tp, key=p, part=p) for i, p, te, tp in rows], n)
-    opts = JobOptions(
-        input=str(tmp_path / "in"),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=cfg,
-        progress=False,
-        max_files_per_trigger=1,
-    )
+    opts = folder_job(tmp_path, cfg, max_files_per_trigger=1)
     assert len(run_job(spark, opts)) == 2
     agg = DeltaTables(opts.output, "r").read("aggregates").to_pylist()
     got = {(r["key"], r["window_start_ms"]): (r["fire_arrival_ms"], r["trigger_watermark_ms"]) for r in agg}

@@ -10,10 +10,8 @@ replays); ``late_events`` keep the source partition.
 import numpy as np
 
 from jobs.common.tables import DeltaTables
-from jobs.stream.options import JobOptions
 from jobs.stream.run import run_job
-from tests.integration.spark.test_eviction import land
-from tests.integration.spark.test_stream import good
+from tests.landing import folder_job, good, land
 from tests.samples import BASE_MS as BASE
 from watermark.config import PipelineConfig
 from watermark.evaluation.replay import WindowSpec, replay
@@ -47,14 +45,7 @@ def test_keyed_mode_fires_each_keys_windows_by_its_own_watermark_as_the_replay_d
     for n, rows in enumerate(ROWS):
         recs = [good(i, BASE + te, BASE + tp, key=k, part="p0") for i, k, te, tp in rows]
         land(tmp_path / "in", f"f{n}.json", recs, n)
-    opts = JobOptions(
-        input=str(tmp_path / "in"),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ck"),
-        config=cfg,
-        progress=False,
-        max_files_per_trigger=1,
-    )
+    opts = folder_job(tmp_path, cfg, max_files_per_trigger=1)
     assert len(run_job(spark, opts)) == 2
     tables = DeltaTables(opts.output, "r")
     agg = tables.read("aggregates").to_pylist()

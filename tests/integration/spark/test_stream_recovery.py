@@ -25,6 +25,7 @@ from jobs.stream.cli import main
 from jobs.stream.handler import BatchHandler
 from jobs.stream.options import JobOptions
 from jobs.stream.run import flush_open_windows, run_job
+from tests.landing import folder_job
 from watermark.config import PipelineConfig
 
 BASE = 1_600_000_000_000
@@ -54,15 +55,7 @@ def options(tmp: Path, delay_ms: int = 500, **kw) -> JobOptions:
         {"version": 1, "strategy": "periodic", "params": {"delay_ms": delay_ms, "period_ms": 10}}
         | {"window_ms": 1_000, "idle_timeout_ms": None}
     )
-    return JobOptions(
-        input=str(tmp / "in"),
-        output=str(tmp / "out"),
-        checkpoint=str(tmp / "ck"),
-        config=cfg,
-        max_files_per_trigger=1,
-        progress=False,
-        **kw,
-    )
+    return folder_job(tmp, cfg, max_files_per_trigger=1, **kw)
 
 
 def uncommit(tmp: Path, batch_id: int) -> None:
