@@ -4,23 +4,24 @@
 (:data:`jobs.common.schemas.PARTITIONS`); :mod:`jobs.batch.maintenance` keeps working on them, with a
 warning naming this migration. Run it with the streaming job stopped.
 
-**Safe to interrupt at any point.** Each table is rewritten in ONE Delta commit: an overwrite, with
-``overwriteSchema``, of the rows of the table's version read (``versionAsOf``, pinned) with the generated
-date column added, partitioned by it. The commit changes the partitioning and replaces the files together;
-Delta writes its log entry atomically, so a kill (SIGKILL included) before it leaves the table as it was
-(the files already written are orphans VACUUM removes) and a kill after it leaves the table migrated, so a
-rerun migrates what is left, the same way. Nothing is recorded outside the Delta log. (Earlier versions
-committed a ``REPLACE`` of the empty table, then an ``INSERT`` of the rows in a second commit: killed
-between the two, the table was left empty and partitioned. A rerun finds that state, the newest commit a
-``REPLACE TABLE`` of the previous layout, and rewrites the rows of the version before it, while time travel
-still holds them, i.e. before VACUUM removes their files.)
+**Safe to interrupt at any point.** Each table is rewritten in ONE Delta commit: a ``REPLACE TABLE ... AS
+SELECT`` (delta-spark's ``DataFrameWriterV2.replace``) of the rows of the table's version read
+(``versionAsOf``, pinned), with the generated date column added (declared generated, as
+:func:`jobs.common.tables.creating_write` declares it), partitioned by it. The commit changes the
+partitioning and replaces the files together; Delta writes its log entry atomically, so a kill (SIGKILL
+included) before it leaves the table as it was (the files already written are orphans VACUUM removes) and a
+kill after it leaves the table migrated, so a rerun migrates what is left, the same way. Nothing is recorded
+outside the Delta log. (Earlier versions committed a ``REPLACE`` of the empty table, then an ``INSERT`` of
+the rows in a second commit: killed between the two, the table was left empty and partitioned. A rerun finds
+that state, the newest commit a ``REPLACE TABLE`` of the previous layout, and rewrites the rows of the
+version before it, while time travel still holds them, i.e. before VACUUM removes their files.)
 
-The table keeps its id, its history, its properties (an overwrite keeps the metadata's configuration) and
-the application ids the streaming job recorded (``txnAppId``: the table's state, not its files), so the
-stream's idempotency holds across the migration. A commit made by another writer between the read and the
-rewrite (the streaming job not stopped) would be overwritten without its rows: the rewrite's ``readVersion``
-(in its commit info) then differs from the version read and the table is rewritten again from that
-version, which holds them.
+The table keeps its location, its history, its properties (given again to the replacement, with
+:data:`jobs.common.schemas.PROPERTIES`) and the application ids the streaming job recorded (``txnAppId``:
+the table's state, not its files), so the stream's idempotency holds across the migration. A commit made by
+another writer between the read and the rewrite (the streaming job not stopped) would be replaced without
+its rows: the rewrite's ``readVersion`` (in its commit info) then differs from the version read and the
+table is rewritten again from that version, which holds them.
 """
 
 from __future__ import annotations
