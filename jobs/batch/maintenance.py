@@ -34,13 +34,20 @@ exists, in this order. Its work is bounded by what was written since the last ru
 unpartitioned in earlier versions) keep working: each run then optimizes the whole table and the
 ``arrivals`` retention deletes rows (``DELETE WHERE arrival_time_ms < <the same date's start>``, which
 rewrites the files holding older rows), with a warning naming the migration: ``--migrate-layout`` (with the
-streaming job stopped) rewrites each such table in place with its partition column (:func:`migrate_layout`).
+streaming job stopped) rewrites each such table in place with its partition column, in one Delta commit
+per table, so it is safe to interrupt (:mod:`jobs.batch.layout_migration`).
 
 OPTIMIZE and VACUUM commit nothing that changes a row; Delta's conflict checks let them run beside the
 streaming job's blind appends (a conflicting commit is retried, with backoff and jitter:
 :class:`jobs.common.retry.RetryPolicy`). The report (JSON; ``--report``) gives per table the data files and
 rows before and after (from the Delta log's statistics), the dates optimized and the files rewritten, the
 rows deleted and the files vacuumed.
+
+**Interrupted** (a SIGKILL included) at any point, a run loses no row: the retention's ``DELETE`` and the
+OPTIMIZE are one Delta commit each (committed whole or not at all), VACUUM deletes only files no longer in
+the table's current version, and the state file is written after the OPTIMIZE commit it records (killed
+between the two, the next run reads that OPTIMIZE's commit, which adds no data, and optimizes the same
+dates). A rerun does what is left.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from jobs.batch.layout_migration import MigrationReport, migrate_layout, table_layout  # noqa: E402
 from jobs.common.reads import day_of, open_delta, read_delta, table_path  # noqa: E402
 from jobs.common.retry import RetryPolicy  # noqa: E402
 from jobs.common.schemas import DAY_MS, PARTITIONS, TABLES  # noqa: E402
@@ -153,17 +161,6 @@ class MaintenanceReport:
             "files_vacuumed": sum(max(0, t.files_on_disk_before - t.files_on_disk_after) for t in reports),
             "arrivals_deleted": self.tables["arrivals"].rows_deleted if "arrivals" in self.tables else 0,
         }
-
-
-@dataclass
-class MigrationReport:
-    """The tables ``--migrate-layout`` rewrote with their date partition column."""
-
-    migrated: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
 
 def data_files_on_disk(path: str) -> int:
@@ -427,15 +424,6 @@ def _vacuum(spark: Any, path: str, table: str, tr: TableReport, options: Mainten
     tr.vacuum = "full"
 
 
-def table_layout(path: str, table: str) -> str | None:
-    """The table's date partition column when the table has it, else None (created before it)."""
-    if table not in PARTITIONS:
-        return None
-    dt = open_delta(path)
-    column = PARTITIONS[table][0]
-    return column if dt is not None and column in list(dt.metadata().partition_columns) else None
-
-
 def _legacy_warning(table: str, root: str) -> None:
     column = PARTITIONS[table][0]
     log.warning(
@@ -491,40 +479,6 @@ def run_maintenance(spark: Any, options: MaintenanceOptions, now_ms: int | None 
         log.info("%s: %s", table, asdict(tr))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
-
-
-def migrate_layout(spark: Any, root: str) -> list[str]:
-    """Rewrite in place, with its date partition column, each table created before it; the tables migrated.
-
-    Run with the streaming job stopped (its appends would conflict with the rewrite). For each table of
-    :data:`jobs.common.schemas.PARTITIONS` that exists without its partition column: ``REPLACE`` the table
-    (one Delta commit: the same location and history, its schema with the generated partition column, the
-    creation's properties), then ``INSERT`` the rows of the version before the replacement (Delta's time
-    travel; the files stay until VACUUM) in a second commit. The application ids the streaming job
-    recorded (``txnAppId``) are part of the table's state and survive the replacement, so its idempotency
-    holds across the migration. A reader between the two commits sees the table empty.
-    """
-    from delta.tables import DeltaTable
-
-    from jobs.common.tables import table_builder
-
-    migrated = []
-    for table in TABLES:
-        path = table_path(root, table)
-        if table not in PARTITIONS or not DeltaTable.isDeltaTable(spark, path):
-            continue
-        if table_layout(path, table) is not None:
-            continue
-        version = _newest_version(DeltaTable.forPath(spark, path))
-        column = PARTITIONS[table][0]
-        table_builder(DeltaTable.replace(spark).location(path), table).execute()
-        names = ", ".join(f"`{name}`" for name in TABLES[table].names)
-        target = _quoted(path)
-        copy = f"INSERT INTO {target} ({names}) SELECT {names} FROM {target} VERSION AS OF {version}"
-        spark.sql(copy).collect()
-        log.info("%s: rewritten partitioned by %s (from version %d)", table, column, version)
-        migrated.append(table)
-    return migrated
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,8 @@ never written twice. A batch with no rows for a table is not written to it: a re
 **Creation and evolution.** A table's first use in a run looks it up (``DeltaTables._look_up``). An
 absent table is created by its first append, in the commit that holds its first rows, with its schema,
 generated partition column and properties (:func:`creating_write`; the same metadata and protocol as
-:func:`create_table`, which the maintenance's layout migration and older tables were made with). An
+:func:`create_table`, which older tables were made with; the maintenance's layout migration checks it makes
+the same). An
 existing table is evolved to the code's schema: the columns a newer version of the code added are added to
 the table (one ``ALTER TABLE ... ADD COLUMNS``, logged), and rows written before read null in them. A
 column the table has and the code no longer has, or one whose type changed, is a :class:`TableSchemaError`
@@ -225,8 +226,8 @@ def _with_options(writer: Any, options: Mapping[str, str]) -> Any:
 def table_builder(builder: Any, table: str, schema: pa.Schema | None = None) -> Any:
     """A delta-spark ``DeltaTableBuilder`` with ``table``'s columns, generated partition column, properties.
 
-    Shared by :func:`create_table` and the maintenance's layout migration (``DeltaTable.replace``), so a
-    migrated table is exactly a newly created one.
+    Used by :func:`create_table` (the layout migration, :mod:`jobs.batch.layout_migration`, replaces a table
+    with its rows in one commit instead, and a test checks it makes the same schema and partitioning).
     """
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import DateType

@@ -1,7 +1,9 @@
 """Delta table maintenance on small tables written directly: OPTIMIZE rewrites only the dates written since
 the last run; the arrivals retention drops whole dates from the log (no file rewritten); a table written
 before its date partition (the previous layout) still gets its retention, and ``--migrate-layout``
-rewrites it partitioned. (Maintenance after the job's own micro-batches: ``test_maintenance.py``.)
+rewrites it partitioned, in one Delta commit per table: interrupted at each of its steps, it loses no row and
+a rerun finishes it (also after the earlier version's two commits were interrupted between them).
+(Maintenance after the job's own micro-batches: ``test_maintenance.py``.)
 """
 
 import logging
@@ -10,10 +12,12 @@ import re
 import pyarrow as pa
 import pytest
 
+from jobs.batch import layout_migration
 from jobs.batch.maintenance import MaintenanceOptions, migrate_layout, run_maintenance, table_layout
+from jobs.common.reads import open_delta
 from jobs.common.schemas import DAY_MS, TABLES
 from jobs.common.session import arrow_frame
-from jobs.common.tables import DeltaTables
+from jobs.common.tables import DeltaTables, create_table, table_builder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -51,6 +55,19 @@ def files_by_date(spark, path: str, column: str) -> dict[str, set[str]]:
     for row in files.distinct().collect():
         out.setdefault(row["d"], set()).add(row["f"])
     return out
+
+
+def write_previous_layout(spark, path: str, table: str, days) -> None:
+    """Append a batch of ``table`` per day of ``days`` as the previous version did: no partition column."""
+    for batch, day in enumerate(days):
+        (
+            arrow_frame(spark, tiny_rows(table, day, batch))
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", "writer")
+            .option("txnVersion", str(batch))
+            .save(path)
+        )
 
 
 def history(spark, path: str, operation: str) -> list:
@@ -123,15 +140,7 @@ def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retenti
 ):
     root = str(tmp_path / "tables")
     path = DeltaTables(root, "reader").path("arrivals")
-    for batch, day in enumerate((0, 1, 2)):  # as the previous version wrote it: no partition column
-        (
-            arrow_frame(spark, tiny_rows("arrivals", day, batch))
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", "writer")
-            .option("txnVersion", str(batch))
-            .save(path)
-        )
+    write_previous_layout(spark, path, "arrivals", (0, 1, 2))
     assert table_layout(path, "arrivals") is None
     sink = DeltaTables(root, "writer")
     before = sink.read("arrivals").to_pylist()
@@ -161,3 +170,87 @@ def test_an_unpartitioned_arrivals_table_of_the_previous_layout_gets_its_retenti
     assert sorted(sink.read("arrivals").to_pylist(), key=repr) == [
         r for r in kept if r["arrival_time_ms"] >= cutoff + DAY_MS
     ]
+
+
+class Killed(BaseException):
+    """A kill at a step of the migration (a BaseException: no ``except Exception`` in the code stops it)."""
+
+
+def layout_of(path: str) -> tuple[str, list[str], dict[str, str]]:
+    """A table's schema (JSON, the generated column's expression included), partitioning and properties."""
+    meta = open_delta(path).metadata()
+    return open_delta(path).schema().to_json(), list(meta.partition_columns), dict(meta.configuration)
+
+
+def test_migrate_layout_interrupted_at_each_step_loses_no_row_and_a_rerun_finishes_it(
+    spark, tmp_path, monkeypatch
+):
+    from delta.tables import DeltaTable
+
+    root = str(tmp_path / "tables")
+    sink = DeltaTables(root, "writer")
+    tables = ("quarantine", "arrivals")  # migrated in this order (that of TABLES)
+    for table, days in zip(tables, ((0, 1), (0, 1, 2)), strict=True):
+        write_previous_layout(spark, sink.path(table), table, days)
+    cdf = "ALTER TABLE delta.`{}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    spark.sql(cdf.format(sink.path("arrivals")))  # a property set on the old table survives the migration
+    rows = {t: sorted(sink.read(t).to_pylist(), key=repr) for t in tables}
+    original = {t: open_delta(sink.path(t)).version() for t in tables}
+    for table in tables:  # what the migration must make: the layout of a table created now
+        create_table(spark, str(tmp_path / "fresh" / table), table)
+    expected = {t: layout_of(str(tmp_path / "fresh" / t)) for t in tables}
+    expected["arrivals"][2]["delta.enableChangeDataFeed"] = "true"
+
+    def kill_at(point):
+        def reached(step, table):
+            if (step, table) == point:
+                raise Killed(point)
+
+        return reached
+
+    # The steps are reading a table, its commit and after it. A kill before a table's commit leaves what a
+    # kill while reading it leaves, and one after the last commit what a finished run leaves (a rerun
+    # migrating nothing: asserted after each point), so two points give every state a kill can leave:
+    # nothing migrated, and the first table migrated with the second not.
+    for point in [("read", "quarantine"), ("committed", "quarantine")]:
+        monkeypatch.setattr(layout_migration, "reached", kill_at(point))
+        with pytest.raises(Killed):
+            migrate_layout(spark, root)
+        for t in tables:  # killed: every row there exactly once, in one layout or the other
+            assert sorted(sink.read(t).to_pylist(), key=repr) == rows[t], point
+        done = [t for t in tables if table_layout(sink.path(t), t) is not None]
+        assert done == list(tables[: tables.index(point[1]) + (point[0] == "committed")]), point
+        monkeypatch.setattr(layout_migration, "reached", lambda step, table: None)
+        versions = {t: open_delta(sink.path(t)).version() for t in tables}
+        assert migrate_layout(spark, root) == [t for t in tables if t not in done], point  # the rerun
+        for t in tables:
+            path = sink.path(t)
+            assert sorted(sink.read(t).to_pylist(), key=repr) == rows[t], point
+            assert layout_of(path) == expected[t], point
+            assert sink.committed_version(t) == len(rows[t]) // 5 - 1  # the stream's idempotency survives
+            if t not in done:  # one commit: the replacement with the rows, partitioned
+                (commit,) = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()[:1]
+                assert commit["version"] == versions[t] + 1, point
+                assert commit["operation"] == "REPLACE TABLE AS SELECT", point
+        assert migrate_layout(spark, root) == []  # nothing left to migrate
+        for t in tables:  # back to the previous layout for the next point
+            DeltaTable.forPath(spark, sink.path(t)).restoreToVersion(original[t])
+            assert table_layout(sink.path(t), t) is None
+
+
+def test_migrate_layout_finishes_a_migration_of_the_earlier_version_killed_between_its_two_commits(
+    spark, tmp_path
+):
+    from delta.tables import DeltaTable
+
+    root = str(tmp_path / "tables")
+    sink = DeltaTables(root, "writer")
+    path = sink.path("arrivals")
+    write_previous_layout(spark, path, "arrivals", (0, 1))
+    rows = sorted(sink.read("arrivals").to_pylist(), key=repr)
+    table_builder(DeltaTable.replace(spark).location(path), "arrivals").execute()  # its first commit
+    assert sink.read("arrivals").num_rows == 0 and table_layout(path, "arrivals") == "arrival_date"
+    assert migrate_layout(spark, root) == ["arrivals"]
+    assert sorted(sink.read("arrivals").to_pylist(), key=repr) == rows
+    assert sink.committed_version("arrivals") == 1
+    assert migrate_layout(spark, root) == []
