@@ -78,7 +78,8 @@ class BatchObservation:
     late: int = 0
     quarantined: int = 0
     #: Quarantine rows by reason (``jobs.common.schemas.QUARANTINE_REASONS``); a whole landing file
-    #: quarantined as a file (``file_missing``, ``unreadable_file_name``) is one row.
+    #: quarantined as a file (``file_missing``, ``unreadable_file_name``, ``symlink``,
+    #: ``outside_landing_root``) is one row.
     quarantine_reasons: Mapping[str, int] = field(default_factory=dict)
     watermark_ms: int = NO_WATERMARK  # global event-time watermark after the batch
     ingestion_clock_ms: int = NO_WATERMARK  # latest arrival time read so far

@@ -94,6 +94,8 @@ QUARANTINE_REASONS = (
     "duplicate_event_id",  # an event id seen before (--dedup-horizon-ms; jobs.stream.checkpoint.dedup)
     "unreadable_file_name",  # a whole landing file whose name Hadoop cannot open (``line`` null)
     "file_missing",  # a whole landing file gone after the source listed it (``line`` null)
+    "symlink",  # a whole local landing file that is a symbolic link: never read (``line`` null)
+    "outside_landing_root",  # a whole landing file resolving outside --input: never read (``line`` null)
 )
 
 QUARANTINE_SCHEMA = pa.schema(

@@ -18,15 +18,26 @@ from jobs.stream.checkpoint.state import (
     checkpoint_app_id,
 )
 from jobs.stream.flag_checks import check_counts, check_source_flags, config_doc
-from jobs.stream.options import DEFAULT_METRICS_PORT, FORMATS, Fields, JobOptions, KafkaOptions, RateOptions
+from jobs.stream.options import (
+    DEFAULT_METRICS_PORT,
+    FORMATS,
+    Fields,
+    JobOptions,
+    KafkaOptions,
+    RateOptions,
+    trigger_interval_ms,
+)
 from jobs.stream.run import run_job, serve_metrics
 from jobs.stream.sinks.sink_options import DeferPolicy
+from jobs.stream.sources.kinds import source_kind
+from jobs.stream.sources.landing import check_landing_input
 from jobs.stream.sources.record_rules import (
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
     check_max_event_ahead_ms,
     check_max_record_bytes,
 )
+from jobs.stream.sources.source_log import unplanned_files
 from watermark import storage
 from watermark.config import (
     IDLE_TIMEOUT_WINDOWS,
@@ -368,12 +379,14 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     kafka = kafka_options(args)  # first: one option refused fails the run before anything is written
     flags = PipelineConfig.from_dict(config_doc(args))
     places = locations(args)
-    config = resolve_config(args, places, flags)
-    fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
     check_source_flags(args)
     check_counts(args)
     check_max_event_ahead_ms(args.max_event_ahead_ms)  # before the checkpoint's application id is made
     check_max_record_bytes(args.max_record_bytes)
+    if source_kind(args.format).landing_files:  # a missing folder: refused, never created (an empty input)
+        check_landing_input(places["input"])
+    config = resolve_config(args, places, flags)  # after every refusal of the flags: it may write the file
+    fields = Fields(**{name: getattr(args, f"{name}_field") for name in vars(Fields())})
     rate = RateOptions(
         rows_per_second=args.rate_rows_per_second,
         keys=args.rate_keys,
@@ -529,5 +542,30 @@ def _run(args: argparse.Namespace) -> int:
             config = max(config, load_config(options.config_path), key=lambda c: c.version)
         except ConfigError:
             pass
-    print(json.dumps(summarize(options.output) | idle_timeout_summary(config)))
+    print(json.dumps(summarize(options.output) | idle_timeout_summary(config) | unplanned_summary(options)))
     return 0
+
+
+#: Unplanned files the summary names (it counts them all).
+UNPLANNED_LISTED = 20
+
+
+def unplanned_summary(options: JobOptions) -> dict[str, Any]:
+    """After an available-now run of landing files, the files no batch planned (each warned about), or {}.
+
+    Every file present when the run started should be in the file source's log (read, or quarantined as a
+    file); one that is not was dropped by the source unseen. With ``--max-batches`` or an interval trigger
+    the run stops with files to go: nothing is checked.
+    """
+    if not options.source.landing_files or options.max_batches is not None:
+        return {}
+    if trigger_interval_ms(options.trigger) is not None:
+        return {}
+    missed = unplanned_files(options.checkpoint, options.input)
+    for where in missed:
+        log.warning(
+            "landing file %s was never planned by the file source: neither read nor quarantined", where
+        )
+    if not missed:
+        return {}
+    return {"unplanned_files": len(missed), "unplanned": [w.spark for w in missed[:UNPLANNED_LISTED]]}

@@ -27,6 +27,7 @@ from jobs.stream.options import JobOptions, trigger_interval_ms
 from jobs.stream.report import BatchReport
 from jobs.stream.sinks.commit import job_tables
 from jobs.stream.sinks.rows import aggregate_rows
+from jobs.stream.sources.landing import check_landing_input
 from jobs.stream.stage.executors import read_open_windows
 from monitoring.metrics import JobMetrics
 from watermark import storage
@@ -57,6 +58,8 @@ def run_job(spark: Any, options: JobOptions, metrics: JobMetrics | None = None) 
     With ``options.metrics_port`` set (and no ``metrics`` passed) the run serves its Prometheus metrics on
     ``options.metrics_host`` for its duration; with ``metrics`` the caller owns the registry and serving.
     """
+    if options.source.landing_files:  # a missing landing folder is an error, not an empty input
+        check_landing_input(options.input)
     tables = job_tables(spark, options.sink_options)  # the run's one writer: its batches' and its flush's
     options = replace(options, app_id=tables.app_id)
     assert options.app_id is not None
@@ -92,8 +95,6 @@ def serve_metrics(options: JobOptions) -> tuple[JobMetrics, Any]:
 def _run_query(
     spark: Any, options: JobOptions, metrics: JobMetrics | None, tables: DeltaTables
 ) -> list[BatchReport]:
-    if options.source.landing_files:
-        storage.make_dirs(options.input)
     for path in clear_interrupted_log_writes(options.checkpoint):
         log.warning("removed %s, left by an interrupted run", path)
     finished = finish_interrupted_flush(spark, options, tables)  # before any batch goes on from its state

@@ -55,7 +55,8 @@ class BatchInput:
     def listed_by_spark(self, batch: Any) -> tuple[list[str] | None, pa.Table]:
         """The batch's files as Spark's micro-batch names them (one more action), and those set aside."""
         uris = [r[0] for r in batch.select("file").distinct().collect()]
-        return screen_files(landing_order((uri, modified_ms(uri)) for uri in uris))
+        root = self.options.input if self.options.source.landing_files else None
+        return screen_files(landing_order((uri, modified_ms(uri)) for uri in uris), root)
 
     def records(self, batch: Any, files: list[str], batch_id: int, ingest_ms: int) -> Any:
         """The batch's records, numbered and validated (``reason`` null for a valid one)."""

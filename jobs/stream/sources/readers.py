@@ -5,13 +5,15 @@ or typed where the reader types them) and the corrupt-record column. Each micro-
 numbered: ``file`` becomes the index of the record's landing file among the batch's files and ``line`` a
 record id, which :class:`RecordNumbers` turns into the record's 0-based number in its file.
 
-Landing files are read exactly as the file source listed them (:class:`ListedFiles`): a file whose name
-Hadoop cannot open, or that is gone, is quarantined as a file (:func:`screen_files`).
+Landing files are read exactly as the file source listed them (:class:`ListedFiles`), whatever their
+modification time (:data:`MAX_FILE_AGE`): a file whose name Hadoop cannot open, that is gone, or that is a
+symbolic link or resolves outside the landing root, is quarantined as a file (:func:`screen_files`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -120,11 +122,14 @@ def oldest_input_ms(files: list[str] | None, started_s: float) -> int:
 
 
 def _oldest_file(directory: str) -> Location | None:
-    """The oldest landing file Spark can read (a name with a colon is quarantined, never read)."""
+    """The oldest landing file the job reads (a name with a colon, a symlink: quarantined, never read)."""
     files = [
         e
         for e in storage.listdir(directory)
-        if not e.is_dir and not e.name.startswith((".", "_")) and ":" not in e.name
+        if not e.is_dir
+        and not e.name.startswith((".", "_"))
+        and ":" not in e.name
+        and linked_reason(e.location, directory) is None
     ]
     oldest = min(files, key=lambda e: (e.mtime_ms or 0, e.name)) if files else None
     return oldest.location if oldest is not None else None
@@ -149,6 +154,18 @@ def csv_columns(directory: str, default: list[str], encoding: str = "utf-8") -> 
         msg = f"{first}: a CSV landing file must start with a header line"
         raise ValueError(msg)
     return header
+
+
+#: The file source's ``maxFileAge``: older than any landing file can be. Spark's default (7 days) silently
+#: skips, after the first batch, a file whose modification time is more than that before the newest file
+#: the source has seen: a file copied with its times kept (``rsync -a``, ``cp -p``) was never read. The
+#: age is measured from that newest file, not the clock, so a bound this large means every file is read
+#: (Spark drops the bound itself only with ``latestFirst`` and ``maxFilesPerTrigger``; the job reads the
+#: oldest first, and ``maxFilesPerTrigger`` only caps how many files a batch plans). The cost:
+#: the source purges no entry from its map of the files it has seen (path and time, about 100 bytes plus
+#: the path per file, on the driver, rebuilt from the source log at each start), so it grows with every
+#: file that ever landed (about 200 MB for a million files); the source log holds them all anyway.
+MAX_FILE_AGE = f"{2**62}ms"
 
 
 class ListedFiles:
@@ -222,8 +239,11 @@ class ListedFiles:
         )
 
     def stream(self) -> Any:
-        """The streaming source (it lists the landing folder and logs each batch's files)."""
-        reader = self._reader(self.spark.readStream)
+        """The streaming source (it lists the landing folder and logs each batch's files).
+
+        Every file is considered whatever its modification time (:data:`MAX_FILE_AGE`).
+        """
+        reader = self._reader(self.spark.readStream).option("maxFileAge", MAX_FILE_AGE)
         if self.options.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(self.options.max_files_per_trigger))
         return self._project(reader.load(self.options.input))
@@ -311,6 +331,27 @@ def listed_path(uri: str) -> str | None:
 #: Quarantine reasons of a whole landing file (its ``line`` is null).
 UNREADABLE_FILE_NAME = "unreadable_file_name"
 FILE_MISSING = "file_missing"
+SYMLINK = "symlink"
+OUTSIDE_LANDING_ROOT = "outside_landing_root"
+
+
+def linked_reason(where: str | Location, root: str | Location | None) -> str | None:
+    """Why a landing file is not read as a link: ``symlink``, ``outside_landing_root``, or None.
+
+    ``symlink`` for a local file that is a symbolic link, ``outside_landing_root`` for a local file whose
+    resolved location is not below ``root`` (under a linked folder, say). Object stores have no links:
+    their files are never set aside here; a local file is not checked against ``root`` when it is None.
+    """
+    where = Location.of(where)
+    if not where.local:
+        return None
+    if os.path.islink(where.key):
+        return SYMLINK
+    if root is None or not Location.of(root).local:
+        return None
+    top = os.path.realpath(Location.of(root).key)
+    resolved = os.path.realpath(where.key)
+    return None if resolved.startswith(top.rstrip("/") + "/") else OUTSIDE_LANDING_ROOT
 
 
 def listed_location(uri: str) -> Location:
@@ -326,24 +367,32 @@ def listed_location(uri: str) -> Location:
     return Location(parts.scheme.lower(), parts.netloc, unquote(parts.path).lstrip("/"))
 
 
-def unreadable_reason(uri: str) -> str | None:
+def unreadable_reason(uri: str, root: str | None = None) -> str | None:
     """Why the listed file ``uri`` cannot be read (a :data:`QUARANTINE_REASONS` entry), or None.
 
     - ``unreadable_file_name``: a colon in the name; Hadoop's local file system cannot open it (its
       checksum file's name is not a valid URI), so each attempt of the batch would fail.
+    - ``symlink``: a local file that is a symbolic link (Hadoop follows it, wherever it points: a link
+      to a private key had its lines copied into ``quarantine.raw``); never read.
+    - ``outside_landing_root``: a local file whose resolved location is not below ``root`` (the
+      landing folder), say under a linked folder; never read.
     - ``file_missing``: a local file that is gone since the source listed it (deleted or moved).
     """
     path = listed_path(uri)
     name = (path if path is not None else unquote(urlsplit(uri).path)).rsplit("/", 1)[-1]
     if ":" in name:
         return UNREADABLE_FILE_NAME
+    if path is not None and (linked := linked_reason(path, root)) is not None:
+        return linked
     if path is not None and not storage.is_file(path):
         return FILE_MISSING
     return None
 
 
-def screen_files(files: list[str] | None) -> tuple[list[str] | None, pa.Table]:
+def screen_files(files: list[str] | None, root: str | None = None) -> tuple[list[str] | None, pa.Table]:
     """The batch's files that can be read (in order), and a row per file that cannot (``raw, reason, file``).
+
+    ``root``: the landing folder (``--input``), below which every file read must resolve.
 
     Such a file is not read; the job quarantines it as a file (the ``quarantine`` row names it, ``line``
     null) and goes on, rather than failing the batch at every restart.
@@ -354,7 +403,7 @@ def screen_files(files: list[str] | None) -> tuple[list[str] | None, pa.Table]:
         return None, empty
     readable, raw, reasons, bad = [], [], [], []
     for uri in files:
-        reason = unreadable_reason(uri)
+        reason = unreadable_reason(uri, root)
         if reason is None:
             readable.append(uri)
             continue

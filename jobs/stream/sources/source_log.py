@@ -11,7 +11,9 @@ import json
 from collections.abc import Iterable
 
 from jobs.stream.checkpoint.layout import CheckpointLayout
+from jobs.stream.sources.readers import listed_location
 from watermark import storage
+from watermark.storage import Location
 
 
 def source_offsets(checkpoint: str, batch_id: int) -> tuple[int, int] | None:
@@ -84,3 +86,41 @@ def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
     ['file:///in/c.json', 'file:///in/a.json', 'file:///in/b.json']
     """
     return [path for path, _ in sorted(files, key=lambda f: (f[1], f[0]))]
+
+
+def logged_files(checkpoint: str) -> set[Location]:
+    """Every file the source log records, in any batch (its entries and its compactions)."""
+    layout = CheckpointLayout(checkpoint)
+    found: set[Location] = set()
+    for entry in storage.listdir(layout.source_log):
+        name = entry.name.removesuffix(".compact")
+        if entry.is_dir or not name.isdigit():  # a temporary file or its checksum
+            continue
+        try:
+            text = storage.read_text(entry.location)
+        except FileNotFoundError:  # removed by a compaction meanwhile: the compaction holds it
+            continue
+        for line in text.splitlines()[1:]:
+            if line.strip():
+                found.add(listed_location(json.loads(line)["path"]))
+    return found
+
+
+def unplanned_files(checkpoint: str, root: str) -> list[Location]:
+    """The files under the landing folder ``root`` that no batch of the source log planned, by location.
+
+    After an available-now run every file present when it started was planned (read, or quarantined as a
+    file); one that was not is lost unless someone looks: the caller warns about each. Names Spark's file
+    source ignores are left out (a component starting with ``.`` or ``_``, an ``._COPYING_`` file); so is
+    nothing else, so a file landed after the run's last listing is reported too (the next run reads it).
+    """
+    place = Location.of(root)
+    logged = logged_files(checkpoint)
+    missed = []
+    for entry in storage.walk_files(place):
+        parts = entry.location.relative_to(place).split("/")
+        if any(p.startswith((".", "_")) for p in parts) or entry.name.endswith("._COPYING_"):
+            continue
+        if entry.location not in logged:
+            missed.append(entry.location)
+    return sorted(missed, key=lambda where: where.spark)

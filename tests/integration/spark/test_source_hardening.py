@@ -10,6 +10,7 @@ import pytest
 from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.common.tables import DeltaTables
 from jobs.stream.run import run_job
+from jobs.stream.sources.source_log import unplanned_files
 from tests.landing import folder_job
 from tests.unit.jobs.stream.sources.test_source_hardening import BASE
 from watermark.config import PipelineConfig
@@ -94,19 +95,42 @@ def test_a_name_hadoop_cannot_open_is_quarantined_as_a_file_and_the_job_goes_on(
             "after.json": [record(f"a{i}", 6 + i) for i in range(3)],
         },
     )
+    # A symbolic link to a file outside the landing folder (a private key): refused as a file, never read
+    # (its lines used to be read, and copied into quarantine.raw as malformed records).
+    (tmp_path / "secret").write_text("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\n")
+    (tmp_path / "in" / "link.json").symlink_to(tmp_path / "secret")
     tables, reports = run(spark, tmp_path, reader="spark")
     counted, late_ids, quarantine = counted_ids(tables)
     assert counted + len(late_ids) == 6
-    (row,) = quarantine
+    assert not any("PRIVATE" in r["raw"] or "MIIE" in r["raw"] for r in quarantine), quarantine
+    row, link = sorted(quarantine, key=lambda r: r["reason"], reverse=True)
     assert row["reason"] == "unreadable_file_name" and row["reason"] in QUARANTINE_REASONS
     assert row["file"].endswith("colon:x.json") and row["raw"].endswith("colon:x.json")
     assert row["line"] is None
-    assert sum(r.quarantined for r in reports) == 1
+    assert link["reason"] == "symlink" and link["reason"] in QUARANTINE_REASONS and link["line"] is None
+    assert link["raw"] == str(tmp_path / "in" / "link.json")
+    assert sum(r.quarantined for r in reports) == 2
     # A restart on the same checkpoint goes on (it used to fail the batch at every attempt).
     land(tmp_path / "in", {"later.json": [record(f"l{i}", 20 + i) for i in range(2)]})
     tables, reports = run(spark, tmp_path, reader="spark")
     counted, late_ids, quarantine = counted_ids(tables)
-    assert counted + len(late_ids) == 8 and len(quarantine) == 1
+    assert counted + len(late_ids) == 8 and len(quarantine) == 2
+
+
+def test_a_file_far_older_than_the_newest_is_read_whatever_its_age(spark, tmp_path):
+    """A file landed with its times kept (``rsync -a``, ``cp -p``), 30 days before the newest one read.
+
+    Spark's file source skipped it (``maxFileAge``, 7 days by default): two runs exited 0 without it.
+    """
+    land(tmp_path / "in", {"recent.json": [record(f"r{i}", i) for i in range(3)]})
+    run(spark, tmp_path)
+    copied = tmp_path / "in" / "copied.json"
+    copied.write_bytes(b"".join(json.dumps(record(f"c{i}", 3 + i)).encode() + b"\n" for i in range(2)))
+    os.utime(copied, (1_700_000_000 - 30 * 86_400, 1_700_000_000 - 30 * 86_400))
+    tables, _ = run(spark, tmp_path)
+    counted, late_ids, quarantine = counted_ids(tables)
+    assert counted + len(late_ids) == 5 and not quarantine
+    assert unplanned_files(str(tmp_path / "ck"), str(tmp_path / "in")) == []  # every file planned
 
 
 def test_a_batch_of_only_unreadable_files_writes_their_quarantine_rows(spark, tmp_path):

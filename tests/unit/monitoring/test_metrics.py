@@ -137,6 +137,7 @@ def test_the_job_refuses_a_busy_metrics_port_before_starting_spark(tmp_path, cap
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        (tmp_path / "in").mkdir()
         args = ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
         code = main([*args, "--checkpoint", str(tmp_path / "ck"), "--metrics-port", str(port)])
     assert code == 2

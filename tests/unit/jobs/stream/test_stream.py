@@ -118,3 +118,38 @@ def test_a_bad_partition_retention_is_one_error_line_and_exit_2(tmp_path, capsys
     assert err.startswith(
         "error: --partition-retention-ms must be a number of milliseconds or none, got 'soon'"
     )
+
+
+def test_a_missing_input_folder_is_one_error_line_and_exit_2_before_anything(tmp_path, capsys):
+    """It used to be created, and the run exit 0 with no event and a summary naming tables never made."""
+    from jobs.stream.cli import main
+
+    argv = ["--input", str(tmp_path / "typo"), "--output", str(tmp_path / "out")]
+    argv += ["--checkpoint", str(tmp_path / "ck"), "--config", str(tmp_path / "wm.json")]
+    assert main([*argv, "--metrics-port", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    needle = f"error: --input {tmp_path / 'typo'}: no such folder; create it (mkdir -p {tmp_path / 'typo'})"
+    assert captured.err.startswith(needle) and captured.err.count("\n") == 1, captured.err
+    assert list(tmp_path.iterdir()) == []  # no input folder, checkpoint, table or config written
+    (tmp_path / "typo").write_text("")  # a file is not a landing folder either
+    assert main([*argv, "--metrics-port", "0"]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_the_summary_names_the_landing_files_an_available_now_run_never_planned(tmp_path, caplog):
+    from jobs.stream.cli import unplanned_summary
+    from jobs.stream.options import JobOptions
+    from watermark.config import PipelineConfig
+
+    config = PipelineConfig.from_dict({"version": 1, "strategy": "periodic", "window_ms": 1_000})
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "old.json").write_text("{}\n")  # no source log lists it
+    places = dict(input=str(tmp_path / "in"), output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ck"))
+    options = JobOptions(**places, config=config)
+    with caplog.at_level("WARNING", logger="jobs.stream"):
+        summary = unplanned_summary(options)
+    assert summary == {"unplanned_files": 1, "unplanned": [f"{tmp_path}/in/old.json"]}
+    assert "old.json was never planned by the file source" in caplog.text
+    assert unplanned_summary(JobOptions(**places, config=config, max_batches=1)) == {}  # files to go
+    assert unplanned_summary(JobOptions(**places, config=config, trigger="interval=1s")) == {}
