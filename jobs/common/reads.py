@@ -29,6 +29,7 @@ import functools
 import logging
 import operator
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -421,3 +422,26 @@ def written_versions(output: str | Location, app_ids: list[str]) -> list[tuple[s
             if version is not None:
                 found.append((path, app_id, int(version)))
     return found
+
+
+#: The newest commits of a table :func:`job_app_ids` reads (a stream's appends carry its id in each).
+APP_ID_COMMITS = 50
+_APP_ID = re.compile(r'"txn"\s*:\s*\{[^}]*"appId"\s*:\s*"([^"]+)"')
+
+
+def job_app_ids(output: str | Location) -> list[str]:
+    """The job's application ids (``txnAppId`` ``jobs.stream...``) in the newest commits of the tables.
+
+    Under ``output``; a flush's id (``.flush``) counts as its checkpoint's. Read from the JSON logs.
+    """
+    found: set[str] = set()
+    for table in TABLES:
+        log_dir = Location.of(table_path(output, table)) / "_delta_log"
+        if not storage.exists(log_dir):
+            continue
+        commits = sorted(e.name for e in storage.listdir(log_dir) if e.name.endswith(".json"))
+        for name in commits[-APP_ID_COMMITS:]:
+            for app_id in _APP_ID.findall(storage.read_text(log_dir / name)):
+                if app_id.startswith("jobs.stream"):
+                    found.add(app_id.removesuffix(".flush"))
+    return sorted(found)

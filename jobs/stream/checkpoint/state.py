@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common.reads import tables_written, written_versions
+from jobs.common.reads import job_app_ids, tables_written, written_versions
 from jobs.common.schemas import PARTIAL_SCHEMA
 from jobs.stream.checkpoint.layout import (
     LEGACY_STATE_FILES,
@@ -436,7 +436,8 @@ def checkpoint_app_id(checkpoint: str | Location, output: str | Location) -> str
     the checkpoint: after a checkpoint reset Spark numbers batches from 0 again, and under the old id every
     batch up to the old highest would be skipped as written. The id is created with the checkpoint and
     stored in it (``CHECKPOINT/app-id``). A checkpoint from before the file existed, which already has
-    query offsets, keeps the id it wrote with (``jobs.stream``).
+    query offsets, keeps the id it wrote with (``jobs.stream``); one whose tables were written under another
+    id lost the file, and is refused (:class:`CheckpointError`).
 
     Raises
     ------
@@ -454,6 +455,11 @@ def checkpoint_app_id(checkpoint: str | Location, output: str | Location) -> str
             raise ValueError(msg)
         return text
     if layout.has_offsets():
+        lost = [i for i in job_app_ids(output) if i != "jobs.stream"]
+        if lost and not written_versions(output, ["jobs.stream"]):  # the file deleted, not a legacy id
+            msg = f"{path} is missing, but {layout.root} has query offsets and the tables under {output} "
+            msg += f"were written under {', '.join(lost)}: put its line back ({lost[0]}); {RECOVERY}"
+            raise CheckpointError(msg)
         app_id = "jobs.stream"
     else:
         written = tables_written(output)

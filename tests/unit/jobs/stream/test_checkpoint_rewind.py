@@ -102,3 +102,24 @@ def test_the_flush_intent_is_written_read_and_cleared(tmp_path):
     (tmp_path / "ck" / "stage" / "flush.json").write_text('{"batch_id": 7}')
     with pytest.raises(CheckpointError, match="unreadable flush intent"):
         read_flush_intent(ck)
+
+
+def test_a_lost_application_id_file_is_refused_not_replaced_by_the_legacy_id(tmp_path):
+    from jobs.stream.checkpoint.state import checkpoint_app_id
+
+    spark_logs(tmp_path, planned=3, committed=3)
+    write(tmp_path, "aggregates", APP, 3)
+    write(tmp_path, "aggregates", flush_app_id(APP), 3)
+    # CHECKPOINT/app-id deleted: the legacy id would write batches 0-3 again under another txnAppId
+    with pytest.raises(CheckpointError, match=f"app-id is missing.*written under {APP}: put its line back"):
+        checkpoint_app_id(str(tmp_path / "ck"), str(tmp_path / "out"))
+    assert not Path(CheckpointLayout(str(tmp_path / "ck")).app_id.key).exists()  # nothing made up
+
+
+def test_a_checkpoint_from_before_the_id_file_keeps_the_legacy_id_its_tables_hold(tmp_path):
+    from jobs.stream.checkpoint.state import checkpoint_app_id
+
+    spark_logs(tmp_path, planned=3, committed=3)
+    write(tmp_path, "aggregates", "jobs.stream", 3)
+    write(tmp_path, "arrivals", APP, 9)  # another checkpoint's too: the tables hold the legacy id
+    assert checkpoint_app_id(str(tmp_path / "ck"), str(tmp_path / "out")) == "jobs.stream"
