@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from jobs.stream.checkpoint.layout import CheckpointLayout
 from jobs.stream.sources.readers import listed_location
@@ -69,11 +70,15 @@ def _log_entry(checkpoint: str, entry: int) -> list[tuple[str, int]] | None:
             text = storage.read_text(path)
         except FileNotFoundError:
             continue
-        rows = [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
-        mine = [r for r in rows if int(r.get("batchId", entry)) == entry]
+        mine = [r for r in _log_rows(text) if int(r.get("batchId", entry)) == entry]
         if mine:
             return [(r["path"], int(r.get("timestamp", 0))) for r in mine]
     return None
+
+
+def _log_rows(text: str) -> list[dict[str, Any]]:
+    """The entries of a source-log file: JSON lines after its version line."""
+    return [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
 
 
 def landing_order(files: Iterable[tuple[str, int]]) -> list[str]:
@@ -100,9 +105,7 @@ def logged_files(checkpoint: str) -> set[Location]:
             text = storage.read_text(entry.location)
         except FileNotFoundError:  # removed by a compaction meanwhile: the compaction holds it
             continue
-        for line in text.splitlines()[1:]:
-            if line.strip():
-                found.add(listed_location(json.loads(line)["path"]))
+        found.update(listed_location(row["path"]) for row in _log_rows(text))
     return found
 
 
