@@ -79,7 +79,7 @@ PREBUILD_STAMP="$(printf '%s %s ' "$STAMP" "$JVM_STAMP"; cat watermark/strategie
 # Made again too when what it made is gone (out/jvm-cds/ or watermark/strategies/__pycache__ removed by hand or a clean).
 prebuilt() { ls out/jvm-cds/*.jsa watermark/strategies/__pycache__/*_kernel.*.nbi >/dev/null 2>&1; }
 if [ "$(cat "$PREBUILD_STAMP_FILE" 2>/dev/null)" != "$PREBUILD_STAMP" ] || ! prebuilt; then
-    say "building the class archive of Spark's classes and numba's kernels once (about two minutes)"
+    say "building the class archive of Spark's classes and numba's kernels once (about a minute)"
     mkdir -p out
     python -m tools.local.prebuild
     echo "$PREBUILD_STAMP" > "$PREBUILD_STAMP_FILE"

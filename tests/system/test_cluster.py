@@ -8,12 +8,13 @@ directory outside the checkout. The job goes to it as docs/deployment.md ("Runni
 ``spark.pyspark.python`` names the workers' Python. On landing files (the Arrow reader's passes run in the
 executors) and on a 4-partition Kafka topic (the watermark stage in the executors), the cluster's run writes
 the tables the same job writes in local mode (its command line's options run in the test's local Spark
-session), row for row but for the columns of the wall clock; and the tasks of a third submission, made the
-same way, find the project's modules in the shipped archive under Spark's work directory, not in the checkout.
-The runs go one after the other (at once they were no faster on two cores, and slowed the suite's other
-workers); nothing is timed. The landing files' run and the probe take one executor (``spark.cores.max``:
-what they check is the driver apart from an executor and the code shipped to it), the Kafka run both
-workers' executors (a partition's stage may run on either from one batch to the next).
+session), row for row but for the columns of the wall clock. Before the landing files' job, its submission
+runs a probe's tasks in the same application (:data:`PROBE`): they find the project's modules in the shipped
+archive under Spark's work directory, not in the checkout (a submission of its own cost a driver and an
+executor more: about 35 CPU s). The runs go one after the other (at once they were no faster on two cores,
+and slowed the suite's other workers); nothing is timed. The landing files' run takes one executor
+(``spark.cores.max``: what it checks is the driver apart from an executor and the code shipped to it), the
+Kafka run both workers' executors (a partition's stage may run on either from one batch to the next).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ ORDER = {
     "quarantine": ["file", "line", "reason"],
 }
 
-#: A task's view of where the project's code comes from (run by spark-submit like the job).
+#: The landing files' submission: where the executors' tasks import the project's code from, printed as
+#: one ``probe {...}`` line, then the job itself in the same application (spark-submit runs this file
+#: with the job's flags; the job's session is the one built here, as ``python -m jobs.stream`` builds it).
 PROBE = """
 import json, os, sys
-from pyspark.sql import SparkSession
 
 def where(_):
     import jobs, watermark
@@ -62,11 +64,12 @@ def where(_):
     yield json.dumps({"cwd": os.getcwd(), "executable": sys.executable, "path": [os.path.abspath(p) for p in
         sys.path], "modules": modules, "finders": finders, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
 
-spark = SparkSession.builder.getOrCreate()
-from jobs.common.session import ship_code
-print(json.dumps({"shipped": ship_code(spark), "tasks": spark.sparkContext.parallelize(range(4), 4)
-    .mapPartitions(where).collect()}))
-spark.stop()
+from jobs.common.session import build_session, ship_code
+spark = build_session("jobs.stream")
+print("probe " + json.dumps({"shipped": ship_code(spark), "tasks": spark.sparkContext.parallelize(range(4), 4)
+    .mapPartitions(where).collect()}), flush=True)
+from jobs.stream.cli import main
+sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -137,10 +140,18 @@ def job_flags(tmp: Path, source: list[str]) -> list[str]:
 
 
 def run_both(
-    spark, tmp: Path, source: list[str], cluster, code: Path, env: dict[str, str], executors: int
+    spark,
+    tmp: Path,
+    source: list[str],
+    cluster,
+    code: Path,
+    env: dict[str, str],
+    executors: int,
+    script: Path = ROOT / "jobs" / "stream" / "__main__.py",
 ) -> list[str]:
-    """The job in local mode, then on the cluster; the cluster run's progress lines (``batch N: ...``) and
-    the line that says where its executors import the job's code from.
+    """The job in local mode, then on the cluster; the cluster run's progress lines (``batch N: ...``),
+    the line that says where its executors import the job's code from, and :data:`PROBE`'s line if
+    ``script`` is the probe.
 
     The local run is the reference: the job's flags, options and code (``jobs.stream.cli``) run in the
     test's local Spark session (``spark``), whose tables are ``python -m jobs.stream``'s without a JVM of
@@ -155,7 +166,7 @@ def run_both(
     submit = submit_command(
         cluster,
         code,
-        ROOT / "jobs" / "stream" / "__main__.py",
+        script,
         *job_flags(tmp / "cluster", source),
         executors=executors,
     )
@@ -175,7 +186,7 @@ def run_both(
     logged = (out + err).splitlines()
     summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     assert summary["events"] == RECORDS + 1, summary  # and the late record
-    return [line for line in logged if line.startswith("batch ") or "job's code" in line]
+    return [line for line in logged if line.startswith(("batch ", "probe ")) or "job's code" in line]
 
 
 def rows(root: Path, table: str) -> list[dict]:
@@ -215,7 +226,7 @@ def bad_lines(records: pa.Table) -> list[str]:
     ]
 
 
-def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
+def test_landing_files_on_the_cluster_give_the_tables_of_local_mode_from_the_shipped_archive_only(
     spark, tmp_path, spark_cluster, code_zip, jvm_process
 ):
     records = iot_records(RECORDS)
@@ -227,8 +238,12 @@ def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
     os.utime(bad, (newest + 5, newest + 5))
 
     source = ["--input", str(inp), "--max-files-per-trigger", "1"]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
     # One executor: what this run checks is the split between the driver and an executor of its own.
-    lines = run_both(spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env, executors=1)
+    lines = run_both(
+        spark, tmp_path, source, spark_cluster, code_zip, jvm_process.env, executors=1, script=probe
+    )
 
     tables = assert_same_tables(tmp_path)
     assert [q["reason"] for q in tables["quarantine"]] == ["malformed_json", "event_time_before_1970"]
@@ -237,6 +252,8 @@ def test_landing_files_on_the_cluster_give_the_tables_of_local_mode(
     assert f"the executors import the job's code from --py-files {code_zip.name}" in "\n".join(lines)
     cluster_batches = [line for line in lines if line.startswith("batch ")]
     assert len(cluster_batches) == 3 and sum("(arrow reader" in line for line in cluster_batches) == 2
+    # and its executor's tasks imported the project from the shipped archive only
+    assert_tasks_import_from_the_archive(lines, spark_cluster, code_zip)
 
 
 def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local_mode(
@@ -271,29 +288,18 @@ def test_a_kafka_topic_with_the_stage_in_the_executors_gives_the_tables_of_local
     assert len(cluster_batches) == 2 and all("stage in executors" in line for line in cluster_batches)
 
 
-def test_the_executors_import_the_project_from_the_shipped_archive_only(
-    tmp_path, spark_cluster, code_zip, jvm_process
-):
-    probe = tmp_path / "probe.py"
-    probe.write_text(PROBE)
-    proc = subprocess.run(
-        submit_command(spark_cluster, code_zip, probe, executors=1),
-        cwd=tmp_path,
-        env=submit_environment(jvm_process.env),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+def assert_tasks_import_from_the_archive(lines: list[str], cluster, code_zip: Path) -> None:
+    """:data:`PROBE`'s line: every task ran in an executor's folder of a worker, with the cluster's Python,
+    and imported the project from the archive spark-submit copied there, nothing of the checkout's."""
+    [line] = [line for line in lines if line.startswith("probe ")]
+    report = json.loads(line.removeprefix("probe "))
     assert report["shipped"] == f"--py-files {code_zip.name}"  # the job would ship nothing itself
     tasks = [json.loads(task) for task in report["tasks"]]
-    work_dirs = [spark_cluster.work_dir(i) for i in (1, 2)]
+    work_dirs = [cluster.work_dir(i) for i in (1, 2)]
     for task in tasks:
         cwd = Path(task["cwd"])
         assert any(cwd.is_relative_to(w) for w in work_dirs), cwd  # an executor's folder of a worker
-        assert task["executable"] == str(spark_cluster.python)
+        assert task["executable"] == str(cluster.python)
         # spark-submit's --jars, served by the driver, fetched into the executor's folder
         jars = ("delta-spark_*.jar", "spark-sql-kafka-0-10_*.jar")
         assert all(any(cwd.glob(jar)) for jar in jars), sorted(p.name for p in cwd.iterdir())

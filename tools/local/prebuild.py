@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,9 +163,16 @@ def compile_kernels() -> str:
 
 
 def main() -> int:
-    """Compile the kernels and make the class archive, each only if missing; say what was done."""
-    print("[setup] " + compile_kernels(), file=sys.stderr)
-    print("[setup] " + make_class_archive(), file=sys.stderr)
+    """Compile the kernels and make the class archive, each only if missing; say what was done.
+
+    Side by side: the archive is made by a JVM of its own (a thread here waits on it) while this process
+    compiles the kernels, one core each (on 2 cores about 30 s of the set-up's wall time less than one
+    after the other).
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="class-archive") as pool:
+        archive = pool.submit(make_class_archive)
+        print("[setup] " + compile_kernels(), file=sys.stderr)
+        print("[setup] " + archive.result(), file=sys.stderr)
     return 0
 
 
