@@ -70,20 +70,33 @@ def pytest_unconfigure(config):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-#: How the worker's own session compiles: "c2" (C1 and C2, the JVM's default tiers) or "c1" (C1 only, as the
-#: JVMs the tests start). The session lives as long as the run and does most of its Spark work.
+#: How the worker's own session compiles: "c2" (C1, then C2 for the code that stays hot: :data:`LATE_C2`),
+#: "c2-default" (the JVM's own tiers) or "c1" (C1 only, as the JVMs the tests start). The session lives as
+#: long as the run and does most of its Spark work.
 SESSION_JIT = os.environ.get("AWM_TEST_SESSION_JIT", "c2")
+#: C2 compiles a method after four times the JVM's default invocations and loops. The suite's sessions run
+#: thousands of small Spark jobs and Delta commits through ever new plans: after a dozen warm job runs, C2's
+#: compiler thread still took 1.7 of the 5 CPU s of each (/proc per thread), compiling code that was about
+#: to go cold. With these thresholds test_stream.py and test_backfill.py on one worker used 143 and 152 CPU
+#: s (with the shared set-up) where the default tiers used 164 and 168 (docs/development.md); ten times the
+#: defaults saved no more (147).
+LATE_C2 = (
+    "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 -XX:Tier4CompileThreshold=60000 "
+    "-XX:Tier4BackEdgeThreshold=160000"
+)
 
 
 @contextlib.contextmanager
 def _session_jvm_options() -> Iterator[None]:
-    """While a worker's session is built: the suite's JVM options without :data:`C1_ONLY` (unless
-    :data:`SESSION_JIT` is ``c1``); the JVMs the tests start keep C1 only. Options the caller set are kept."""
+    """While a worker's session is built: the suite's JVM options without :data:`C1_ONLY`, with
+    :data:`LATE_C2` (as :data:`SESSION_JIT` says); the JVMs the tests start keep C1 only. Options the
+    caller set are kept."""
     options = os.environ.get("SPARK_SUBMIT_OPTS")
     if SESSION_JIT == "c1" or options is None or not options.startswith(f"{C1_ONLY} {INTERPRETED}"):
         yield
         return
-    os.environ["SPARK_SUBMIT_OPTS"] = options.removeprefix(C1_ONLY).lstrip()
+    session = options.removeprefix(C1_ONLY).lstrip()
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{LATE_C2} {session}" if SESSION_JIT == "c2" else session
     try:
         yield
     finally:

@@ -31,6 +31,10 @@ TESTS = Path(__file__).resolve().parents[1]
 #: end on one of them alone: xdist gives each worker a file, and the next one in this order as soon as the
 #: worker has two tests or fewer left to run.
 SLOW_FILES = tuple(suite_costs.schedule())
+#: The test files handed out last, after every other: they stop their worker's Spark session and kill its JVM
+#: on purpose, and a session built again in a new JVM compiles everything again (a new JVM's first small
+#: job run costs about 29 CPU s, a warm one's 4): placed anywhere else, the files after them paid for it.
+LAST_FILES = ("integration/spark/test_spark_fixture.py",)
 
 #: Fixture -> the marker every test using it (directly or through another fixture) gets. A test that starts
 #: a JVM, broker or server without ``spark``, ``kafka_broker`` or ``airflow_home`` requests ``jvm_process``
@@ -117,6 +121,7 @@ def pytest_collection_modifyitems(config, items):
             items[:] = kept
 
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    rank.update({name: len(SLOW_FILES) + 1 + i for i, name in enumerate(LAST_FILES)})
     items.sort(key=lambda item: rank.get(_relative(item), len(SLOW_FILES)))
 
 

@@ -19,7 +19,7 @@ def test_the_next_test_gets_a_working_session_after_a_stop(spark):
 @pytest.mark.xfail(strict=True, reason="pytest-timeout interrupts it, as it would a test that hangs")
 @pytest.mark.timeout(8)
 def test_a_test_may_time_out_in_the_middle_of_a_spark_job(spark):
-    spark.range(10**13).selectExpr("sum(id % 7)").collect()  # hours of work
+    spark.range(0, 10**13, 1, 1).selectExpr("sum(id % 7)").collect()  # hours of work, on one core
 
 
 def test_the_next_test_gets_a_working_session_with_nothing_left_running(spark):
@@ -42,12 +42,14 @@ def test_the_sessions_jvm_compiles_with_c2_while_the_jvms_tests_start_keep_c1_on
     # tests/conftest.py: the worker's session, rebuilt above in a new JVM, is the run's longest-lived JVM.
     # With the suite's own options it drops C1-only; options the caller set (or AWM_TEST_SESSION_JIT=c1)
     # reach it unchanged.
-    from tests.plugins.spark import C1_ONLY, INTERPRETED, SESSION_JIT
+    from tests.plugins.spark import C1_ONLY, INTERPRETED, LATE_C2, SESSION_JIT
 
     options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    own = SESSION_JIT == "c2" and options.startswith(f"{C1_ONLY} {INTERPRETED}")
+    own = SESSION_JIT != "c1" and options.startswith(f"{C1_ONLY} {INTERPRETED}")
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
     assert (C1_ONLY in arguments) == (not own and C1_ONLY in options.split())
+    late = set(LATE_C2.split())  # C2 for the code that stays hot, in the session only
+    assert late <= set(arguments) if own and SESSION_JIT == "c2" else not late & set(arguments)
     assert (INTERPRETED in arguments) == (INTERPRETED in options.split())  # the rest of the options
     assert os.environ["SPARK_SUBMIT_OPTS"] == options  # what the JVMs the tests start inherit: unchanged
