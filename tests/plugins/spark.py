@@ -74,15 +74,18 @@ def pytest_unconfigure(config):
 #: "c2-default" (the JVM's own tiers) or "c1" (C1 only, as the JVMs the tests start). The session lives as
 #: long as the run and does most of its Spark work.
 SESSION_JIT = os.environ.get("AWM_TEST_SESSION_JIT", "c2")
-#: C2 compiles a method after four times the JVM's default invocations and loops. The suite's sessions run
-#: thousands of small Spark jobs and Delta commits through ever new plans: after a dozen warm job runs, C2's
-#: compiler thread still took 1.7 of the 5 CPU s of each (/proc per thread), compiling code that was about
-#: to go cold. With these thresholds test_stream.py and test_backfill.py on one worker used 143 and 152 CPU
-#: s (with the shared set-up) where the default tiers used 164 and 168 (docs/development.md); ten times the
-#: defaults saved no more (147).
+#: C2 compiles a method after four times the JVM's default invocations and loops, C1's profiled code
+#: after five times. The suite's sessions run thousands of small Spark jobs and Delta commits through ever new
+#: plans: after a dozen warm job runs C2's compiler thread still took 1.7 of the 5 CPU s of each (/proc per
+#: thread), compiling code that was about to go cold. test_stream.py and test_backfill.py on one worker: 143
+#: and 152 CPU s with the C2 thresholds (the shared set-up included), 164 and 168 with the default tiers; a
+#: job run, a backfill and two maintenance runs in a session (its JVM's CPU): 106 with the default tiers,
+#: 94-96 with the C2 thresholds, 89 with both, 95 with C1 only (and its wall time 20 % longer)
+#: (docs/development.md).
 LATE_C2 = (
     "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 -XX:Tier4CompileThreshold=60000 "
-    "-XX:Tier4BackEdgeThreshold=160000"
+    "-XX:Tier4BackEdgeThreshold=160000 "
+    "-XX:Tier3InvocationThreshold=1000 -XX:Tier3MinInvocationThreshold=500 -XX:Tier3CompileThreshold=10000"
 )
 
 
