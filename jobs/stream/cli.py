@@ -32,8 +32,10 @@ from jobs.stream.sinks.sink_options import DeferPolicy
 from jobs.stream.sources.kinds import source_kind
 from jobs.stream.sources.landing import check_landing_input
 from jobs.stream.sources.record_rules import (
+    DEFAULT_MAX_ARRIVAL_AHEAD_MS,
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
+    check_max_arrival_ahead_ms,
     check_max_event_ahead_ms,
     check_max_record_bytes,
 )
@@ -269,7 +271,7 @@ def _validation_flags(p: argparse.ArgumentParser) -> None:
         "--future-bound-ms",
         type=int,
         default=86_400_000,
-        help="quarantine event and arrival times this far ahead of the ingestion clock "
+        help="quarantine event times this far ahead of the ingestion clock "
         f"({FUTURE_BOUND_RANGE_MS[0]} to {FUTURE_BOUND_RANGE_MS[1]}: 1 s to 365 days; default one day)",
     )
     p.add_argument(
@@ -286,6 +288,14 @@ def _validation_flags(p: argparse.ArgumentParser) -> None:
         help="quarantine a record whose event time is more than this ahead of its own arrival time "
         "(event_time_ahead_of_arrival: producer clock skew; 0 to 86400000, default "
         f"{DEFAULT_MAX_EVENT_AHEAD_MS})",
+    )
+    p.add_argument(
+        "--max-arrival-ahead-ms",
+        type=int,
+        default=DEFAULT_MAX_ARRIVAL_AHEAD_MS,
+        help="quarantine a record whose arrival time is more than this ahead of the batch's ingestion time "
+        "(arrival_time_in_future: producer clock skew; 0 to 86400000, default "
+        f"{DEFAULT_MAX_ARRIVAL_AHEAD_MS})",
     )
     p.add_argument(
         "--max-record-bytes",
@@ -382,6 +392,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     check_source_flags(args)
     check_counts(args)
     check_max_event_ahead_ms(args.max_event_ahead_ms)  # before the checkpoint's application id is made
+    check_max_arrival_ahead_ms(args.max_arrival_ahead_ms)
     check_max_record_bytes(args.max_record_bytes)
     if source_kind(args.format).landing_files:  # a missing folder: refused, never created (an empty input)
         check_landing_input(places["input"])
@@ -415,6 +426,7 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         future_bound_ms=args.future_bound_ms,
         max_field_bytes=args.max_field_bytes,
         max_event_ahead_ms=args.max_event_ahead_ms,
+        max_arrival_ahead_ms=args.max_arrival_ahead_ms,
         max_record_bytes=args.max_record_bytes,
         reader=args.reader,
         metrics_port=args.metrics_port or None,

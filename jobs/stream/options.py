@@ -11,9 +11,11 @@ from typing import Any
 from jobs.stream.sinks.sink_options import DeferPolicy, SinkOptions
 from jobs.stream.sources.kinds import SOURCES, SourceKind, source_kind
 from jobs.stream.sources.record_rules import (
+    DEFAULT_MAX_ARRIVAL_AHEAD_MS,
     DEFAULT_MAX_EVENT_AHEAD_MS,
     DEFAULT_MAX_RECORD_BYTES,
     RecordRules,
+    check_max_arrival_ahead_ms,
     check_max_event_ahead_ms,
     check_max_record_bytes,
 )
@@ -424,9 +426,9 @@ class JobOptions:
     fields: Fields = field(default_factory=Fields)
     future_bound_ms: int = 86_400_000
     max_field_bytes: int = 65_536
-    #: Quarantine a record whose event time is more than this ahead of its arrival time
-    #: (``event_time_ahead_of_arrival``; :data:`DEFAULT_MAX_EVENT_AHEAD_MS`).
-    max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS
+    #: How far ahead an event time of its arrival, and an arrival of the ingestion time (record_rules).
+    max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS  # event_time_ahead_of_arrival
+    max_arrival_ahead_ms: int = DEFAULT_MAX_ARRIVAL_AHEAD_MS  # arrival_time_in_future
     #: A record's line (JSON, CSV) may be this long in bytes; a longer one is ``record_too_long``, read with
     #: bounded memory (:data:`DEFAULT_MAX_RECORD_BYTES`).
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -466,6 +468,7 @@ class JobOptions:
             msg = f"clock_margin_ms must be between 0 and 86400000 (one day), got {self.clock_margin_ms}"
             raise ValueError(msg)
         check_max_event_ahead_ms(self.max_event_ahead_ms)
+        check_max_arrival_ahead_ms(self.max_arrival_ahead_ms)
         check_max_record_bytes(self.max_record_bytes)
         if self.stage_in not in STAGE_SITES:
             msg = f"stage_in must be one of {', '.join(STAGE_SITES)}, got {self.stage_in!r}"
@@ -502,6 +505,7 @@ class JobOptions:
             max_field_bytes=self.max_field_bytes,
             max_event_ahead_ms=self.max_event_ahead_ms,
             max_record_bytes=self.max_record_bytes,
+            max_arrival_ahead_ms=self.max_arrival_ahead_ms,
         )
 
     @property

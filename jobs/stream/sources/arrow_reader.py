@@ -351,5 +351,6 @@ class ArrowReader:
             max_field_bytes=rules.max_field_bytes,
             max_event_ahead_ms=rules.max_event_ahead_ms,
             max_record_bytes=rules.max_record_bytes,
+            max_arrival_ahead_ms=rules.max_arrival_ahead_ms,
             spill=str(self.spill_folder()),
         )

@@ -75,6 +75,7 @@ class BatchInput:
             future_bound_ms=rules.future_bound_ms,
             max_field_bytes=rules.max_field_bytes,
             max_event_ahead_ms=rules.max_event_ahead_ms,
+            max_arrival_ahead_ms=rules.max_arrival_ahead_ms,
             malformed=opts.source.malformed_reason,
             reread_corrupt=opts.source.reread_corrupt,
             plans=self._plans,

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 DEFAULT_MAX_EVENT_AHEAD_MS = 300_000
 #: The largest ``--max-event-ahead-ms`` (one day: the future bound's default).
 MAX_EVENT_AHEAD_LIMIT_MS = 86_400_000
+#: ``--max-arrival-ahead-ms``: how far a record's own arrival time may be ahead of the batch's ingestion
+#: time before the record is quarantined as ``arrival_time_in_future``. A record arrives before the batch
+#: that reads it, so only a producer's clock puts it ahead: 5 minutes, as for the event time. With the
+#: future bound's day instead, one record 23 hours ahead moved the ingestion clock (``ingestion``'s
+#: watermark, the idle timeout) by 23 hours, and every record after it was late.
+DEFAULT_MAX_ARRIVAL_AHEAD_MS = 300_000
 #: ``--max-record-bytes``: a record's line may be this long; a longer one is quarantined as
 #: ``record_too_long`` and never read whole (jobs.stream.sources.long_lines). 16 MiB: 256 fields of the
 #: 64 KiB ``--max-field-bytes`` allows.
@@ -44,6 +50,7 @@ class RecordRules:
     max_field_bytes: int
     max_event_ahead_ms: int
     max_record_bytes: int
+    max_arrival_ahead_ms: int = DEFAULT_MAX_ARRIVAL_AHEAD_MS
 
 
 def check_max_event_ahead_ms(value: int) -> int:
@@ -54,6 +61,20 @@ def check_max_event_ahead_ms(value: int) -> int:
     """
     if not 0 <= value <= MAX_EVENT_AHEAD_LIMIT_MS:
         msg = f"--max-event-ahead-ms must be between 0 and {MAX_EVENT_AHEAD_LIMIT_MS} (one day), got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def check_max_arrival_ahead_ms(value: int) -> int:
+    """``--max-arrival-ahead-ms`` as given, or ValueError outside ``[0, one day]``.
+
+    >>> check_max_arrival_ahead_ms(300_000)
+    300000
+    """
+    if not 0 <= value <= MAX_EVENT_AHEAD_LIMIT_MS:
+        msg = (
+            f"--max-arrival-ahead-ms must be between 0 and {MAX_EVENT_AHEAD_LIMIT_MS} (one day), got {value}"
+        )
         raise ValueError(msg)
     return value
 

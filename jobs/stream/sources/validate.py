@@ -11,7 +11,7 @@ from typing import Any
 
 from jobs.common.schemas import QUARANTINE_REASONS
 from jobs.stream.options import Fields
-from jobs.stream.sources.record_rules import DEFAULT_MAX_EVENT_AHEAD_MS
+from jobs.stream.sources.record_rules import DEFAULT_MAX_ARRIVAL_AHEAD_MS, DEFAULT_MAX_EVENT_AHEAD_MS
 from watermark.streams.timeparse import spark_epoch_ms
 
 __all__ = [
@@ -74,6 +74,7 @@ def validate(
     future_bound_ms: int,
     max_field_bytes: int,
     max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS,
+    max_arrival_ahead_ms: int = DEFAULT_MAX_ARRIVAL_AHEAD_MS,
     malformed: str = "malformed_json",
     reread_corrupt: bool = False,
     plans: dict[Any, list[list[Any]]] | None = None,
@@ -105,6 +106,7 @@ def validate(
         future_bound_ms,
         max_field_bytes,
         max_event_ahead_ms,
+        max_arrival_ahead_ms,
         malformed,
         reread_corrupt,
         too_long_marker,
@@ -117,6 +119,7 @@ def validate(
             future_bound_ms=future_bound_ms,
             max_field_bytes=max_field_bytes,
             max_event_ahead_ms=max_event_ahead_ms,
+            max_arrival_ahead_ms=max_arrival_ahead_ms,
             malformed=malformed,
             reread_corrupt=reread_corrupt,
             too_long_marker=too_long_marker,
@@ -139,6 +142,7 @@ def validation_steps(
     reread_corrupt: bool,
     max_event_ahead_ms: int = DEFAULT_MAX_EVENT_AHEAD_MS,
     too_long_marker: str | None = None,
+    max_arrival_ahead_ms: int = DEFAULT_MAX_ARRIVAL_AHEAD_MS,
 ) -> list[list[Any]]:
     """The projections :func:`validate` applies to records whose columns have these Spark types.
 
@@ -149,7 +153,7 @@ def validation_steps(
         *([steps.reread()] if reread_corrupt else []),
         steps.texts(max_field_bytes, too_long_marker),
         steps.typed(),
-        steps.judged(future_bound_ms, max_event_ahead_ms, malformed),
+        steps.judged(future_bound_ms, max_event_ahead_ms, malformed, max_arrival_ahead_ms),
     ]
 
 
@@ -313,7 +317,13 @@ class _Steps:
             self._given("value").alias("_value_given"),
         ]
 
-    def judged(self, future_bound_ms: int, max_event_ahead_ms: int, malformed: str) -> list[Any]:
+    def judged(
+        self,
+        future_bound_ms: int,
+        max_event_ahead_ms: int,
+        malformed: str,
+        max_arrival_ahead_ms: int = DEFAULT_MAX_ARRIVAL_AHEAD_MS,
+    ) -> list[Any]:
         """The valid row's columns and its ``reason``: the first of the quarantine reasons that applies.
 
         ``event_time_ahead_of_arrival``: an event time more than ``max_event_ahead_ms`` ahead of the record's
@@ -321,6 +331,10 @@ class _Steps:
         such record would move its partition's event-time frontier ahead of every record that follows it
         (under ``periodic`` or ``adaptive`` all of them late, for up to the future bound, a day); the bound
         caps that at the clock skew a real producer has.
+
+        ``arrival_time_in_future``: an arrival time more than ``max_arrival_ahead_ms`` ahead of the batch's
+        ingestion time. A record arrives before the batch that reads it; one far ahead would move the
+        ingestion clock (``ingestion``'s watermark, the idle timeout) by as much, for good.
         """
         from pyspark.sql import functions as F
 
@@ -338,8 +352,8 @@ class _Steps:
             F.when(te > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("event_time_in_future")),
             F.when(tp.isNull(), F.lit("bad_arrival_time")),
             F.when(tp < 0, F.lit("arrival_time_before_1970")),
-            # One arrival far ahead would move the ingestion clock for good (no window would fire again).
-            F.when(tp > F.col("_ingest_ms") + F.lit(future_bound_ms), F.lit("arrival_time_in_future")),
+            # One arrival far ahead would move the ingestion clock for good (every later record late).
+            F.when(tp > F.col("_ingest_ms") + F.lit(max_arrival_ahead_ms), F.lit("arrival_time_in_future")),
             F.when(te - tp > F.lit(max_event_ahead_ms), F.lit("event_time_ahead_of_arrival")),
             F.when(~F.col("_value_given"), F.lit("missing_value")),
             F.when(~finite, F.lit("bad_value")),

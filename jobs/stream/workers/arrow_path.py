@@ -69,6 +69,9 @@ class RecordChecks:
     max_event_ahead_ms: int
     #: A record's line may be this long (bytes, without its newline); a longer one makes the split unclean.
     max_record_bytes: int
+    #: An arrival time more than this ahead of the batch's ingestion time is quarantined
+    #: (arrival_time_in_future; jobs.stream.sources.record_rules.DEFAULT_MAX_ARRIVAL_AHEAD_MS).
+    max_arrival_ahead_ms: int = 300_000
     #: The run's private folder for parsed splits (:func:`jobs.stream.sources.arrow_reader.spill_dir`);
     #: empty: kept in memory only.
     spill: str = ""
@@ -225,8 +228,11 @@ def parse_clean(data: bytes, checks: RecordChecks) -> tuple[pa.Table | None, str
         return None, f"{c.event_time} before 1970 or beyond the future bound"
     tp = pc.fill_null(table.column(c.arrival_time).chunk(0), pa.scalar(c.ingest_ms, pa.int64()))
     low, high = pc.min_max(tp).values()
-    if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.future_bound_ms:
-        return None, f"{c.arrival_time} before 1970 or beyond the future bound"
+    if low.as_py() < 0 or high.as_py() > c.ingest_ms + c.max_arrival_ahead_ms:
+        return (
+            None,
+            f"{c.arrival_time} before 1970 or more than {c.max_arrival_ahead_ms} ms ahead of ingestion",
+        )
     ahead = pc.max(pc.subtract(te, tp)).as_py()  # both within [0, ingest + future bound]: no overflow
     if ahead is not None and ahead > c.max_event_ahead_ms:
         return None, f"{c.event_time} more than {c.max_event_ahead_ms} ms ahead of {c.arrival_time}"

@@ -204,3 +204,37 @@ def test_a_csv_line_too_long_is_quarantined_too(spark, tmp_path):
     assert [(r["reason"], r["line"]) for r in quarantine] == [("record_too_long", 2)]
     assert quarantine[0]["raw"].startswith("big,k,p,1,1,999")
     assert int(np.sum(read(tables, "aggregates").column("count").to_numpy())) == 6
+
+
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_one_record_arriving_23_hours_ahead_of_ingestion_is_quarantined_and_the_ingestion_clock_stays(
+    spark, tmp_path, reader
+):
+    # Issue 51: live records (arriving now), one of them with its event and arrival times both 23 h ahead.
+    # Within the future bound (a day), it used to pass: ingestion's watermark (the arrival clock less the lag)
+    # then jumped 23 h and every one of the 149 records after it was late.
+    import time
+
+    now = int(time.time() * 1000) - 60_000  # a minute ago: behind the batch's ingestion time
+    records = [
+        {
+            "event_id": f"e{i}",
+            "key": "k",
+            "partition": "p",
+            "event_time_ms": now + 10 * i + (23 * HOUR if i == 50 else 0),
+            "arrival_time_ms": now + 10 * i + 5 + (23 * HOUR if i == 50 else 0),
+            "value": 1.0,
+        }
+        for i in range(200)
+    ]
+    land(tmp_path / "in", {"a.json": records})
+    config = PipelineConfig.from_dict(
+        {"version": 1, "strategy": "ingestion", "params": {"max_event_time_lag_ms": 100}, "window_ms": 1_000}
+    )
+    opts = folder_job(tmp_path, config, flush_at_end=True, reader=reader)
+    reports = run_job(spark, opts)
+    tables = DeltaTables(opts.output, "test-reader")
+    quarantine = read(tables, "quarantine").to_pylist()
+    assert [(r["reason"], r["line"]) for r in quarantine] == [("arrival_time_in_future", 50)]
+    assert sum(r.late for r in reports) == 0  # it used to be 149
+    assert int(np.sum(read(tables, "aggregates").column("count").to_numpy())) == 199

@@ -33,6 +33,7 @@ def options(**changes):
         "future_bound_ms": 1_000,
         "max_field_bytes": 2_048,
         "max_event_ahead_ms": 5,
+        "max_arrival_ahead_ms": 7,
         "max_record_bytes": 4_096,
         "reader": "spark",
         "app_id": "app",

@@ -128,6 +128,8 @@ def test_clean_records_come_back_as_the_spark_path_would_type_them():
         (line(event_time_ms=INGEST + 1_001), "future bound"),
         (line(event_time_ms=None), "missing event_time_ms"),
         (line(arrival_time_ms=-5), "arrival_time_ms before 1970"),
+        # more than the 5 minutes of --max-arrival-ahead-ms ahead of the ingestion time (within a day's bound)
+        (line(arrival_time_ms=INGEST + 300_001), "more than 300000 ms ahead of ingestion"),
         # 51 ms ahead of its own arrival time (the bound is 50), well within the future bound
         (line(event_time_ms=1_700_000_000_056), "more than 50 ms ahead of arrival_time_ms"),
         # no arrival time: the ingestion time is its arrival
